@@ -1,0 +1,68 @@
+"""Names shared by every part: label keys, taints, priority classes, queue names.
+
+One place each constant lives. `runner` renders them, `infra` puts them on node pools,
+`kustomize/` declares the objects they name (a test cross-checks the three).
+"""
+
+from __future__ import annotations
+
+DOMAIN = "platform.reve.dev"
+
+# The run identity: the same labels on every manifest, metric, log line and checkpoint path.
+RUN = f"{DOMAIN}/run"
+TEAM = f"{DOMAIN}/team"
+CLUSTER = f"{DOMAIN}/cluster"
+TYPE = f"{DOMAIN}/type"
+ROLE = f"{DOMAIN}/role"  # head, worker, sentinel, job
+MANAGED_BY = "app.kubernetes.io/managed-by"
+MANAGED_BY_VALUE = "runner"
+
+# Node labels GKE sets and node labels our node pools add.
+GKE_ACCELERATOR = "cloud.google.com/gke-accelerator"
+GKE_NODEPOOL = "cloud.google.com/gke-nodepool"
+GKE_RESERVATION = "cloud.google.com/reservation-name"
+GKE_SPOT = "cloud.google.com/gke-spot"
+TOPOLOGY_BLOCK = "cloud.google.com/gce-topology-block"
+TOPOLOGY_SUBBLOCK = "cloud.google.com/gce-topology-subblock"
+TOPOLOGY_HOST = "cloud.google.com/gce-topology-host"
+POOL_ROLE = f"{DOMAIN}/pool"  # "cpu" or "gpu"
+RESOURCE_GROUP = f"{DOMAIN}/resource-group"
+
+# Taints: GPU nodes carry the GPU taint; spot nodes the spot taint.
+GPU_TAINT = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
+SPOT_TAINT = {"key": GKE_SPOT, "value": "true", "effect": "NoSchedule"}
+
+# Priority classes (declared in kustomize/bases/priority-classes).
+PRIORITY_PREEMPTIBLE = "training-preemptible"
+PRIORITY_DEFAULT = "training-default"
+PRIORITY_HIGH = "training-high"
+PRIORITY_VALUES = {PRIORITY_PREEMPTIBLE: 1000, PRIORITY_DEFAULT: 10000, PRIORITY_HIGH: 100000}
+
+# Kueue: one LocalQueue per team namespace, named the same everywhere.
+KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+LOCAL_QUEUE = "training"
+
+# Warden's node annotations.
+WARDEN_CORDONS = f"warden.{DOMAIN}/cordon-count"
+WARDEN_LAST_CORDON = f"warden.{DOMAIN}/last-cordon"
+WARDEN_REASON = f"warden.{DOMAIN}/reason"
+
+
+def run_labels(run: str, team: str, cluster: str, kind: str) -> dict[str, str]:
+    """The identity labels every object of a run carries."""
+    return {
+        CLUSTER: cluster,
+        MANAGED_BY: MANAGED_BY_VALUE,
+        RUN: run,
+        TEAM: team,
+        TYPE: kind,
+    }
+
+
+def gpu_node_labels(resource_group: str) -> dict[str, str]:
+    """Labels our GPU node pools add (GKE adds the accelerator label itself)."""
+    return {POOL_ROLE: "gpu", RESOURCE_GROUP: resource_group}
+
+
+def cpu_node_labels() -> dict[str, str]:
+    return {POOL_ROLE: "cpu"}
