@@ -184,9 +184,9 @@ class GpuPool(Strict):
     @model_validator(mode="after")
     def _reservation_or_spot(self) -> GpuPool:
         if self.reservation is None and not self.spot:
-            raise ValueError("reservation is required for a non-spot GPU pool")
+            raise ValueError("reservation: required for a non-spot GPU pool")
         if self.reservation is not None and self.spot:
-            raise ValueError("spot pools cannot consume a reservation")
+            raise ValueError("reservation: a spot pool cannot consume a reservation")
         return self
 
 
