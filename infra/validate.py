@@ -1,0 +1,79 @@
+"""Checks a cluster definition must pass before the Pulumi program declares anything.
+
+`check(name)` loads `clusters/<name>/cluster.yaml` through the catalog (which already rejects
+unknown accelerators, non-spot pools without a reservation and overlapping CIDRs) and adds
+the rules only infra needs. Every failure is one `catalog.InputError` naming file and field.
+
+    python -c "import infra.validate as v; v.check('mega-euw4')"
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from pathlib import Path
+
+from catalog import Cluster, InputError, accelerator, load_cluster
+from catalog.loader import cluster_file
+from infra import derive
+
+# Google service account ids are 6 to 30 characters; ours are "<cluster>-<role>".
+SA_ID_MAX = 30
+LONGEST_ROLE = "observability"
+# A subnet loses 4 addresses to Google; each GPU node takes one address per NIC subnet.
+RESERVED_ADDRESSES = 4
+
+
+def check(name: str, root: Path | None = None) -> Cluster:
+    """The validated cluster, or an InputError naming the first problem."""
+    cluster = load_cluster(name, root=root, field="stack")
+    source = _source(cluster_file(name, root))
+    for rule in (_name_fits, _nic_subnets_fit, _rdma_pools_one_zone):
+        rule(cluster, source)
+    return cluster
+
+
+def _source(path: Path) -> str:
+    try:
+        return str(path.relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
+
+
+def _name_fits(cluster: Cluster, source: str) -> None:
+    longest = f"{cluster.name}-{LONGEST_ROLE}"
+    if len(longest) > SA_ID_MAX:
+        room = SA_ID_MAX - len(LONGEST_ROLE) - 1
+        raise InputError(source, "name", f"at most {room} characters (service account ids)")
+
+
+def _nic_subnets_fit(cluster: Cluster, source: str) -> None:
+    """gpu_cidr must hold one subnet per NIC network, each big enough for the GPU nodes."""
+    nets = derive.nic_network_names(cluster)
+    prefix = derive.nic_subnet_prefix(cluster)
+    base = ipaddress.ip_network(cluster.network.gpu_cidr)
+    if prefix > base.max_prefixlen:
+        raise InputError(source, "network.gpu_cidr", f"too small for {len(nets)} NIC subnets")
+    nodes = sum(p.nodes for p in cluster.gpu_pools)
+    usable = 2 ** (base.max_prefixlen - prefix) - RESERVED_ADDRESSES
+    if usable < nodes:
+        raise InputError(
+            source,
+            "network.gpu_cidr",
+            f"{base} split into {len(nets)} NIC subnets (/{prefix}) leaves {usable} addresses "
+            f"per subnet for {nodes} GPU nodes",
+        )
+
+
+def _rdma_pools_one_zone(cluster: Cluster, source: str) -> None:
+    """The RoCE network profile is zonal: all pools of an RDMA accelerator share one zone."""
+    for key in cluster.accelerators():
+        if accelerator(key).network.transport != "rdma":
+            continue
+        first = derive.rdma_zone(cluster, key)
+        for i, pool in enumerate(cluster.gpu_pools):
+            if pool.accelerator == key and pool.zone != first:
+                raise InputError(
+                    source,
+                    f"gpu_pools[{i}].zone",
+                    f"{key} pools use RDMA and must share one zone ({first}), got {pool.zone}",
+                )

@@ -1,0 +1,101 @@
+"""Bad cluster definitions fail with one line before any resource is declared."""
+
+from __future__ import annotations
+
+import pulumi
+import pytest
+import yaml
+
+from catalog import InputError, load_cluster
+from infra import plan
+from infra.mocks import ProgramRun, run
+
+
+def write_cluster(root, name: str, change) -> None:
+    data = load_cluster("ultra-usc1").model_dump(mode="json", exclude_none=True)
+    data["name"] = name
+    change(data)
+    folder = root / "clusters" / name
+    folder.mkdir(parents=True)
+    (folder / "cluster.yaml").write_text(yaml.safe_dump(data))
+
+
+def unknown_accelerator(d):
+    d["gpu_pools"][0]["accelerator"] = "B300"
+
+
+def reservation_missing(d):
+    del d["gpu_pools"][0]["reservation"]
+
+
+def overlapping_cidrs(d):
+    d["network"]["pods_cidr"] = "10.0.0.0/14"
+
+
+def gpu_cidr_too_small(d):
+    d["network"]["gpu_cidr"] = "192.168.0.0/24"
+
+
+def rdma_pools_in_two_zones(d):
+    d["zones"].append("us-central1-c")
+    d["gpu_pools"][1]["zone"] = "us-central1-c"
+
+
+def bad_future_window(d):
+    d["gpu_pools"][0]["reservation"]["future"]["end_time"] = "2026-01-01T00:00:00Z"
+
+
+CASES = [
+    ("bad-accel", unknown_accelerator, "gpu_pools[0].accelerator", "unknown accelerator 'B300'"),
+    ("no-res", reservation_missing, "gpu_pools[0].reservation", "required for a non-spot"),
+    ("overlap", overlapping_cidrs, "network", "overlaps"),
+    ("small-gpu", gpu_cidr_too_small, "network.gpu_cidr", "addresses per subnet for 136 GPU nodes"),
+    ("two-zones", rdma_pools_in_two_zones, "gpu_pools[1].zone", "must share one zone"),
+    ("window", bad_future_window, "gpu_pools[0].reservation.future", "end_time must be after"),
+    ("a-cluster-name-too-long", lambda d: None, "name", "at most 16 characters"),
+]
+
+
+@pytest.mark.parametrize(("name", "change", "field", "message"), CASES, ids=[c[0] for c in CASES])
+def test_bad_cluster_fails_before_any_resource(tmp_path, name, change, field, message):
+    write_cluster(tmp_path, name, change)
+    record = ProgramRun()
+    with pytest.raises(InputError) as err:
+        run(name, root=tmp_path, record=record)
+    line = err.value.line()
+    assert "\n" not in line
+    assert f"clusters/{name}/cluster.yaml: {field}" in line
+    assert message in line
+    assert record.resources == []
+
+
+@pytest.mark.parametrize(
+    ("name", "change", "field", "message"), CASES[:3], ids=[c[0] for c in CASES[:3]]
+)
+def test_plan_entry_point_prints_one_line_and_exits_2(
+    tmp_path, monkeypatch, capsys, name, change, field, message
+):
+    write_cluster(tmp_path, name, change)
+    monkeypatch.setenv("PLATFORM_ROOT", str(tmp_path))
+    assert plan.main([name]) == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err.count("\n") == 1 and field in err and message in err
+
+
+def test_unknown_stack_names_the_known_clusters(capsys):
+    assert plan.main(["no-such-cluster"]) == 2
+    err = capsys.readouterr().err
+    assert err == "stack: unknown cluster 'no-such-cluster' (known: mega-euw4, ultra-usc1)\n"
+
+
+def test_pulumi_entry_point_turns_input_error_into_run_error(monkeypatch):
+    """Under the Pulumi CLI a bad stack ends as a RunError: one line, no traceback."""
+    from infra import program
+
+    monkeypatch.setattr(pulumi, "get_stack", lambda: "no-such-cluster")
+    with pytest.raises(pulumi.RunError) as err:
+        program.main()
+    assert (
+        str(err.value) == "stack: unknown cluster 'no-such-cluster' (known: mega-euw4, ultra-usc1)"
+    )
