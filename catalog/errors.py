@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from pydantic import ValidationError
+if TYPE_CHECKING:  # pydantic is heavy to import; the CLI's start-up path needs only InputError
+    from pydantic import ValidationError
 
 
 class InputError(Exception):

@@ -1,0 +1,161 @@
+"""`runner submit`: render a run, then stage it for a pull request (default) or apply it.
+
+    runner submit tiny-lm rayjob --cluster ultra-usc1 --namespace research --pods 2 \\
+        --gpus 8 --accelerators H200 --docker-image IMAGE@sha256:... --cmd 'python train.py'
+    runner submit -f runs/examples/tiny-lm.yaml --pods 4      # flags override the file
+    runner submit -f runs/examples/tiny-lm.yaml --apply       # straight to the cluster
+
+GitOps (default): the manifests `apps/<cluster>/<namespace>/<run>.yaml` and, when flags were
+given, the effective run definition `runs/<cluster>/<namespace>/<run>.yaml` are committed onto
+branch `run/<run>` through a temporary index; the working tree, the index and the current
+branch stay exactly as they are. Outside a git repository (or with `--no-stage`) the files are
+written and the git commands printed. `--apply` writes nothing and applies through `runner.kube`.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+import yaml
+
+from catalog.errors import InputError
+from catalog.loader import repo_root
+from runner import exitcodes, gitops
+from runner.commands.render import apps_text, load_with_flags, overrides_from, run_options
+from runner.render import render as render_spec
+from runner.spec import (
+    COMMAND_LINE,
+    RUN_TYPES,
+    RunSpec,
+    build_spec,
+    display_path,
+    dump_spec,
+)
+
+RUN_FILE_HEADER = (
+    "# Run definition written by `runner submit`; edit it and run `runner render {}`.\n"
+)
+
+
+def get_kube(cluster: str):
+    """The Kubernetes client for `cluster` (tests monkeypatch this or `runner.kube.connect`)."""
+    from runner import kube
+
+    return kube.connect(cluster=cluster)
+
+
+def apply_run(client, manifests: list[dict]) -> list[str]:
+    """Apply every object in order; the sentinel is owned by its RayCluster once it has a uid."""
+    applied, owner = [], None
+    for obj in manifests:
+        if obj["kind"] == "Deployment" and owner is not None:
+            obj = {**obj, "metadata": {**obj["metadata"], "ownerReferences": [owner]}}
+        result = client.apply(obj)
+        uid = (result or {}).get("metadata", {}).get("uid")
+        if obj["kind"] == "RayCluster" and uid:
+            owner = {
+                "apiVersion": obj["apiVersion"],
+                "kind": "RayCluster",
+                "name": obj["metadata"]["name"],
+                "uid": uid,
+            }
+        applied.append(f"{obj['kind']} {obj['metadata']['namespace']}/{obj['metadata']['name']}")
+    return applied
+
+
+def run_file(spec: RunSpec) -> Path:
+    return repo_root() / "runs" / spec.cluster / spec.namespace / f"{spec.name}.yaml"
+
+
+def run_file_text(spec: RunSpec, relative: str) -> str:
+    """The effective run definition, so `runner render --check` can reproduce apps/."""
+    data = dump_spec(spec)
+    if spec.env_file and spec.where("env_file")[0] == COMMAND_LINE:
+        data["env_file"] = display_path(spec.env_file)  # flags are cwd-relative
+    text = RUN_FILE_HEADER.format(relative)
+    return text + yaml.safe_dump(data, sort_keys=False, allow_unicode=True)
+
+
+def build(name, kind, file, overrides: dict) -> RunSpec:
+    if name:
+        overrides["name"] = name
+    if kind:
+        if kind not in RUN_TYPES:
+            raise InputError(COMMAND_LINE, "TYPE", f"{kind!r} is not one of {', '.join(RUN_TYPES)}")
+        if overrides.get("type", kind) != kind:
+            raise InputError(COMMAND_LINE, "--type", f"conflicts with TYPE {kind!r}")
+        overrides["type"] = kind
+    if file:
+        return load_with_flags(file, overrides)
+    return build_spec({}, COMMAND_LINE, overrides)
+
+
+def gitops_files(spec: RunSpec) -> tuple[RunSpec, dict[str, str], str]:
+    """(spec as committed, repository path -> text, totals) of a run; nothing is written."""
+    files = {}
+    if spec.origin == COMMAND_LINE or spec.overridden():
+        relative = gitops.relative_to_root(run_file(spec))
+        text = run_file_text(spec, relative)
+        files[relative] = text
+        spec = build_spec(yaml.safe_load(text), relative)
+    rendered = render_spec(spec)
+    gitops.check_unique(spec.cluster, spec.namespace, spec.name, spec.origin)
+    apps = gitops.apps_path(spec.cluster, spec.namespace, spec.name)
+    files[gitops.relative_to_root(apps)] = apps_text(rendered)
+    return spec, files, rendered.plan.totals()
+
+
+def stage_or_write(spec: RunSpec, files: dict[str, str], totals: str, no_stage: bool) -> None:
+    root = repo_root()
+    message = f"run {spec.name} on {spec.cluster}/{spec.namespace}: {totals}"
+    if not no_stage and gitops.has_commits(root):
+        commit = gitops.stage(root, spec.name, files, message)
+        branch = gitops.branch_name(spec.name)
+        click.echo(f"committed {', '.join(files)} on branch {branch} ({commit[:12]})")
+        click.echo(f"the working tree is unchanged; next: git push -u origin {branch}")
+        return
+    for relative, text in files.items():
+        gitops.write(root / relative, text)
+    click.echo(f"wrote {', '.join(files)}")
+    if no_stage:
+        return
+    click.echo("not a git repository with commits; stage the run with:")
+    for line in gitops.manual_commands(spec.name, list(files), message):
+        click.echo(f"  {line}")
+
+
+@click.command()
+@click.argument("name", required=False)
+@click.argument("kind", metavar="[TYPE]", required=False)
+@click.option("-f", "--file", "file", type=click.Path(dir_okay=False), help="run definition")
+@click.option("--apply", "apply_", is_flag=True, help="apply through the Kubernetes API")
+@click.option("--dry-run", is_flag=True, help="render and validate; write and apply nothing")
+@click.option("--no-stage", is_flag=True, help="write the files but create no branch")
+@run_options
+@click.pass_context
+def submit(ctx: click.Context, name, kind, file, apply_, dry_run, no_stage, **options) -> None:
+    """Submit run NAME of TYPE (rayjob|raycluster|job), from flags and/or -f RUN.yaml."""
+    if not name and not file:
+        raise InputError(COMMAND_LINE, "NAME", "give NAME TYPE and flags, or -f RUN.yaml")
+    spec = build(name, kind, file, overrides_from(options))
+    rendered = render_spec(spec)
+    totals = rendered.plan.totals()
+    click.echo(f"{spec.name}: {totals}")
+    if dry_run:
+        click.echo("dry run: nothing written or applied")
+        return
+    if apply_:
+        from runner.kube import KubeError
+
+        try:
+            applied = apply_run(get_kube(spec.cluster), rendered.manifests)
+        except KubeError as err:
+            click.echo(f"error: {err}", err=True)
+            sys.exit(exitcodes.FAILURE)
+        for line in applied:
+            click.echo(f"applied {line}")
+        return
+    spec, files, totals = gitops_files(spec)
+    stage_or_write(spec, files, totals, no_stage)

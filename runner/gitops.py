@@ -1,0 +1,197 @@
+"""apps/ files: deterministic text, headers naming the source, the check and PR staging.
+
+`runner render` writes `apps/<cluster>/<namespace>/<run>.yaml`; the first header line names
+the run definition it came from. `check_apps()` re-renders every committed run definition
+(`runs/**/*.yaml` except `runs/train/` and `runs/env/`) and reports files that differ.
+`stage()` commits texts onto a branch `run/<name>` through a temporary index, so the working
+tree, the index and the current branch stay exactly as they are.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import re
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from catalog.errors import InputError
+from catalog.loader import repo_root
+from runner.yamltext import dump_documents
+
+NOT_RUNS = ("train", "env")
+_SOURCE = re.compile(r"^# Rendered by runner from (\S+)")
+
+
+def dump(manifests: list[dict]) -> str:
+    """Manifests as YAML documents in template order (stable: the same input, the same text)."""
+    return dump_documents(manifests)
+
+
+def header(source: str, totals: str, flags: list[str]) -> str:
+    lines = [f"# Rendered by runner from {source}; do not edit by hand."]
+    if flags:
+        lines.append(f"# Command-line overrides: {' '.join(flags)}")
+    lines.append(f"# Re-render: runner render {source}")
+    lines.append(f"# {totals}")
+    return "\n".join(lines) + "\n"
+
+
+def relative_to_root(path: Path, root: Path | None = None) -> str:
+    """`apps/x/y/z.yaml` for a path inside the repository, else the path as given."""
+    try:
+        return path.resolve().relative_to((root or repo_root()).resolve()).as_posix()
+    except ValueError:
+        return str(path)
+
+
+def apps_path(cluster: str, namespace: str, name: str, root: Path | None = None) -> Path:
+    return (root or repo_root()) / "apps" / cluster / namespace / f"{name}.yaml"
+
+
+def rendered_source(path: Path) -> str | None:
+    """The run definition an apps/ file names in its header, if any."""
+    try:
+        with path.open() as handle:
+            match = _SOURCE.match(handle.readline())
+    except OSError:
+        return None
+    return match.group(1).rstrip(";") if match else None
+
+
+def check_unique(cluster: str, namespace: str, name: str, source: str, root: Path | None = None):
+    """Refuse a run whose name another run definition already uses in the namespace."""
+    path = apps_path(cluster, namespace, name, root)
+    if not path.exists():
+        return
+    existing = rendered_source(path)
+    if existing != source:
+        raise InputError(
+            source,
+            "name",
+            f"run {name!r} already exists in {cluster}/{namespace} "
+            f"(apps/{cluster}/{namespace}/{name}.yaml, from {existing or 'an unknown source'})",
+        )
+
+
+def write(path: Path, text: str) -> bool:
+    """Write if the text changed; True when the file was written."""
+    if path.exists() and path.read_text() == text:
+        return False
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return True
+
+
+def run_definitions(root: Path | None = None) -> list[Path]:
+    """Committed run definitions: runs/**/*.yaml outside runs/train/ and runs/env/."""
+    base = (root or repo_root()) / "runs"
+    found = []
+    for path in sorted(base.rglob("*.yaml")):
+        parts = path.relative_to(base).parts
+        if parts[0] not in NOT_RUNS:
+            found.append(path)
+    return found
+
+
+@dataclass
+class Difference:
+    """One apps/ file that is not what its run definition renders."""
+
+    path: str
+    diff: str
+
+
+def diff_text(path: str, old: str, new: str) -> str:
+    lines = difflib.unified_diff(
+        old.splitlines(keepends=True),
+        new.splitlines(keepends=True),
+        fromfile=f"a/{path}",
+        tofile=f"b/{path}",
+    )
+    return "".join(lines)
+
+
+def orphans(expected: set[Path], root: Path | None = None) -> list[Path]:
+    """apps/ run files that no committed run definition renders."""
+    base = (root or repo_root()) / "apps"
+    found = []
+    for path in sorted(base.glob("*/*/*.yaml")):
+        if path not in expected and rendered_source(path) is not None:
+            found.append(path)
+    return found
+
+
+def git(root: Path, *args: str, env: dict | None = None, check: bool = True) -> str:
+    result = subprocess.run(
+        ["git", *args],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        env={**os.environ, **(env or {})},
+    )
+    if check and result.returncode != 0:
+        raise RuntimeError(f"git {' '.join(args)}: {result.stderr.strip()}")
+    return result.stdout.strip()
+
+
+def is_git_repo(root: Path) -> bool:
+    result = subprocess.run(
+        ["git", "rev-parse", "--is-inside-work-tree"], cwd=root, capture_output=True, text=True
+    )
+    return result.returncode == 0 and result.stdout.strip() == "true"
+
+
+def branch_name(run: str) -> str:
+    return f"run/{run}"
+
+
+def stage(root: Path, run: str, files: dict[str, str], message: str) -> str:
+    """Commit `files` (repository path -> text) onto branch run/<run>; returns the commit.
+
+    Blobs are written straight into the object store and the tree is built in a temporary
+    index, so the working tree, the index and HEAD stay exactly as they are. The branch
+    starts at HEAD, or continues from its own tip if it exists.
+    """
+    branch = branch_name(run)
+    tip = git(root, "rev-parse", "--verify", "--quiet", f"refs/heads/{branch}", check=False)
+    parent = tip or git(root, "rev-parse", "HEAD")
+    with tempfile.TemporaryDirectory() as folder:
+        env = {"GIT_INDEX_FILE": str(Path(folder) / "index")}
+        git(root, "read-tree", parent, env=env)
+        for relative, text in sorted(files.items()):
+            blob = git_input(root, text, "hash-object", "-w", "--stdin")
+            git(root, "update-index", "--add", "--cacheinfo", f"100644,{blob},{relative}", env=env)
+        tree = git(root, "write-tree", env=env)
+    commit = git(root, "commit-tree", tree, "-p", parent, "-m", message)
+    git(root, "update-ref", f"refs/heads/{branch}", commit)
+    return commit
+
+
+def git_input(root: Path, text: str, *args: str) -> str:
+    result = subprocess.run(
+        ["git", *args], cwd=root, input=text, capture_output=True, text=True, check=False
+    )
+    if result.returncode != 0:
+        raise RuntimeError(f"git {' '.join(args)}: {result.stderr.strip()}")
+    return result.stdout.strip()
+
+
+def has_commits(root: Path) -> bool:
+    """A git work tree whose HEAD names a commit (staging needs a parent)."""
+    if not is_git_repo(root):
+        return False
+    return bool(git(root, "rev-parse", "--verify", "--quiet", "HEAD", check=False))
+
+
+def manual_commands(run: str, files: list[str], message: str) -> list[str]:
+    """The git commands that stage a run when the tree is not a git repository."""
+    branch = branch_name(run)
+    return [
+        f"git switch -c {branch}",
+        f"git add {' '.join(files)}",
+        f"git commit -m {message!r}",
+        f"git push -u origin {branch}",
+    ]

@@ -1,0 +1,218 @@
+"""Render a run: check the spec, resolve it against the catalogs, fill the template, validate.
+
+    from runner.render import render_run
+    manifests = render_run(load_run("runs/examples/tiny-lm.yaml"))
+
+`render(spec)` also returns the resolved `Plan` (for job totals); `render_run` is the
+contract other parts call. Every manifest returned has passed `runner.validation`.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from dataclasses import dataclass
+from typing import Any
+
+from catalog import labels
+from runner.resolve import CPU_ONLY_SHM, Plan, resolve
+from runner.spec import RunSpec, entrypoint
+from runner.templating import render_template
+from runner.validation.inputs import EnvPlan, check_spec, load_env
+from runner.validation.manifests import validate_manifests
+
+RAY_VERSION = "2.60.0"  # the ray pinned in pyproject.toml; a test keeps them equal
+GPU_RESOURCE = "nvidia.com/gpu"
+# GKE multi-network and device annotations (docs: reference/gke-a3.md, section 3).
+GKE_DEFAULT_INTERFACE = "networking.gke.io/default-interface"
+GKE_INTERFACES = "networking.gke.io/interfaces"
+GKE_DEVICES = "devices.gke.io/container.{name}"
+TCPXO_DEVICES = ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/dmabuf_import_helper")
+# Annotations on the run's objects, under the platform's domain.
+SOURCE_ANNOTATION = f"{labels.DOMAIN}/source"
+PREFLIGHT_ANNOTATION = f"{labels.DOMAIN}/preflight"
+RAY_CLUSTER_ANNOTATION = f"{labels.DOMAIN}/ray-cluster"
+SENTINEL_RESOURCES = {"cpu": "100m", "memory": "256Mi"}
+
+
+def exact_bytes(count: int) -> str:
+    """A memory quantity with no rounding: the largest binary unit that divides it."""
+    for suffix, scale in (("Ti", 2**40), ("Gi", 2**30), ("Mi", 2**20), ("Ki", 2**10)):
+        if count % scale == 0:
+            return f"{count // scale}{suffix}"
+    return str(count)
+
+
+def exact_cpu(cores: float) -> str:
+    """A CPU quantity: whole cores, else millicores (Kubernetes' finest CPU unit)."""
+    milli = round(cores * 1000)
+    return str(milli // 1000) if milli % 1000 == 0 else f"{milli}m"
+
+
+@dataclass(frozen=True)
+class Rendered:
+    """A rendered run: its resolved plan and its validated manifests."""
+
+    plan: Plan
+    manifests: list[dict]
+
+
+def _pod(plan: Plan, env: EnvPlan, role: str, configmap: str | None) -> dict[str, Any]:
+    """Values shared by every pod template of the run."""
+    spec = plan.spec
+    return {
+        "labels": {**_run_labels(spec), labels.ROLE: role},
+        "annotations": {},
+        "priority_class": plan.priority_class,
+        "restart_policy": None,
+        "tolerations": [],
+        "rack_topology": None,
+        "image": spec.image,
+        "command": None,
+        "working_dir": spec.working_dir
+        if spec.working_dir and "://" not in spec.working_dir
+        else None,
+        "env": {},
+        "secrets": env.secrets,
+        "configmap": configmap,
+        "mounts": [],
+        "host_volumes": [],
+        "sidecars": [],
+    }
+
+
+def _run_labels(spec: RunSpec) -> dict[str, str]:
+    return labels.run_labels(spec.name, spec.run_team, spec.cluster, spec.type)
+
+
+def _gpu_extras(plan: Plan, env: EnvPlan) -> dict[str, Any]:
+    """Annotations, env, mounts and sidecars an accelerator's pods need."""
+    accel = plan.accelerator
+    network = accel.network
+    annotations: dict[str, str] = {}
+    if network.transport != "none":
+        annotations[GKE_DEFAULT_INTERFACE] = "eth0"
+        annotations[GKE_INTERFACES] = json.dumps(network.interfaces(), separators=(",", ":"))
+    sidecars = [s.model_dump() for s in accel.sidecars]
+    for sidecar in accel.sidecars:
+        if sidecar.device_annotation:
+            paths = [f"/dev/nvidia{i}" for i in range(accel.gpus_per_node)] + list(TCPXO_DEVICES)
+            annotations[GKE_DEVICES.format(name=sidecar.name)] = "".join(
+                f"- path: {p}\n" for p in paths
+            )
+    catalog_env = {**dict(sorted(accel.nccl_env.items())), "LD_LIBRARY_PATH": accel.library_path}
+    overrides = {k: v for k, v in env.values.items() if k in catalog_env}
+    volumes: dict[str, dict] = {}
+    for mount in [*accel.mounts, *(m for s in accel.sidecars for m in s.mounts)]:
+        volumes.setdefault(mount.name, mount.model_dump())
+    return {
+        "annotations": annotations,
+        "env": {**catalog_env, **overrides},
+        "mounts": [m.model_dump() for m in accel.mounts],
+        "host_volumes": list(volumes.values()),
+        "sidecars": sidecars,
+    }
+
+
+def _worker(plan: Plan, env: EnvPlan, configmap: str | None, role: str) -> dict[str, Any]:
+    spec, accel = plan.spec, plan.accelerator
+    pod = _pod(plan, env, role, configmap)
+    pod["container"] = "ray-worker" if spec.type != "job" else "main"
+    pod["resources"] = {"cpu": exact_cpu(plan.cpus), "memory": exact_bytes(plan.memory)}
+    pod["shm"] = exact_bytes(plan.shm)
+    if accel is None:
+        pod["node_selector"] = labels.cpu_node_labels()
+        return pod
+    pod["resources"][GPU_RESOURCE] = str(plan.gpus)
+    selector = {labels.GKE_ACCELERATOR: accel.gke_accelerator, labels.POOL_ROLE: "gpu"}
+    if spec.resource_group:
+        selector[labels.RESOURCE_GROUP] = spec.resource_group
+    pod["node_selector"] = selector
+    pod["tolerations"] = [labels.GPU_TAINT] + ([labels.SPOT_TAINT] if spec.preemptible else [])
+    if spec.rack_affinity:
+        block = spec.rack_affinity == "block"
+        pod["rack_topology"] = labels.TOPOLOGY_BLOCK if block else labels.TOPOLOGY_SUBBLOCK
+        pod["rack_selector"] = {labels.RUN: spec.name, labels.ROLE: role}
+    pod.update(_gpu_extras(plan, env))
+    return pod
+
+
+def _head(plan: Plan, env: EnvPlan, configmap: str | None) -> dict[str, Any]:
+    pod = _pod(plan, env, "head", configmap)
+    pod["container"] = "ray-head"
+    pod["node_selector"] = labels.cpu_node_labels()
+    pod["resources"] = {"cpu": exact_cpu(plan.head_cpus), "memory": exact_bytes(plan.head_memory)}
+    pod["shm"] = exact_bytes(min(CPU_ONLY_SHM, plan.head_memory // 2))
+    return pod
+
+
+def _sentinel(plan: Plan, env: EnvPlan) -> dict[str, Any]:
+    name = plan.spec.name
+    pod = _pod(plan, EnvPlan(), "sentinel", None)
+    pod.update(container="sentinel", node_selector=labels.cpu_node_labels(), shm="64Mi")
+    pod["resources"] = dict(SENTINEL_RESOURCES)
+    pod["command"] = ["sleep", "infinity"]
+    pod["env"] = {
+        "RAY_CLUSTER": name,
+        "RAY_ADDRESS": f"http://{name}-head-svc:8265",
+        "RAY_CLIENT_ADDRESS": f"ray://{name}-head-svc:10001",
+    }
+    return {
+        "name": f"{name}-sentinel",
+        "selector": {labels.RUN: name, labels.ROLE: "sentinel"},
+        "pod": pod,
+    }
+
+
+def context(plan: Plan, env: EnvPlan) -> dict[str, Any]:
+    """Everything the run templates read, under the name `run`."""
+    spec = plan.spec
+    configmap = f"{spec.name}-env" if env.values else None
+    annotations = {
+        SOURCE_ANNOTATION: spec.origin,
+        PREFLIGHT_ANNOTATION: str(spec.preflight).lower(),
+    }
+    run: dict[str, Any] = {
+        "name": spec.name,
+        "namespace": spec.namespace,
+        "pods": spec.pods,
+        "ttl_seconds": spec.ttl_seconds,
+        "labels": _run_labels(spec),
+        "object_labels": {**_run_labels(spec), labels.KUEUE_QUEUE_LABEL: labels.LOCAL_QUEUE},
+        "annotations": annotations,
+        "configmap": configmap,
+        "env_values": env.values,
+        "ray_version": RAY_VERSION,
+        "head_start_params": {"dashboard-host": "0.0.0.0", "num-cpus": "0", "num-gpus": "0"},
+        "worker_group": plan.accelerator.name.lower() if plan.accelerator else "cpu",
+        "runtime_env_yaml": None,
+    }
+    if spec.working_dir and "://" in spec.working_dir:
+        run["runtime_env_yaml"] = f"working_dir: {json.dumps(spec.working_dir)}\n"
+    if spec.type == "job":
+        run["worker"] = _worker(plan, env, configmap, "job")
+        run["worker"].update(restart_policy="Never", command=entrypoint(spec))
+    else:
+        run["worker"] = _worker(plan, env, configmap, "worker")
+        run["head"] = _head(plan, env, configmap)
+    if spec.type == "rayjob":
+        run["entrypoint"] = shlex.join(entrypoint(spec))
+    if spec.type == "raycluster":
+        run["sentinel"] = _sentinel(plan, env)
+        annotations[RAY_CLUSTER_ANNOTATION] = spec.name
+    return run
+
+
+def render(spec: RunSpec) -> Rendered:
+    """Check, resolve, render and validate one run."""
+    check_spec(spec)
+    plan = resolve(spec)
+    env = load_env(spec)
+    manifests = render_template(spec.type, run=context(plan, env))
+    validate_manifests(manifests, plan.cluster.kubernetes_version, spec.origin)
+    return Rendered(plan, manifests)
+
+
+def render_run(spec: RunSpec) -> list[dict]:
+    """The validated manifests of one run (what `runner render` writes to apps/)."""
+    return render(spec).manifests

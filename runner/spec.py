@@ -1,0 +1,193 @@
+"""Run definitions: the typed schema of `runs/*.yaml`, command-line overrides and the entry point.
+
+A run definition is flat YAML whose keys are the `runner submit`/`runner render` flags with
+underscores. Flags override the file; every value remembers where it came from, so an error
+names either the file and the field (`runs/x.yaml: gpus: ...`) or the flag
+(`command line: --gpus: ...`).
+
+    from runner.spec import load_run, entrypoint
+    spec = load_run("runs/examples/tiny-lm.yaml", {"pods": 4})
+    entrypoint(spec)  # ["python", "-m", "driver.train", "runs/train/tiny-lm.yaml", ...]
+"""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator
+
+from catalog.errors import InputError, from_validation
+from catalog.loader import read_yaml, repo_root
+
+COMMAND_LINE = "command line"
+RUN_TYPES = ("rayjob", "raycluster", "job")
+Quantity = str | int | float
+
+
+class RunSpec(BaseModel):
+    """One run as a researcher asks for it; defaults are resolved later from the catalogs."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(description="run name: a DNS-1123 label, unique in the namespace")
+    type: Literal["rayjob", "raycluster", "job"] = Field(
+        description="rayjob (temporary RayCluster), raycluster (persistent) or job (no Ray)"
+    )
+    cluster: str = Field(description="cluster catalog name (clusters/<name>/cluster.yaml)")
+    namespace: str = Field(description="team namespace on the cluster")
+    team: str | None = Field(default=None, description="team label; defaults to namespace")
+    pods: int = Field(default=1, ge=1, description="worker pods (rayjob/raycluster) or job pods")
+    gpus: int | None = Field(
+        default=None, ge=0, description="GPUs per pod; default: a whole node with accelerator"
+    )
+    cpus: Quantity | None = Field(default=None, description="CPU per pod (8, 7.5, 500m)")
+    memory: Quantity | None = Field(default=None, description="memory per pod (512Gi)")
+    accelerator: str | None = Field(default=None, description="accelerator key (H100, H200)")
+    image: str = Field(description="container image, pinned by digest (@sha256:...)")
+    allow_mutable_tag: bool = Field(default=False, description="accept an image tag")
+    working_dir: str | None = Field(
+        default=None, description="absolute directory in the image, or a URI (rayjob only)"
+    )
+    env_file: str | None = Field(
+        default=None, description="YAML of env values and secretKeyRef references"
+    )
+    env: dict[str, Any] = Field(default_factory=dict, description="env entries; win over env_file")
+    preemptible: bool = Field(default=False, description="low priority; may use spot nodes")
+    priority: str | None = Field(default=None, description="priority class name (not preemptible)")
+    cmd: str | None = Field(default=None, description="command line; replaces the driver command")
+    train_config: str | None = Field(
+        default=None, description="driver Hydra YAML, relative to the repository root"
+    )
+    train_overrides: list[str] = Field(
+        default_factory=list, description="driver config overrides, key=value"
+    )
+    ttl_seconds: int = Field(default=3600, ge=0, description="keep finished objects this long")
+    head_cpus: Quantity = Field(default=4, description="CPU of the Ray head (CPU pool)")
+    head_memory: Quantity = Field(default="16Gi", description="memory of the Ray head")
+    rack_affinity: Literal["block", "subblock"] | None = Field(
+        default=None, description="prefer packing workers into one topology block or sub-block"
+    )
+    shm: Quantity | None = Field(default=None, description="/dev/shm size per pod")
+    resource_group: str | None = Field(
+        default=None, description="only GPU pools of this resource group"
+    )
+    resume: str | None = Field(default=None, description="checkpoint URI to resume from")
+    preflight: bool = Field(default=True, description="run preflight checks after placement")
+
+    _sources: dict[str, str] = PrivateAttr(default_factory=dict)
+    _origin: str = PrivateAttr(default=COMMAND_LINE)
+
+    @field_validator("train_overrides")
+    @classmethod
+    def _key_value(cls, value: list[str]) -> list[str]:
+        for item in value:
+            if "=" not in item or item.startswith("="):
+                raise ValueError(f"{item!r} is not key=value")
+        return value
+
+    @property
+    def run_team(self) -> str:
+        return self.team or self.namespace
+
+    @property
+    def origin(self) -> str:
+        """The run definition file (repository-relative) or `command line`."""
+        return self._origin
+
+    def where(self, field: str) -> tuple[str, str]:
+        """(source, field label) for an error about `field`: the file and key, or the flag."""
+        source = self._sources.get(field.split(".")[0].split("[")[0], self._origin)
+        if source == COMMAND_LINE:
+            return COMMAND_LINE, "--" + field.split(".")[0].replace("_", "-")
+        return source, field
+
+    def error(self, field: str, message: str) -> InputError:
+        """An InputError that names where `field` was set."""
+        source, label = self.where(field)
+        return InputError(source, label, message)
+
+    def overridden(self) -> list[str]:
+        """Fields set on the command line, in field order."""
+        return [f for f in type(self).model_fields if self._sources.get(f) == COMMAND_LINE]
+
+
+def display_path(path: str | Path) -> str:
+    """A path relative to the repository root when inside it, else as given."""
+    resolved = Path(path).resolve()
+    try:
+        return str(resolved.relative_to(repo_root()))
+    except ValueError:
+        return str(path)
+
+
+def build_spec(
+    data: dict[str, Any], origin: str = COMMAND_LINE, overrides: dict[str, Any] | None = None
+) -> RunSpec:
+    """A RunSpec from file data (`origin` names the file) with flag `overrides` on top.
+
+    Flags replace file values, except `train_overrides`, which the flags extend.
+    """
+    flags = {k: v for k, v in (overrides or {}).items() if v is not None}
+    values = {**data, **flags}
+    if isinstance(data.get("train_overrides"), list) and isinstance(
+        flags.get("train_overrides"), list
+    ):
+        # driver overrides accumulate: the flags' come last, so they win in Hydra
+        values["train_overrides"] = [*data["train_overrides"], *flags["train_overrides"]]
+    sources = {k: origin for k in data} | dict.fromkeys(flags, COMMAND_LINE)
+    try:
+        spec = RunSpec.model_validate(values)
+    except ValidationError as err:
+        raise _located(err, sources, origin) from None
+    spec._sources = sources
+    spec._origin = origin
+    return spec
+
+
+def _located(err: ValidationError, sources: dict[str, str], origin: str) -> InputError:
+    located = from_validation(origin, err)
+    top = (located.field or "").split(".")[0].split("[")[0]
+    if sources.get(top, origin) == COMMAND_LINE:
+        return InputError(COMMAND_LINE, "--" + top.replace("_", "-"), located.message)
+    return located
+
+
+def load_run(path: str | Path, overrides: dict | None = None) -> RunSpec:
+    """Read a run definition file and apply flag overrides; errors name file and field."""
+    origin = display_path(path)
+    data = read_yaml(Path(path), origin)
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise InputError(origin, None, "expected a mapping of run definition keys")
+    return build_spec(data, origin, overrides)
+
+
+def entrypoint(spec: RunSpec, local: bool = False) -> list[str]:
+    """The command the run executes: `cmd`, else the driver with the run's config."""
+    if spec.cmd:
+        try:
+            return shlex.split(spec.cmd)
+        except ValueError as err:
+            raise spec.error("cmd", f"cannot split into words: {err}") from None
+    if not spec.train_config:
+        raise spec.error("train_config", "a run needs cmd or train_config")
+    team = spec.run_team
+    words = ["python", "-m", "driver.train", spec.train_config]
+    words += [f"run.name={spec.name}", f"run.team={team}", f"run.cluster={spec.cluster}"]
+    if not local:
+        from catalog.loader import load_cluster
+
+        source, label = spec.where("cluster")
+        cluster = load_cluster(spec.cluster, source=source, field=label)
+        words.append(f"checkpoint.root=gs://{cluster.buckets.checkpoints}")
+    if spec.resume:
+        words.append(f"checkpoint.resume={spec.resume}")
+    return words + list(spec.train_overrides)
+
+
+def dump_spec(spec: RunSpec) -> dict[str, Any]:
+    """The run definition as YAML data: the fields that differ from their defaults."""
+    return spec.model_dump(exclude_defaults=True, mode="json")

@@ -1,0 +1,1 @@
+"""Checks of run definitions (inputs.py) and of rendered manifests (manifests.py)."""

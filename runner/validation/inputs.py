@@ -1,0 +1,143 @@
+"""Checks of a run definition before anything renders: names, image, flag combinations, env.
+
+Pure functions over a RunSpec; each problem is one `InputError` naming the file and field (or
+the flag). `check_spec(spec)` runs them all; `load_env(spec)` reads the env file.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from catalog.errors import InputError
+from catalog.loader import read_yaml, repo_root
+from runner.spec import COMMAND_LINE, RunSpec, display_path
+
+DNS_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+# KubeRay appends suffixes (`-<5 chars>` for a RayJob's cluster, `-head-svc`), so its names
+# are shorter than a DNS label: ray-operator/controllers/ray/utils/constant.go (v1.4.2).
+MAX_NAME = {"rayjob": 47, "raycluster": 53, "job": 56}
+DIGEST = re.compile(r"@sha256:[0-9a-f]{64}$")
+IMAGE = re.compile(r"^[a-z0-9][a-z0-9._\-/:]*[a-z0-9](@sha256:[0-9a-f]{64})?$")
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+SECRET_LIKE = re.compile(r"(PASSWORD|PASSWD|SECRET|TOKEN|API_?KEY|PRIVATE_KEY|CREDENTIAL)", re.I)
+
+
+@dataclass
+class EnvPlan:
+    """Env entries of the run: plain values (a ConfigMap) and secret references."""
+
+    values: dict[str, str] = field(default_factory=dict)
+    secrets: dict[str, dict[str, str]] = field(default_factory=dict)
+
+
+def check_name(spec: RunSpec, key: str, value: str, limit: int = 63) -> None:
+    if len(value) > limit:
+        raise spec.error(key, f"{value!r} is longer than {limit} characters")
+    if not DNS_LABEL.match(value):
+        raise spec.error(
+            key,
+            f"{value!r} is not a DNS-1123 label (lower-case letters, digits and '-', "
+            "starting with a letter)",
+        )
+
+
+def check_image(spec: RunSpec) -> None:
+    image = spec.image
+    if not IMAGE.match(image):
+        raise spec.error("image", f"{image!r} is not an image reference")
+    if DIGEST.search(image) or spec.allow_mutable_tag:
+        return
+    raise spec.error(
+        "image",
+        f"{image!r} is not pinned by digest (@sha256:<64 hex>); "
+        "set allow_mutable_tag to accept a tag",
+    )
+
+
+def check_combinations(spec: RunSpec) -> None:
+    """Flag combinations that make no sense for the run type."""
+    if spec.type == "raycluster":
+        for key in ("cmd", "train_config", "resume"):
+            if getattr(spec, key):
+                raise spec.error(key, "a raycluster runs no entry point; submit jobs to it")
+        if spec.train_overrides:
+            raise spec.error("train_overrides", "a raycluster runs no entry point")
+    elif not spec.cmd and not spec.train_config:
+        raise spec.error("cmd", f"a {spec.type} needs cmd or train_config")
+    if spec.cmd and spec.train_config:
+        raise spec.error("cmd", "give cmd or train_config, not both")
+    if spec.cmd and (spec.train_overrides or spec.resume):
+        key = "train_overrides" if spec.train_overrides else "resume"
+        raise spec.error(key, "applies to the driver (train_config), not to cmd")
+    for key in ("train_config", "env_file", "working_dir", "cmd"):
+        if "\x00" in (getattr(spec, key) or ""):
+            raise spec.error(key, "contains a NUL character")
+    if spec.train_config and not (repo_root() / spec.train_config).is_file():
+        raise spec.error("train_config", f"{spec.train_config!r} does not exist")
+    if spec.working_dir and "://" in spec.working_dir:
+        if spec.type != "rayjob":
+            raise spec.error("working_dir", "a URI working_dir needs a rayjob")
+    elif spec.working_dir and not spec.working_dir.startswith("/"):
+        raise spec.error("working_dir", f"{spec.working_dir!r} must be absolute or a URI")
+    if spec.resume and "://" not in spec.resume:
+        raise spec.error("resume", f"{spec.resume!r} is not a URI (gs://bucket/team/run/step-N)")
+
+
+def check_spec(spec: RunSpec) -> None:
+    """Every input check that needs no catalog."""
+    check_name(spec, "name", spec.name, MAX_NAME[spec.type])
+    check_name(spec, "namespace", spec.namespace)
+    if spec.team is not None:
+        check_name(spec, "team", spec.team)
+    check_image(spec)
+    check_combinations(spec)
+
+
+def _env_path(spec: RunSpec) -> Path:
+    path = Path(spec.env_file)
+    if path.is_absolute() or spec.where("env_file")[0] == COMMAND_LINE:
+        return path
+    return repo_root() / path
+
+
+def _entry(source: str, label: str, key: Any, value: Any, env: EnvPlan) -> None:
+    if not ENV_NAME.match(str(key)):
+        raise InputError(source, label, f"{key!r} is not an environment variable name")
+    if isinstance(value, dict):
+        ref = value.get("secretKeyRef")
+        if (
+            set(value) != {"secretKeyRef"}
+            or not isinstance(ref, dict)
+            or set(ref) != {"name", "key"}
+        ):
+            raise InputError(source, label, "a mapping must be {secretKeyRef: {name: S, key: K}}")
+        env.secrets[key] = {"name": str(ref["name"]), "key": str(ref["key"])}
+        return
+    if value is None or isinstance(value, list):
+        raise InputError(source, label, "needs a plain value or a secretKeyRef")
+    if SECRET_LIKE.search(key):
+        raise InputError(
+            source, label, "looks like a secret; reference it with {secretKeyRef: {name, key}}"
+        )
+    text = ("true" if value else "false") if isinstance(value, bool) else str(value)
+    env.values[key] = text
+
+
+def load_env(spec: RunSpec) -> EnvPlan:
+    """The env file (if any) then `env` entries; secrets stay references."""
+    env = EnvPlan()
+    if spec.env_file:
+        path = _env_path(spec)
+        source = display_path(path)
+        data = read_yaml(path, source) or {}
+        if not isinstance(data, dict):
+            raise InputError(source, None, "expected a mapping of NAME: value")
+        for key, value in data.items():
+            _entry(source, str(key), key, value, env)
+    source, label = spec.where("env")
+    for key, value in spec.env.items():
+        _entry(source, label if source == COMMAND_LINE else f"env.{key}", key, value, env)
+    return env

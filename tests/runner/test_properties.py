@@ -1,0 +1,111 @@
+"""Property tests: no generated run definition ends in a traceback, only success or InputError."""
+
+from __future__ import annotations
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from catalog.errors import InputError
+from runner.render import render
+from runner.spec import RunSpec, build_spec
+from tests.runner.conftest import IMAGE
+
+FIELDS = sorted(RunSpec.model_fields)
+quantities = st.one_of(
+    st.integers(-5, 10**6),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.sampled_from(["8", "500m", "512Gi", "1Ti", "0", "-1", "1e3", "Gi", "0.5", "10x", ""]),
+)
+anything = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-3, 300),
+    quantities,
+    st.text(max_size=30),
+    st.lists(st.text(max_size=10), max_size=3),
+    st.dictionaries(st.text(max_size=8), st.one_of(st.text(max_size=8), st.integers()), max_size=3),
+)
+VALUES = {
+    "name": st.one_of(st.sampled_from(["ok", "a" * 60, "Bad", "x-"]), st.text(max_size=70)),
+    "type": st.sampled_from(["rayjob", "raycluster", "job", "pod"]),
+    "cluster": st.sampled_from(["ultra-usc1", "mega-euw4", "nope"]),
+    "namespace": st.sampled_from(["research", "media", "ops", "Bad"]),
+    "accelerator": st.sampled_from([None, "H100", "H200", "B200"]),
+    "gpus": st.one_of(st.none(), st.integers(-1, 17)),
+    "pods": st.one_of(st.integers(-1, 300), st.text(max_size=3)),
+    "cpus": st.one_of(st.none(), quantities),
+    "memory": st.one_of(st.none(), quantities),
+    "shm": st.one_of(st.none(), quantities),
+    "image": st.one_of(st.just(IMAGE), st.text(max_size=40)),
+    "train_config": st.one_of(st.none(), st.just("runs/train/tiny-lm.yaml"), st.text(max_size=20)),
+    "env_file": st.one_of(st.none(), st.just("runs/env/research.yaml"), st.text(max_size=20)),
+    "env": st.one_of(
+        anything,
+        st.dictionaries(
+            st.text(max_size=12),
+            st.one_of(
+                st.text(max_size=8),
+                st.integers(),
+                st.none(),
+                st.just({"secretKeyRef": {"name": "s", "key": "k"}}),
+            ),
+            max_size=4,
+        ),
+    ),
+    "cmd": st.one_of(st.none(), st.text(max_size=40)),
+}
+run_definitions = st.fixed_dictionaries(
+    {
+        "name": VALUES["name"],
+        "type": VALUES["type"],
+        "cluster": VALUES["cluster"],
+        "namespace": VALUES["namespace"],
+        "image": VALUES["image"],
+    },
+    optional={
+        field: VALUES.get(field, anything)
+        for field in FIELDS
+        if field not in ("name", "type", "cluster", "namespace", "image")
+    },
+)
+
+
+VALID = {
+    "name": "ok",
+    "type": "rayjob",
+    "cluster": "ultra-usc1",
+    "namespace": "research",
+    "accelerator": "H200",
+    "image": IMAGE,
+    "train_config": "runs/train/tiny-lm.yaml",
+}
+near_valid = st.dictionaries(
+    st.sampled_from(FIELDS),
+    st.one_of(*(VALUES.get(f, anything) for f in FIELDS), anything),
+    max_size=3,
+).map(lambda changes: {**VALID, **changes})
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    data=near_valid,
+    flags=st.dictionaries(
+        st.sampled_from(FIELDS), st.one_of(quantities, st.integers(-2, 20), st.none()), max_size=2
+    ),
+)
+def test_no_traceback_for_near_valid_definitions(data, flags):
+    try:
+        render(build_spec(data, "runs/generated.yaml", flags))
+    except InputError as err:
+        assert "\n" not in err.line().strip()
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=run_definitions, flags=st.dictionaries(st.sampled_from(FIELDS), anything, max_size=2))
+def test_no_traceback_for_any_run_definition(data, flags):
+    try:
+        spec = build_spec(data, "runs/generated.yaml", flags)
+        render(spec)
+    except InputError as err:
+        line = err.line()
+        assert line and "\n" not in line.strip()

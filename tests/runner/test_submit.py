@@ -1,0 +1,195 @@
+"""`runner submit`: GitOps staging on a branch, the printed fallback, and --apply."""
+
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+import yaml
+
+from catalog import labels
+from runner import exitcodes
+from runner.commands import submit as submit_module
+from runner.kube import KubeError
+from runner.kube.fake import FakeKube
+from tests.runner.conftest import IMAGE
+from tests.runner.test_cli import run_cli
+
+FLAGS = [
+    "my-run",
+    "rayjob",
+    "--cluster",
+    "ultra-usc1",
+    "--namespace",
+    "research",
+    "--pods",
+    "2",
+    "--gpus",
+    "8",
+    "--cpus",
+    "80",
+    "--memory",
+    "512Gi",
+    "--accelerators",
+    "H200",
+    "--docker-image",
+    IMAGE,
+    "--working-dir",
+    "/workspace",
+    "--preemptible",
+    "--cmd",
+    "python train.py --steps 10",
+]
+
+
+def git(root, *args) -> str:
+    return subprocess.run(
+        ["git", *args], cwd=root, check=True, capture_output=True, text=True
+    ).stdout.strip()
+
+
+@pytest.fixture
+def git_repo(repo):
+    git(repo, "init", "-q", "-b", "main")
+    git(repo, "config", "user.email", "t@example.com")
+    git(repo, "config", "user.name", "t")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "base")
+    return repo
+
+
+def test_submit_from_flags_stages_a_branch_and_leaves_the_tree_alone(git_repo, capsys):
+    (git_repo / "notes.txt").write_text("uncommitted work\n")
+    head = git(git_repo, "rev-parse", "HEAD")
+    status = git(git_repo, "status", "--porcelain")
+    code, out, _ = run_cli(["submit", *FLAGS], capsys)
+    assert code == exitcodes.OK, out
+    assert out.splitlines()[0] == "my-run: 2 pods × 8 H200 GPUs = 16 GPUs, 160 CPUs, 1Ti"
+    assert "on branch run/my-run" in out and "git push -u origin run/my-run" in out
+    files = git(git_repo, "show", "--name-only", "--format=", "run/my-run").splitlines()
+    assert files == ["apps/ultra-usc1/research/my-run.yaml", "runs/ultra-usc1/research/my-run.yaml"]
+    assert git(git_repo, "rev-parse", "HEAD") == head
+    assert git(git_repo, "branch", "--show-current") == "main"
+    assert git(git_repo, "status", "--porcelain") == status
+    assert (git_repo / "notes.txt").read_text() == "uncommitted work\n"
+    definition = yaml.safe_load(
+        git(git_repo, "show", "run/my-run:runs/ultra-usc1/research/my-run.yaml")
+    )
+    assert definition["cpus"] == "80" and definition["preemptible"] is True
+    apps = git(git_repo, "show", "run/my-run:apps/ultra-usc1/research/my-run.yaml")
+    assert apps.startswith("# Rendered by runner from runs/ultra-usc1/research/my-run.yaml")
+    git(git_repo, "stash", "-u")  # the branch checks out cleanly and passes the check
+    git(git_repo, "switch", "-q", "run/my-run")
+    assert run_cli(["render", "--check"], capsys)[0] == exitcodes.OK
+    git(git_repo, "switch", "-q", "main")
+    code, out, _ = run_cli(["submit", *FLAGS, "--pods", "3"], capsys)
+    assert code == 0
+    assert git(git_repo, "rev-list", "--count", "run/my-run") == "3"
+
+
+def test_submit_outside_git_prints_the_commands(repo, capsys):
+    code, out, _ = run_cli(["submit", *FLAGS], capsys)
+    assert code == 0
+    assert out.splitlines()[1] == (
+        "wrote runs/ultra-usc1/research/my-run.yaml, apps/ultra-usc1/research/my-run.yaml"
+    )
+    assert "  git switch -c run/my-run" in out
+    assert (
+        "  git add runs/ultra-usc1/research/my-run.yaml apps/ultra-usc1/research/my-run.yaml" in out
+    )
+    assert (repo / "apps/ultra-usc1/research/my-run.yaml").is_file()
+
+
+def test_submit_file_without_flags_writes_only_apps(repo, capsys):
+    run = repo / "runs" / "lm.yaml"
+    run.write_text(
+        yaml.safe_dump(
+            {
+                "name": "lm",
+                "type": "rayjob",
+                "cluster": "ultra-usc1",
+                "namespace": "research",
+                "accelerator": "H200",
+                "image": IMAGE,
+                "train_config": "runs/train/tiny-lm.yaml",
+            }
+        )
+    )
+    code, out, _ = run_cli(
+        ["submit", "-f", str(run), "--no-stage", "--resume", "gs://b/research/lm/step-9"], capsys
+    )
+    assert code == 0
+    written = yaml.safe_load((repo / "runs/ultra-usc1/research/lm.yaml").read_text())
+    assert written["resume"] == "gs://b/research/lm/step-9"
+    text = (repo / "apps/ultra-usc1/research/lm.yaml").read_text()
+    assert "checkpoint.resume=gs://b/research/lm/step-9" in text
+    # the run now lives in runs/ultra-usc1/research/lm.yaml; the old file may not reuse its name
+    code, _, err = run_cli(["submit", "-f", str(run), "--no-stage"], capsys)
+    assert code == exitcodes.USAGE and "run 'lm' already exists in ultra-usc1/research" in err
+
+
+def test_submit_dry_run_writes_nothing(repo, capsys):
+    code, out, _ = run_cli(["submit", *FLAGS, "--dry-run"], capsys)
+    assert code == 0 and "dry run" in out
+    assert not list(repo.rglob("my-run.yaml"))
+
+
+def test_submit_bad_type_and_missing_name(repo, capsys):
+    code, _, err = run_cli(["submit", "x", "pod"], capsys)
+    assert code == exitcodes.USAGE and "TYPE: 'pod' is not one of" in err
+    code, _, err = run_cli(["submit"], capsys)
+    assert code == exitcodes.USAGE and "give NAME TYPE and flags" in err
+    code, _, err = run_cli(["submit", "x", "job", "--cluster", "ultra-usc1"], capsys)
+    assert code == exitcodes.USAGE and "command line: --namespace: required key is missing" in err
+
+
+def test_apply_through_the_adapter(repo, monkeypatch, capsys):
+    fake = FakeKube()
+
+    def give_uid(kube, verb, obj):
+        if verb == "apply" and obj["kind"] == "RayCluster":
+            key = (
+                obj["apiVersion"],
+                obj["kind"],
+                obj["metadata"]["namespace"],
+                obj["metadata"]["name"],
+            )
+            kube.objects[key]["metadata"]["uid"] = "uid-1"
+
+    fake.reactors.append(give_uid)
+    monkeypatch.setattr(submit_module, "get_kube", lambda cluster: fake)
+    argv = [
+        "submit",
+        "dev",
+        "raycluster",
+        "--cluster",
+        "ultra-usc1",
+        "-n",
+        "research",
+        "--accelerator",
+        "H200",
+        "--gpus",
+        "2",
+        "--image",
+        IMAGE,
+        "--apply",
+    ]
+    code, out, _ = run_cli(argv, capsys)
+    assert code == 0, out
+    assert (
+        "applied RayCluster research/dev" in out
+        and "applied Deployment research/dev-sentinel" in out
+    )
+    sentinel = fake.get("apps/v1", "Deployment", "research", "dev-sentinel")
+    assert sentinel["metadata"]["ownerReferences"][0]["uid"] == "uid-1"
+    assert fake.list("ray.io/v1", "RayCluster", "research", {labels.RUN: "dev"})
+    assert not list((repo / "apps").rglob("*.yaml"))
+
+
+def test_apply_failure_is_exit_1(repo, monkeypatch, capsys):
+    def refuse(cluster):
+        raise KubeError("no Kubernetes credentials")
+
+    monkeypatch.setattr(submit_module, "get_kube", refuse)
+    code, _, err = run_cli(["submit", *FLAGS, "--apply"], capsys)
+    assert code == exitcodes.FAILURE and "no Kubernetes credentials" in err
