@@ -1,0 +1,141 @@
+"""Batch codec: a tree of arrays laid out in one flat buffer plus a small picklable spec.
+
+Used for shared-memory batch slots and as the wire format of stages that run elsewhere.
+Leaves that are numpy arrays, torch tensors or bytes go into the buffer (64-byte aligned);
+every other leaf (ints, strings, ...) stays in the spec. Dicts, lists and tuples nest.
+
+    spec, arrays, nbytes = encode(batch)
+    write(arrays, spec_offsets(spec), buf)         # buf: a writable buffer of ≥ nbytes
+    batch = decode(spec, np.frombuffer(buf, np.uint8), to_torch=True)
+    frames = to_frames(sample); sample = from_frames(frames)   # for a transport
+"""
+
+from __future__ import annotations
+
+import pickle
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+ALIGN = 64
+
+
+@dataclass(frozen=True)
+class ArrayRef:
+    """Where one array leaf lives in the buffer and how to rebuild it."""
+
+    offset: int
+    nbytes: int
+    dtype: str
+    shape: tuple[int, ...]
+    kind: str  # "numpy" | "torch" | "bytes"
+
+
+def encode(tree: Any) -> tuple[Any, list[np.ndarray], int]:
+    """Spec (tree with ArrayRef leaves), the uint8 views to copy, and the bytes needed."""
+    arrays: list[np.ndarray] = []
+    offset = 0
+
+    def walk(node: Any) -> Any:
+        nonlocal offset
+        if isinstance(node, dict):
+            return {key: walk(value) for key, value in node.items()}
+        if type(node) in (list, tuple):
+            return type(node)(walk(value) for value in node)
+        leaf = _as_bytes(node)
+        if leaf is None:
+            return node
+        raw, dtype, shape, kind = leaf
+        ref = ArrayRef(offset, raw.nbytes, dtype, shape, kind)
+        arrays.append(raw)
+        offset += -(-raw.nbytes // ALIGN) * ALIGN
+        return ref
+
+    return walk(tree), arrays, offset
+
+
+def write(arrays: list[np.ndarray], spec: Any, buf: Any) -> None:
+    """Copy the arrays from `encode` into `buf` at the offsets of their refs."""
+    target = np.frombuffer(buf, dtype=np.uint8)
+    for raw, ref in zip(arrays, refs(spec), strict=True):
+        target[ref.offset : ref.offset + ref.nbytes] = raw
+
+
+def refs(spec: Any) -> list[ArrayRef]:
+    """The ArrayRef leaves of a spec in encoding order."""
+    found: list[ArrayRef] = []
+
+    def walk(node: Any) -> None:
+        if isinstance(node, ArrayRef):
+            found.append(node)
+        elif isinstance(node, dict):
+            for value in node.values():
+                walk(value)
+        elif type(node) in (list, tuple):
+            for value in node:
+                walk(value)
+
+    walk(spec)
+    return found
+
+
+def decode(spec: Any, base: np.ndarray, to_torch: bool = False) -> Any:
+    """Rebuild the tree as views on `base` (a uint8 array); views share its memory."""
+    if isinstance(spec, ArrayRef):
+        return _view(spec, base, to_torch)
+    if isinstance(spec, dict):
+        return {key: decode(value, base, to_torch) for key, value in spec.items()}
+    if type(spec) in (list, tuple):
+        return type(spec)(decode(value, base, to_torch) for value in spec)
+    return spec
+
+
+def to_frames(tree: Any) -> list[bytes | memoryview]:
+    """Transport form: a pickled spec frame then one frame per array (no copy of arrays)."""
+    spec, arrays, _ = encode(tree)
+    return [pickle.dumps(spec, protocol=5), *(memoryview(raw) for raw in arrays)]
+
+
+def from_frames(frames: list[Any]) -> Any:
+    """Inverse of `to_frames` (frames may be bytes, bytearrays or memoryviews)."""
+    spec = pickle.loads(frames[0])
+    parts = refs(spec)
+    if len(parts) != len(frames) - 1:
+        raise ValueError(f"expected {len(parts) + 1} frames, got {len(frames)}")
+    total = parts[-1].offset + parts[-1].nbytes if parts else 0
+    base = np.empty(total, dtype=np.uint8)
+    for ref, frame in zip(parts, frames[1:], strict=True):
+        base[ref.offset : ref.offset + ref.nbytes] = np.frombuffer(frame, dtype=np.uint8)
+    return decode(spec, base, to_torch=False)
+
+
+def _as_bytes(node: Any) -> tuple[np.ndarray, str, tuple[int, ...], str] | None:
+    if isinstance(node, np.ndarray):
+        if node.dtype.hasobject:
+            return None
+        arr = np.ascontiguousarray(node)
+        return arr.reshape(-1).view(np.uint8), arr.dtype.str, arr.shape, "numpy"
+    if isinstance(node, bytes | bytearray):
+        return np.frombuffer(node, dtype=np.uint8), "|u1", (len(node),), "bytes"
+    if type(node).__module__.startswith("torch") and hasattr(node, "untyped_storage"):
+        tensor = node.detach().cpu().contiguous()
+        raw = tensor.reshape(-1).view(__import__("torch").uint8).numpy()
+        return raw, str(tensor.dtype).removeprefix("torch."), tuple(tensor.shape), "torch"
+    return None
+
+
+def _view(ref: ArrayRef, base: np.ndarray, to_torch: bool) -> Any:
+    raw = base[ref.offset : ref.offset + ref.nbytes]
+    if ref.kind == "bytes":
+        return raw.tobytes()
+    if ref.kind == "torch":
+        import torch
+
+        return torch.from_numpy(raw).view(getattr(torch, ref.dtype)).reshape(ref.shape)
+    arr = raw.view(np.dtype(ref.dtype)).reshape(ref.shape)
+    if to_torch and arr.dtype.kind in "biuf" and arr.dtype.isnative:
+        import torch
+
+        return torch.from_numpy(arr)
+    return arr

@@ -1,0 +1,274 @@
+"""`DataPipeline`: one training rank's loader (feeder → producers → collators, shared memory).
+
+    cfg = PipelineConfig(batch_size=32, producers=4, seed=1)
+    with DataPipeline(dataset, cfg, rank=rank, world_size=world) as data:
+        data.load_state_dict(saved)          # optional: exact resume, any world size
+        for batch in data:                   # one epoch; iterate again for the next
+            train_step(batch)
+            if checkpoint_due: saved = data.state_dict()
+
+Batches are views on a shared-memory slot; the slot is reused once the batch (every tensor
+taken from it) is no longer referenced, so holding more than `prefetch_batches - 1` batches
+alive stalls the pipeline (it then fails with a clear error instead of hanging).
+"""
+
+from __future__ import annotations
+
+import gc
+import logging
+import time
+import weakref
+from collections import deque
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from driver.data import codec
+from driver.data.config import PipelineConfig
+from driver.data.datasets import as_map_dataset
+from driver.data.errors import CorruptSample, PipelineError
+from driver.data.runtime import Runtime, check_ready, describe, watchdog
+from driver.data.sampling import (
+    epoch_permutation,
+    position_after,
+    schedule_digest,
+    steps_in_epoch,
+)
+from driver.data.stages import Stage, as_stages, default_collate
+
+log = logging.getLogger(__name__)
+STATE_VERSION = 1
+
+
+class DataPipeline:
+    """Iterator of batches for one rank; a context manager; checkpointable."""
+
+    def __init__(
+        self,
+        dataset: Any,
+        config: PipelineConfig | None = None,
+        rank: int = 0,
+        world_size: int = 1,
+        collate_fn: Callable[[list[Any]], Any] = default_collate,
+        stages: Sequence[Stage | Callable[..., Any]] | None = None,
+    ):
+        self.config = config or PipelineConfig()
+        if not 0 <= rank < world_size:
+            raise ValueError(f"rank {rank} is outside world size {world_size}")
+        self.dataset = as_map_dataset(dataset, pack=self.config.pack_in_memory)
+        self.rank, self.world_size = rank, world_size
+        self.collate_fn, self.stages = collate_fn, as_stages(stages)
+        self.epoch, self.origin, self.consumed = 0, 0, 0
+        self.skipped: list[tuple[int, int, str]] = []  # (epoch, index, reason)
+        self.last_indices: list[int] = []  # sample indices of the batch returned last
+        self._runtime: Runtime | None = None
+        self._finalizer: weakref.finalize | None = None
+        self._buffer: dict[tuple[int, int], tuple] = {}
+        self._released: deque[int] = deque()
+        self._leased: set[int] = set()
+        self._digest: tuple[int, str] | None = None
+
+    # -- iteration ---------------------------------------------------------------------
+    def steps_left(self) -> int:
+        """Batches this rank still gets in the current epoch."""
+        cfg = self.config
+        total = steps_in_epoch(
+            len(self.dataset), cfg.batch_size, self.world_size, self.origin, cfg.drop_last
+        )
+        return total - self.consumed
+
+    def __iter__(self) -> DataPipeline:
+        return self
+
+    def __next__(self) -> Any:
+        while True:
+            if self.steps_left() <= 0:
+                self.epoch, self.origin, self.consumed = self.epoch + 1, 0, 0
+                raise StopIteration
+            try:
+                batch = self._next_batch()
+            except BaseException:
+                self.close()
+                raise
+            if batch is not _EMPTY:
+                return batch
+
+    def _next_batch(self) -> Any:
+        if self._runtime is None:
+            self._start()
+        key = (self.epoch, self.consumed)
+        waited_since = time.monotonic()
+        while key not in self._buffer:
+            self._recycle()
+            if not self._receive():
+                self._check(key, waited_since)
+        message = self._buffer.pop(key)
+        self.consumed += 1
+        return self._unpack(message)
+
+    def _receive(self) -> bool:
+        try:
+            message = self._runtime.shared.ready_q.get(timeout=self.config.poll_interval_s)
+        except Exception:  # queue.Empty
+            return False
+        kind, epoch, step = message[:3]
+        if kind == "ready":
+            return True
+        if kind == "collate_error":
+            _, _, _, _, indices, reason, _ = message
+            raise PipelineError(
+                f"data collator failed on step {step} of epoch {epoch} (samples {indices[:8]}): "
+                f"{reason}"
+            )
+        self._report_skipped(epoch, step, message[5])
+        self._buffer[(epoch, step)] = message
+        return True
+
+    def _report_skipped(self, epoch: int, step: int, skipped: list[tuple[int, str]]) -> None:
+        for index, reason in skipped:
+            where = f"sample {index} (epoch {epoch}, step {step}, rank {self.rank})"
+            if self.config.on_corrupt == "fail":
+                raise CorruptSample(f"corrupt data {where}: {reason}", index)
+            log.warning("skipping corrupt %s: %s", where, reason)
+            self.skipped.append((epoch, index, reason))
+        if len(self.skipped) > self.config.max_skipped:
+            raise PipelineError(
+                f"{len(self.skipped)} corrupt samples skipped, more than "
+                f"PipelineConfig.max_skipped={self.config.max_skipped}"
+            )
+
+    def _unpack(self, message: tuple) -> Any:
+        _, epoch, step, slot, indices, _, spec = message
+        self.last_indices = list(indices)
+        if spec is None:  # every sample of the step was skipped
+            self._released.append(slot)
+            return _EMPTY
+        size = self.config.slot_bytes
+        base = np.frombuffer(self._runtime.shm.buf, np.uint8, count=size, offset=slot * size)
+        self._leased.add(slot)
+        weakref.finalize(base, self._released.append, slot)
+        return codec.decode(spec, base, to_torch=self.config.output == "torch")
+
+    def _recycle(self) -> None:
+        while self._released:
+            slot = self._released.popleft()
+            self._leased.discard(slot)
+            self._runtime.shared.free_slots.put(slot)
+
+    # -- liveness -----------------------------------------------------------------------
+    def _check(self, key: tuple[int, int], waited_since: float) -> None:
+        runtime, cfg = self._runtime, self.config
+        watchdog(runtime, cfg, self.rank)
+        if len(self._leased) >= cfg.prefetch_batches:
+            gc.collect()
+            self._recycle()
+            if len(self._leased) >= cfg.prefetch_batches:
+                raise PipelineError(
+                    f"all {cfg.prefetch_batches} batch slots are held by batches the training "
+                    "loop still references; drop or copy old batches, or raise "
+                    "PipelineConfig.prefetch_batches"
+                )
+        if time.monotonic() - waited_since > cfg.batch_timeout_s:
+            raise PipelineError(
+                f"no batch for step {key[1]} of epoch {key[0]} within "
+                f"PipelineConfig.batch_timeout_s={cfg.batch_timeout_s}: {describe(runtime)}"
+            )
+
+    # -- lifecycle ----------------------------------------------------------------------
+    def _start(self) -> None:
+        runtime = Runtime()
+        self._runtime = runtime
+        self._finalizer = weakref.finalize(self, runtime.shutdown)
+        self._buffer, self._released, self._leased = {}, deque(), set()
+        runtime.start(self.config, self.rank, self.world_size, self.dataset, self.stages,
+                      self.collate_fn, self.epoch, self.origin)  # fmt: skip
+        ready: set[int] = set()
+        deadline = time.monotonic() + self.config.startup_timeout_s
+        while len(ready) < len(runtime.procs):
+            try:
+                message = runtime.shared.ready_q.get(timeout=self.config.poll_interval_s)
+            except Exception:  # queue.Empty
+                check_ready(runtime, ready, deadline, self.config, self.rank)
+                continue
+            if message[0] == "ready":
+                ready.add(message[1])
+            else:
+                self._pending_startup(message)
+        runtime.release_arena()
+
+    def _pending_startup(self, message: tuple) -> None:
+        if message[0] == "batch":
+            self._report_skipped(message[1], message[2], message[5])
+            self._buffer[(message[1], message[2])] = message
+
+    def close(self) -> None:
+        """Stop every worker process and release the shared memory (idempotent)."""
+        if self._finalizer is not None:
+            self._finalizer()
+        self._runtime, self._finalizer = None, None
+
+    def __enter__(self) -> DataPipeline:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    # -- checkpointing --------------------------------------------------------------------
+    def position(self) -> int:
+        """Global position in the epoch: samples consumed by all ranks together."""
+        cfg = self.config
+        return position_after(
+            self.consumed, len(self.dataset), cfg.batch_size, self.world_size, self.origin,
+            cfg.drop_last,
+        )  # fmt: skip
+
+    def state_dict(self) -> dict[str, Any]:
+        """Progress to store in a checkpoint; in-flight batches are rebuilt on resume."""
+        cfg = self.config
+        return {
+            "version": STATE_VERSION,
+            "epoch": self.epoch,
+            "position": self.position(),
+            "dataset_len": len(self.dataset),
+            "seed": cfg.seed,
+            "shuffle": cfg.shuffle,
+            "schedule_digest": self._schedule_digest(self.epoch),
+            "batch_size": cfg.batch_size,
+            "world_size": self.world_size,
+            "rank": self.rank,
+            "in_flight": sorted(step for epoch, step in self._buffer if epoch == self.epoch),
+            "skipped": len(self.skipped),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue exactly where `state` stopped (any world size); restarts the workers."""
+        cfg, n = self.config, len(self.dataset)
+        for key, mine in (("dataset_len", n), ("seed", cfg.seed), ("shuffle", cfg.shuffle)):
+            if state.get(key) != mine:
+                raise PipelineError(
+                    f"data state has {key}={state.get(key)!r} but this pipeline has {mine!r}; "
+                    "resuming would break the sampling schedule"
+                )
+        if not 0 <= state["position"] <= n:
+            raise PipelineError(f"data state position {state['position']} is outside 0..{n}")
+        if state.get("schedule_digest") not in (None, self._schedule_digest(state["epoch"])):
+            raise PipelineError("the sampling schedule differs from the checkpoint's")
+        self.close()
+        self.epoch, self.origin, self.consumed = int(state["epoch"]), int(state["position"]), 0
+
+    def set_epoch(self, epoch: int) -> None:
+        """Start `epoch` from its beginning (restarts the workers)."""
+        self.close()
+        self.epoch, self.origin, self.consumed = epoch, 0, 0
+
+    def _schedule_digest(self, epoch: int) -> str:
+        if self._digest is None or self._digest[0] != epoch:
+            perm = epoch_permutation(
+                self.config.seed, epoch, len(self.dataset), self.config.shuffle
+            )
+            self._digest = (epoch, schedule_digest(perm))
+        return self._digest[1]
+
+
+_EMPTY = object()

@@ -1,0 +1,202 @@
+"""Worker process loops: feeder (indices), producers (fetch + stages), collators (batches).
+
+Started by `driver.data.pipeline.DataPipeline`; not meant to be run on their own. Each loop
+reports what it is working on in a shared status row (sample index, step, start time) so
+the training process can name the stage and sample when a worker crashes or hangs.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import gc
+import os
+import queue
+import signal
+import time
+import traceback
+from dataclasses import dataclass
+from typing import Any
+
+from driver.data import codec
+from driver.data.sampling import epoch_permutation, rank_slice, sample_seed, steps_in_epoch
+from driver.data.stages import SampleContext, WorkerInfo
+
+OK, FAILED = "ok", "failed"
+_WAIT = 0.5
+
+
+@dataclass
+class Shared:
+    """Everything the workers of one pipeline share (inherited on fork, pickled on spawn)."""
+
+    config: Any
+    rank: int
+    world_size: int
+    dataset_len: int
+    work_q: Any
+    sample_qs: list[Any]
+    free_slots: Any
+    ready_q: Any
+    stop: Any
+    status: Any  # flat double array: 3 per worker (index or step, step, started)
+    shm: Any
+    parent_pid: int
+
+
+class Stopped(Exception):
+    """The pipeline is shutting down."""
+
+
+def _prepare(shared: Shared, row: int) -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:  # die with the training process even if it is killed with SIGKILL
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)
+    except OSError:
+        pass
+    gc.freeze()  # never walk (and so never copy) the objects inherited from the parent
+    _set_status(shared, row, -1, -1)
+    shared.ready_q.put(("ready", row))
+
+
+def _set_status(shared: Shared, row: int, what: int, step: int) -> None:
+    # `what` (read first by the watchdog) is written last when work starts, first when it
+    # ends, so a reader never pairs a new sample with the previous sample's start time.
+    if what < 0:
+        shared.status[3 * row] = what
+    shared.status[3 * row + 2] = time.time()
+    shared.status[3 * row + 1] = step
+    shared.status[3 * row] = what
+
+
+def _alive(shared: Shared) -> bool:
+    return not shared.stop.is_set() and os.getppid() == shared.parent_pid
+
+
+def _get(shared: Shared, q: Any) -> Any:
+    while True:
+        try:
+            return q.get(timeout=_WAIT)
+        except queue.Empty:
+            if not _alive(shared):
+                raise Stopped from None
+
+
+def _put(shared: Shared, q: Any, item: Any) -> None:
+    while True:
+        try:
+            return q.put(item, timeout=_WAIT)
+        except queue.Full:
+            if not _alive(shared):
+                raise Stopped from None
+
+
+def feeder_main(shared: Shared, row: int, epoch: int, origin: int) -> None:
+    """Queue tasks (epoch, step, slot, count, first position, indices) for this rank's steps."""
+    _prepare(shared, row)
+    cfg, n = shared.config, shared.dataset_len
+    args = (cfg.batch_size, shared.world_size)
+    try:
+        while True:
+            steps = steps_in_epoch(n, *args, origin, cfg.drop_last)
+            perm = epoch_permutation(cfg.seed, epoch, n, cfg.shuffle) if steps else None
+            for step in range(steps):
+                start, stop = rank_slice(step, shared.rank, n, *args, origin, cfg.drop_last)
+                slot = _get(shared, shared.free_slots)
+                _set_status(shared, row, step, epoch)
+                indices, size = perm[start:stop].tolist(), cfg.task_size
+                for first in range(0, len(indices), size):
+                    task = (epoch, step, slot, stop - start, first, indices[first : first + size])
+                    _put(shared, shared.work_q, task)
+            if steps == 0 and origin == 0:
+                shared.stop.wait()  # an empty epoch: nothing more will ever come
+                raise Stopped
+            epoch, origin = epoch + 1, 0
+    except Stopped:
+        return
+
+
+def producer_main(shared: Shared, row: int, wid: int, dataset: Any, stages: list) -> None:
+    """Fetch samples by index, run the stages, hand the result to the step's collator."""
+    _prepare(shared, row)
+    worker = WorkerInfo("producer", wid, shared.rank)
+    clients = [stage.client(worker) for stage in stages]
+    cfg = shared.config
+    try:
+        while True:
+            epoch, step, slot, count, first, indices = _get(shared, shared.work_q)
+            results = []
+            for pos, index in enumerate(indices, first):
+                _set_status(shared, row, index, step)
+                ctx = SampleContext(index, epoch, sample_seed(cfg.seed, epoch, index), shared.rank)
+                results.append((pos, index, *_one(dataset, clients, stages, index, ctx)))
+            _set_status(shared, row, -1, -1)
+            item = (epoch, step, slot, count, results)
+            _put(shared, shared.sample_qs[step % len(shared.sample_qs)], item)
+    except Stopped:
+        return
+    finally:
+        for client in clients:
+            client.close()
+
+
+def _one(dataset: Any, clients: list, stages: list, index: int, ctx: SampleContext) -> tuple:
+    where = "fetch"
+    try:
+        sample = dataset[index]
+        for client, stage in zip(clients, stages, strict=True):
+            where = f"stage {stage.name}"
+            sample = client.process(sample, ctx)
+        return OK, sample
+    except Exception as err:  # a corrupt sample: reported by index, the policy decides
+        return FAILED, f"{where}: {type(err).__name__}: {err}"
+
+
+def collator_main(shared: Shared, row: int, wid: int, collate_fn: Any) -> None:
+    """Gather the samples of a step, collate them and write the batch into its slot."""
+    _prepare(shared, row)
+    pending: dict[tuple[int, int], dict] = {}
+    try:
+        while True:
+            epoch, step, slot, count, results = _get(shared, shared.sample_qs[wid])
+            entry = pending.setdefault((epoch, step), {"samples": {}, "skipped": [], "n": 0})
+            entry["n"] += len(results)
+            for pos, index, state, value in results:
+                if state == OK:
+                    entry["samples"][pos] = (index, value)
+                else:
+                    entry["skipped"].append((index, value))
+            if entry["n"] == count:
+                del pending[(epoch, step)]
+                _set_status(shared, row, step, epoch)
+                message = _collate(shared, epoch, step, slot, entry, collate_fn)
+                _set_status(shared, row, -1, -1)
+                shared.ready_q.put(message)
+    except Stopped:
+        return
+
+
+def _collate(shared: Shared, epoch: int, step: int, slot: int, entry: dict, collate_fn: Any):
+    ordered = [entry["samples"][pos] for pos in sorted(entry["samples"])]
+    indices = [index for index, _ in ordered]
+    head = ("batch", epoch, step, slot, indices, entry["skipped"])
+    if not ordered:
+        return (*head, None)
+    try:
+        spec, arrays, nbytes = codec.encode(collate_fn([sample for _, sample in ordered]))
+    except Exception as err:
+        return ("collate_error", epoch, step, slot, indices, f"{type(err).__name__}: {err}", None)
+    size = shared.config.slot_bytes
+    if nbytes > size:
+        msg = f"batch needs {nbytes} bytes, more than PipelineConfig.slot_bytes={size}"
+        return ("collate_error", epoch, step, slot, indices, msg, None)
+    codec.write(arrays, spec, shared.shm.buf[slot * size : slot * size + nbytes])
+    return (*head, spec)
+
+
+def run_safely(target: Any, *args: Any) -> None:
+    """Process entry: run a loop; an unexpected error is printed and exits non-zero."""
+    try:
+        target(*args)
+    except BaseException:
+        traceback.print_exc()
+        os._exit(70)
