@@ -64,6 +64,7 @@ def _pod(plan: Plan, env: EnvPlan, role: str, configmap: str | None) -> dict[str
         "labels": {**_run_labels(spec), labels.ROLE: role},
         "annotations": {},
         "priority_class": plan.priority_class,
+        "service_account": labels.TRAINING_KSA,  # Workload Identity: bucket access
         "restart_policy": None,
         "tolerations": [],
         "rack_topology": None,

@@ -22,13 +22,31 @@ NAMESPACE = "argocd"
 IN_CLUSTER = "https://kubernetes.default.svc"
 
 
+# Argo CD 2.x+ no longer reports an Application's health to its parent; without this check
+# the app-of-apps would not wait between sync waves (CRDs and operators before their users).
+APPLICATION_HEALTH = """hs = {}
+hs.status = "Progressing"
+hs.message = ""
+if obj.status ~= nil and obj.status.health ~= nil then
+  hs.status = obj.status.health.status
+  if obj.status.health.message ~= nil then hs.message = obj.status.health.message end
+end
+return hs
+"""
+
+
 def chart_values() -> dict:
     """Argo CD on the CPU pool; CRDs kept if the release is ever removed."""
     return {
         "crds": {"install": True, "keep": True},
         "global": {"nodeSelector": names.cpu_node_labels()},
         "dex": {"enabled": False},
-        "configs": {"cm": {"kustomize.buildOptions": "--enable-helm"}},
+        "configs": {
+            "cm": {
+                "kustomize.buildOptions": "--enable-helm",
+                "resource.customizations.health.argoproj.io_Application": APPLICATION_HEALTH,
+            }
+        },
     }
 
 

@@ -1,0 +1,160 @@
+"""Write the per-cluster YAML that follows from the catalogs; `--check` fails if it is stale.
+
+    python -m kustomize.tooling.generate            rewrite kustomize/overlays/*/generated/ ...
+    python -m kustomize.tooling.generate --check    exit 1 and name the stale files
+
+For each cluster in `clusters/` it writes `kustomize/overlays/<name>/generated/` (a kustomize
+Component: team namespaces, Kueue flavors and queue, the image-cache pulls, cluster facts)
+and `kustomize/overlays/<name>-fair-sharing/` (the optional capacity-quota overlay).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import yaml
+
+from catalog import Cluster, InputError, cluster_names, load_cluster, repo_root
+from catalog import labels as names
+from kustomize.tooling import images, objects
+
+KUSTOMIZE_API = "kustomize.config.k8s.io/v1beta1"
+KUSTOMIZE_COMPONENT_API = "kustomize.config.k8s.io/v1alpha1"
+WARDEN_IMAGE = "warden"
+FAIR_SHARING_SUFFIX = "-fair-sharing"
+IMAGE_CACHE_TARGET = {"kind": "DaemonSet", "namespace": "image-cache", "name": "image-cache"}
+
+
+def header(cluster: Cluster) -> str:
+    sources = f"clusters/{cluster.name}/cluster.yaml, catalog/ and {images.IMAGES_FILE}"
+    return (
+        f"# Generated from {sources}\n"
+        "# by `python -m kustomize.tooling.generate`. Do not edit: change the sources and rerun.\n"
+    )
+
+
+def dump(docs: list) -> str:
+    return "---\n".join(yaml.safe_dump(d, sort_keys=False, width=100) for d in docs)
+
+
+def image_cache_patch(cluster: Cluster, entries: list[dict]) -> list[dict]:
+    """JSON patch appending one pull init container per image (after copy-busybox)."""
+    pulls = [images.init_container(i) for i in images.cluster_images(cluster, entries)]
+    path = "/spec/template/spec/initContainers/-"
+    return [{"op": "add", "path": path, "value": pull} for pull in pulls]
+
+
+def cluster_info(cluster: Cluster, namespace: str) -> dict:
+    """Facts pods of the platform read through env (cluster name, project, region)."""
+    data = {"cluster": cluster.name, "project": cluster.project, "region": cluster.region}
+    return {"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "cluster-info", "namespace": namespace}, "data": data}  # fmt: skip
+
+
+def component_files(cluster: Cluster, entries: list[dict]) -> dict[str, str]:
+    """`overlays/<name>/generated/`: a Component the cluster's overlay includes."""
+    head = header(cluster)
+    teams = [o for t in cluster.teams for o in objects.team_objects(cluster, t)]
+    kueue = [*objects.resource_flavors(cluster), objects.admit_all_queue(cluster)]
+    info = [cluster_info(cluster, ns) for ns in ("warden", "observability")]
+    kustomization = {
+        "apiVersion": KUSTOMIZE_COMPONENT_API,
+        "kind": "Component",
+        "resources": ["teams.yaml", "kueue.yaml", "cluster-info.yaml"],
+        "patches": [
+            {"path": "image-cache.yaml", "target": IMAGE_CACHE_TARGET},
+            {"path": "service-accounts.yaml"},
+        ],
+        "labels": [{"pairs": {names.CLUSTER: cluster.name}, "includeSelectors": False}],
+        "images": [{"name": WARDEN_IMAGE,
+                    "newName": f"{images.registry_url(cluster)}/{WARDEN_IMAGE}"}],
+    }  # fmt: skip
+    return {
+        "kustomization.yaml": head + dump([kustomization]),
+        "teams.yaml": head + dump(teams),
+        "kueue.yaml": head + dump(kueue),
+        "cluster-info.yaml": head + dump(info),
+        "image-cache.yaml": head + dump([image_cache_patch(cluster, entries)]),
+        "service-accounts.yaml": head + dump(objects.service_account_patches(cluster)),
+    }
+
+
+def fair_sharing_files(cluster: Cluster) -> dict[str, str]:
+    """`overlays/<name>-fair-sharing/`: the cluster's overlay with per-team capacity quotas."""
+    head = header(cluster)
+    delete_shared = {"apiVersion": objects.KUEUE_API, "kind": "ClusterQueue",
+                     "metadata": {"name": objects.CLUSTER_QUEUE}, "$patch": "delete"}  # fmt: skip
+    patches = [{"patch": yaml.safe_dump(delete_shared, sort_keys=False)}]
+    for team in cluster.teams:
+        repoint = [{"op": "replace", "path": "/spec/clusterQueue",
+                    "value": objects.team_queue(team)}]  # fmt: skip
+        target = {"kind": "LocalQueue", "namespace": team, "name": names.LOCAL_QUEUE}
+        patches.append({"target": target, "patch": yaml.safe_dump(repoint, sort_keys=False)})
+    kustomization = {
+        "apiVersion": KUSTOMIZE_API,
+        "kind": "Kustomization",
+        "resources": [f"../{cluster.name}", "queues.yaml"],
+        "patches": patches,
+    }
+    return {
+        "kustomization.yaml": head + dump([kustomization]),
+        "queues.yaml": head + dump(objects.fair_share_queues(cluster)),
+    }
+
+
+def expected_files(root: Path) -> dict[Path, str]:
+    """Every generated file and its content, by path."""
+    entries = images.load_entries(root)
+    out: dict[Path, str] = {}
+    for name in cluster_names(root):
+        cluster = load_cluster(name)
+        overlay = root / "kustomize" / "overlays" / name
+        for rel, text in component_files(cluster, entries).items():
+            out[overlay / "generated" / rel] = text
+        for rel, text in fair_sharing_files(cluster).items():
+            out[overlay.parent / f"{name}{FAIR_SHARING_SUFFIX}" / rel] = text
+    return out
+
+
+def stale_files(root: Path) -> list[Path]:
+    """Generated files whose content differs from what the sources produce."""
+    stale = []
+    for path, text in expected_files(root).items():
+        if not path.is_file() or path.read_text() != text:
+            stale.append(path)
+    return stale
+
+
+def write_files(root: Path) -> list[Path]:
+    written = []
+    for path, text in expected_files(root).items():
+        if not path.is_file() or path.read_text() != text:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text)
+            written.append(path)
+    return written
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--check", action="store_true", help="fail if a file is stale")
+    args = parser.parse_args(argv)
+    root = repo_root()
+    try:
+        paths = stale_files(root) if args.check else write_files(root)
+    except InputError as err:
+        print(f"error: {err.line()}", file=sys.stderr)
+        return 2
+    for path in paths:
+        rel = path.relative_to(root)
+        print(f"stale: {rel}" if args.check else f"wrote {rel}")
+    if args.check and paths:
+        print("run: python -m kustomize.tooling.generate", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
