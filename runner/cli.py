@@ -21,6 +21,17 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "submit": ("runner.commands.submit:submit", "Render a run and stage it or apply it."),
     "validate": ("runner.commands.render:validate", "Check run definitions without writing."),
     "catalog": ("runner.commands.catalog:catalog", "Show clusters and accelerators."),
+    "preflight": ("runner.commands.preflight:preflight", "Check the machines of a run."),
+    "check": ("runner.commands.check:check", "Check one node with a pinned Job."),
+    "list": ("runner.commands.list:list_runs", "List runs on a cluster."),
+    "status": ("runner.commands.status:status", "Show a run's state and pods."),
+    "describe": ("runner.commands.describe:describe", "Describe a run: objects, pods, events."),
+    "logs": ("runner.commands.logs:logs", "Print a run's logs (head, rank or pod)."),
+    "delete": ("runner.commands.delete:delete", "Delete a run and its pods."),
+    "shell": ("runner.commands.shell:shell", "Open a shell in a run's pod or a dev Job."),
+    "cp": ("runner.commands.cp:cp", "Copy files to and from pods."),
+    "port-forward": ("runner.commands.port_forward:port_forward", "Forward local ports to a pod."),
+    "diagnose": ("runner.commands.diagnose:diagnose", "Bundle a run's logs, events, crash files."),
 }
 
 
@@ -57,7 +68,7 @@ def cli() -> None:
 def main(argv: list[str] | None = None) -> None:
     """Run the CLI; bad input becomes one line on stderr and exit code 2."""
     try:
-        cli.main(args=argv, prog_name="runner", standalone_mode=False)
+        code = cli.main(args=argv, prog_name="runner", standalone_mode=False)
     except InputError as err:
         click.echo(f"error: {err.line()}", err=True)
         sys.exit(exitcodes.USAGE)
@@ -69,7 +80,7 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(exitcodes.USAGE if err.exit_code == 2 else err.exit_code)
     except click.exceptions.Exit as err:
         sys.exit(err.exit_code)
-    sys.exit(exitcodes.OK)
+    sys.exit(code if isinstance(code, int) else exitcodes.OK)
 
 
 if __name__ == "__main__":

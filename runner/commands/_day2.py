@@ -1,0 +1,247 @@
+"""What the day-2 commands share: the cluster client, kubectl-like flags, run lookup and
+output formats (`-o table|yaml|json`).
+
+Every command gets its client from `client()`, which calls `runner.kube.connect`; tests
+monkeypatch `runner.kube.connect` to return a FakeKube. A missing run exits 4 (NOT_FOUND),
+an API failure exits 1, each with one line on stderr.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+import click
+
+from catalog import labels
+from runner import exitcodes
+
+
+class Failure(click.ClickException):
+    """The cluster refused or failed: one line, exit 1."""
+
+    exit_code = exitcodes.FAILURE
+
+    def show(self, file=None) -> None:
+        click.echo(f"error: {self.format_message()}", err=True)
+
+
+class NotFoundError(Failure):
+    """The run, pod or node does not exist: exit 4."""
+
+    exit_code = exitcodes.NOT_FOUND
+
+
+def client(cluster: str | None):
+    """The Kubernetes adapter for `--cluster` (or the current kubeconfig context)."""
+    from runner import kube
+
+    try:
+        return kube.connect(cluster=cluster)
+    except kube.KubeError as err:
+        raise Failure(str(err)) from None
+
+
+def kube_errors(fn: Callable) -> Callable:
+    """Turn adapter errors raised inside a command into one-line exits (4 for NotFound)."""
+    import functools
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        from runner.kube import KubeError, NotFound
+
+        try:
+            return fn(*args, **kwargs)
+        except NotFound as err:
+            raise NotFoundError(str(err)) from None
+        except KubeError as err:
+            raise Failure(str(err)) from None
+
+    return wrapper
+
+
+def _complete_runs(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[str]:
+    """Shell completion of run names from the cluster (nothing when it cannot be reached)."""
+    try:
+        kube = client(ctx.params.get("cluster"))
+        names = {
+            o["metadata"].get("labels", {}).get(labels.RUN, "")
+            for o in kube.list(
+                "v1",
+                "Pod",
+                ctx.params.get("namespace"),
+                {labels.MANAGED_BY: labels.MANAGED_BY_VALUE},
+            )
+        }
+    except Exception:  # noqa: BLE001 - completion must never fail loudly
+        return []
+    return sorted(n for n in names if n.startswith(incomplete))
+
+
+run_argument = click.argument("run", shell_complete=_complete_runs)
+namespace_option = click.option(
+    "-n", "--namespace", default=None, help="Namespace (team) of the run; default: search all."
+)
+cluster_option = click.option(
+    "--cluster", default=None, help="Cluster from clusters/ (its kubeconfig context)."
+)
+output_option = click.option(
+    "-o",
+    "--output",
+    "output",
+    type=click.Choice(["table", "yaml", "json"]),
+    default="table",
+    show_default=True,
+    help="Output format.",
+)
+
+
+def find_run(kube, namespace: str | None, run: str) -> tuple[str, list[dict], list[dict]]:
+    """(namespace, top-level objects, pods) of a run; exit 4 when it does not exist."""
+    objects = kube.objects_of_run(namespace, run)
+    pods = kube.pods_of_run(namespace, run)
+    found = objects or pods
+    if not found:
+        where = f"namespace {namespace}" if namespace else "any namespace"
+        raise NotFoundError(f"run {run!r} not found in {where}")
+    spaces = sorted({o["metadata"].get("namespace", "") for o in found})
+    if len(spaces) > 1:
+        raise click.UsageError(
+            f"run {run!r} exists in namespaces {', '.join(spaces)}; pick one with -n"
+        )
+    return spaces[0], objects, pods
+
+
+def pick_pod(pods: list[dict], pod: str | None, rank: int | None, run: str) -> dict:
+    """The pod named, the pod of a rank, else the run's head (or first) pod."""
+    if pod is not None:
+        for item in pods:
+            if item["metadata"]["name"] == pod:
+                return item
+        raise NotFoundError(f"pod {pod!r} is not part of run {run!r}")
+    if rank is not None:
+        workers = ranked(pods)
+        if not 0 <= rank < len(workers):
+            raise NotFoundError(f"run {run!r} has no rank {rank} ({len(workers)} worker pods)")
+        return workers[rank]
+    heads = [p for p in pods if role(p) == "head"]
+    if heads:
+        return heads[0]
+    if not pods:
+        raise NotFoundError(f"run {run!r} has no pods")
+    return ranked(pods)[0] if ranked(pods) else pods[0]
+
+
+COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
+
+
+def role(pod: dict) -> str:
+    return pod["metadata"].get("labels", {}).get(labels.ROLE, "")
+
+
+def ranked(pods: list[dict]) -> list[dict]:
+    """Worker pods in rank order: the Job completion index, else by name."""
+    workers = [p for p in pods if role(p) in ("worker", "job")]
+
+    def key(p: dict) -> tuple[int, str]:
+        index = p["metadata"].get("labels", {}).get(COMPLETION_INDEX)
+        return (int(index) if index and index.isdigit() else 1 << 30, p["metadata"]["name"])
+
+    return sorted(workers, key=key)
+
+
+def age(timestamp: str | None, now: datetime | None = None) -> str:
+    """kubectl-style age: 45s, 12m, 3h, 2d."""
+    if not timestamp:
+        return "-"
+    then = datetime.fromisoformat(timestamp.replace("Z", "+00:00"))
+    seconds = int(((now or datetime.now(UTC)) - then).total_seconds())
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds // size}{unit}"
+    return f"{max(seconds, 0)}s"
+
+
+def print_table(headers: list[str], rows: list[list[str]]) -> None:
+    cells = [headers] + [[str(c) for c in r] for r in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+    for r in cells:
+        click.echo("   ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
+
+
+def emit(data: Any, output: str, table: Callable[[], None]) -> None:
+    """Print `data` as YAML or JSON, or call `table` for the table format."""
+    if output == "json":
+        click.echo(json.dumps(data, indent=2, sort_keys=True, default=str))
+    elif output == "yaml":
+        import yaml
+
+        click.echo(yaml.safe_dump(data, sort_keys=False, default_flow_style=False).rstrip())
+    else:
+        table()
+
+
+def stdin_is_tty() -> bool:
+    return sys.stdin.isatty()
+
+
+def state_of(obj: dict) -> str:
+    """One word for an object's state, from its status as its controller writes it."""
+    kind, status, spec = obj["kind"], obj.get("status") or {}, obj.get("spec") or {}
+    if kind == "RayJob":
+        return (
+            status.get("jobDeploymentStatus")
+            or status.get("jobStatus")
+            or ("Suspended" if spec.get("suspend") else "Pending")
+        )
+    if kind == "RayCluster":
+        return status.get("state") or ("Suspended" if spec.get("suspend") else "Pending")
+    if kind == "Job":
+        for condition in status.get("conditions") or []:
+            if condition.get("status") == "True" and condition.get("type") in (
+                "Complete",
+                "Failed",
+            ):
+                return condition["type"]
+        if spec.get("suspend"):
+            return "Suspended"
+        return "Running" if status.get("active") else "Pending"
+    if kind == "Deployment":
+        return f"{status.get('readyReplicas', 0)}/{spec.get('replicas', 1)} ready"
+    return "-"
+
+
+def summary(run: str, objects: list[dict], pods: list[dict]) -> dict:
+    """The run at a glance: identity labels, main object and state, pod counts."""
+    main = objects[0] if objects else pods[0]
+    meta = main["metadata"]
+    tags = meta.get("labels", {})
+    running = sum(p.get("status", {}).get("phase") == "Running" for p in pods)
+    return {
+        "run": run,
+        "namespace": meta.get("namespace", ""),
+        "team": tags.get(labels.TEAM, ""),
+        "cluster": tags.get(labels.CLUSTER, ""),
+        "type": tags.get(labels.TYPE, main["kind"].lower()),
+        "kind": main["kind"],
+        "name": meta["name"],
+        "state": state_of(main) if objects else "-",
+        "pods": f"{running}/{len(pods)}",
+        "created": meta.get("creationTimestamp"),
+    }
+
+
+def pod_row(pod: dict) -> dict:
+    meta, status = pod["metadata"], pod.get("status") or {}
+    restarts = sum(c.get("restartCount", 0) for c in status.get("containerStatuses") or [])
+    return {
+        "pod": meta["name"],
+        "role": role(pod),
+        "phase": status.get("phase", "Unknown"),
+        "node": pod.get("spec", {}).get("nodeName", ""),
+        "restarts": restarts,
+        "ip": status.get("podIP", ""),
+    }

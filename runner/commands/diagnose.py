@@ -1,0 +1,130 @@
+"""`runner diagnose RUN`: one tar.gz with everything needed to debug a run.
+
+It holds the run's objects, pods and events (YAML), each container's log (and the
+previous one after a restart), and the driver's crash bundles (`<output_dir>/crash-*`)
+copied from the head pod (or rank 0 of a Job).
+
+    runner diagnose tiny-lm -n research --out /tmp/tiny-lm.tar.gz
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import tarfile
+import tempfile
+import time
+from pathlib import Path
+
+import click
+import yaml
+
+from runner.commands._day2 import (
+    client,
+    cluster_option,
+    find_run,
+    kube_errors,
+    namespace_option,
+    pick_pod,
+    run_argument,
+    summary,
+)
+from runner.kube import KubeError
+
+LOG_TAIL = 5000
+
+
+def pod_logs(kube, namespace: str, pod: dict, tail: int) -> dict[str, str]:
+    """`logs/<pod>/<container>[.previous].log` -> text, for every container."""
+    name = pod["metadata"]["name"]
+    statuses = {s["name"]: s for s in pod.get("status", {}).get("containerStatuses") or []}
+    out = {}
+    containers = pod.get("spec", {}).get("initContainers", []) + pod["spec"]["containers"]
+    for container in (c["name"] for c in containers):
+        try:
+            out[f"logs/{name}/{container}.log"] = "\n".join(
+                kube.logs(namespace, name, container, tail=tail)
+            )
+        except KubeError as err:
+            out[f"logs/{name}/{container}.log"] = f"(logs unavailable: {err})"
+        if statuses.get(container, {}).get("restartCount", 0):
+            try:
+                text = "\n".join(kube.logs(namespace, name, container, tail=tail, previous=True))
+                out[f"logs/{name}/{container}.previous.log"] = text
+            except KubeError as err:
+                out[f"logs/{name}/{container}.previous.log"] = f"(unavailable: {err})"
+    return out
+
+
+def crash_bundles(kube, namespace: str, pod: str, output_dir: str, into: Path) -> list[str]:
+    """Copy `<output_dir>/crash-*` from the pod into `into`; returns what was copied."""
+    listing = kube.exec(namespace, pod, ["sh", "-c", f"ls -d {output_dir}/crash-* 2>/dev/null"])
+    copied = []
+    for remote in listing.stdout.decode().split():
+        kube.copy_from(namespace, pod, remote, into / Path(remote).name)
+        copied.append(remote)
+    return copied
+
+
+def _add(tar: tarfile.TarFile, name: str, text: str) -> None:
+    data = text.encode()
+    info = tarfile.TarInfo(name)
+    info.size, info.mtime = len(data), int(time.time())
+    tar.addfile(info, io.BytesIO(data))
+
+
+@click.command("diagnose")
+@run_argument
+@namespace_option
+@cluster_option
+@click.option(
+    "--out",
+    "out",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Archive path (default ./<run>-diagnose-<time>.tar.gz).",
+)
+@click.option(
+    "--output-dir", help="The run's output dir in the pod (default outputs/<team>/<run>)."
+)
+@click.option(
+    "--tail",
+    type=click.IntRange(min=1),
+    default=LOG_TAIL,
+    show_default=True,
+    help="Log lines per container.",
+)
+@kube_errors
+def diagnose(run, namespace, cluster, out, output_dir, tail) -> None:
+    """Collect a run's crash bundle, logs, pods and events into one tar.gz."""
+    kube = client(cluster)
+    namespace, objects, pods = find_run(kube, namespace, run)
+    info = summary(run, objects, pods)
+    output_dir = output_dir or f"outputs/{info['team'] or namespace}/{run}"
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    out = out or Path(f"{run}-diagnose-{stamp}.tar.gz")
+    root = f"{run}-diagnose-{stamp}"
+    names = {o["metadata"]["name"] for o in objects + pods}
+    events = [e for e in kube.events(namespace) if e.get("involvedObject", {}).get("name") in names]
+    notes = []
+    with tarfile.open(out, "w:gz") as tar:
+        _add(tar, f"{root}/summary.json", json.dumps(info, indent=2, default=str))
+        _add(tar, f"{root}/objects.yaml", yaml.safe_dump_all(objects, sort_keys=False))
+        _add(tar, f"{root}/pods.yaml", yaml.safe_dump_all(pods, sort_keys=False))
+        _add(tar, f"{root}/events.yaml", yaml.safe_dump_all(events, sort_keys=False))
+        for pod in pods:
+            for name, text in pod_logs(kube, namespace, pod, tail).items():
+                _add(tar, f"{root}/{name}", text)
+        if pods:
+            source = pick_pod(pods, None, None, run)["metadata"]["name"]
+            with tempfile.TemporaryDirectory() as scratch:
+                try:
+                    copied = crash_bundles(kube, namespace, source, output_dir, Path(scratch))
+                    notes.append(f"crash bundles from {source}:{output_dir}: {len(copied)}")
+                except KubeError as err:
+                    notes.append(f"crash bundles not collected: {err}")
+                for folder in sorted(Path(scratch).iterdir()):
+                    tar.add(str(folder), arcname=f"{root}/crash/{folder.name}")
+        else:
+            notes.append("no pods: crash bundles not collected")
+        _add(tar, f"{root}/NOTES.txt", "\n".join(notes) + "\n")
+    click.echo(f"wrote {out} ({len(pods)} pods, {len(events)} events; {'; '.join(notes)})")

@@ -1,0 +1,188 @@
+"""The node check: the preflight suite as a Kubernetes Job pinned to one node.
+
+Warden runs it for ambiguous faults; `runner check NODE --cluster C` runs it by hand. The
+Job's success or failure is the verdict (the suite exits 1 on any FAIL).
+
+    from runner.nodecheck import check_job
+    job = check_job(load_cluster("ultra-usc1"), "gke-ultra-usc1-h200-main-5c1a-x7q2",
+                    "H200", image="us-docker.pkg.dev/.../train@sha256:...")
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+from catalog import accelerator as find_accelerator
+from catalog import labels
+from catalog.schema import Cluster
+from runner.render import GKE_DEFAULT_INTERFACE, GKE_INTERFACES, GPU_RESOURCE
+from runner.templating import render_template
+
+ROLE = "node-check"
+DEADLINE_SECONDS = 1800
+TTL_SECONDS = 3600
+CPU_SHM = "1Gi"
+UNSCHEDULABLE_TOLERATION = {
+    "key": "node.kubernetes.io/unschedulable",
+    "operator": "Exists",
+    "effect": "NoSchedule",
+}
+
+
+def job_name(node: str) -> str:
+    """`nodecheck-<node>`, shortened with a hash when it would pass 63 characters."""
+    name = f"nodecheck-{node}"
+    if len(name) <= 63:
+        return name
+    digest = hashlib.sha256(node.encode()).hexdigest()[:8]
+    return f"{name[:54].rstrip('-')}-{digest}"
+
+
+def _toleration(taint: dict) -> dict:
+    return {
+        "key": taint["key"],
+        "operator": "Equal",
+        "value": taint["value"],
+        "effect": taint["effect"],
+    }
+
+
+def check_context(
+    cluster: Cluster, node: str, accelerator: str | None, image: str, namespace: str
+) -> dict:
+    """The values check-job.yaml.j2 reads."""
+    command = ["python", "-m", "runner.preflight", "--node", node]
+    ctx = {
+        "name": job_name(node),
+        "namespace": namespace,
+        "node": node,
+        "image": image,
+        "labels": {
+            labels.CLUSTER: cluster.name,
+            labels.MANAGED_BY: labels.MANAGED_BY_VALUE,
+            labels.ROLE: ROLE,
+        },
+        "annotations": {},
+        "tolerations": [
+            _toleration(labels.GPU_TAINT),
+            _toleration(labels.SPOT_TAINT),
+            UNSCHEDULABLE_TOLERATION,
+        ],
+        "env": {},
+        "mounts": [],
+        "resources": {"cpu": "1", "memory": "4Gi"},
+        "shm": CPU_SHM,
+        "deadline_seconds": DEADLINE_SECONDS,
+        "ttl_seconds": TTL_SECONDS,
+    }
+    if accelerator is not None:
+        acc = find_accelerator(accelerator, field="accelerator")
+        ctx["env"] = {**dict(sorted(acc.nccl_env.items())), "LD_LIBRARY_PATH": acc.library_path}
+        ctx["mounts"] = [m.model_dump() for m in acc.mounts]
+        ctx["resources"] = {"cpu": "8", "memory": "64Gi", GPU_RESOURCE: str(acc.gpus_per_node)}
+        ctx["shm"] = acc.default_shm
+        if acc.network.transport != "none":
+            ctx["annotations"] = {
+                GKE_DEFAULT_INTERFACE: "eth0",
+                GKE_INTERFACES: json.dumps(acc.network.interfaces(), separators=(",", ":")),
+            }
+        command += [
+            "--accelerator",
+            accelerator,
+            "--gpus",
+            str(acc.gpus_per_node),
+            "--local-world",
+            str(acc.gpus_per_node),
+        ]
+    else:
+        command += ["--local-world", "2"]
+    ctx["command"] = command
+    return ctx
+
+
+def check_job(
+    cluster: Cluster,
+    node: str,
+    accelerator: str | None,
+    image: str,
+    namespace: str = "warden",
+) -> dict:
+    """A batch/v1 Job pinned to `node` that runs the preflight suite."""
+    (job,) = render_template(
+        "check-job.yaml.j2", check=check_context(cluster, node, accelerator, image, namespace)
+    )
+    return job
+
+
+def verdict(job: dict) -> str | None:
+    """ ""`passed`, `failed`, or None while the Job runs."""
+    status = job.get("status", {})
+    for condition in status.get("conditions", []) or []:
+        if condition.get("status") != "True":
+            continue
+        if condition.get("type") == "Complete":
+            return "passed"
+        if condition.get("type") == "Failed":
+            return "failed"
+    if status.get("succeeded"):
+        return "passed"
+    if status.get("failed"):
+        return "failed"
+    return None
+
+
+JOB_NAME_LABEL = "batch.kubernetes.io/job-name"  # set by Kubernetes on a Job's pods
+
+
+def node_accelerator(node: dict) -> str | None:
+    """The catalog key of a Node's GPUs, from its GKE accelerator label (None: CPU node)."""
+    from catalog import accelerators
+
+    value = node["metadata"].get("labels", {}).get(labels.GKE_ACCELERATOR)
+    return next(
+        (k for k, a in accelerators().items() if value and a.gke_accelerator == value), None
+    )
+
+
+def run_node_check(
+    kube,
+    cluster: Cluster,
+    node: str,
+    image: str,
+    namespace: str = "warden",
+    timeout: float = DEADLINE_SECONDS + 300,
+    poll: float = 5.0,
+    sleep=None,
+) -> tuple[str, list[str]]:
+    """Create the node-check Job for `node`, wait for it; returns (verdict, log lines).
+
+    The verdict is `passed`, `failed` or `timeout`. A finished Job of the same name is
+    replaced. Raises runner.kube.NotFound when the node does not exist.
+    """
+    import time
+
+    from runner.kube import KubeError, NotFound
+
+    sleep = sleep or time.sleep
+    accelerator = node_accelerator(kube.get("v1", "Node", None, node))
+    job = check_job(cluster, node, accelerator, image, namespace)
+    name = job["metadata"]["name"]
+    try:
+        kube.delete("batch/v1", "Job", namespace, name)
+    except NotFound:
+        pass
+    kube.apply(job)
+    deadline = time.monotonic() + timeout
+    result = None
+    while result is None and time.monotonic() < deadline:
+        result = verdict(kube.get("batch/v1", "Job", namespace, name))
+        if result is None:
+            sleep(poll)
+    lines: list[str] = []
+    for pod in kube.list("v1", "Pod", namespace, {JOB_NAME_LABEL: name}):
+        try:
+            lines += list(kube.logs(namespace, pod["metadata"]["name"], "preflight"))
+        except KubeError as err:
+            lines.append(f"(logs of {pod['metadata']['name']} unavailable: {err})")
+    return result or "timeout", lines
