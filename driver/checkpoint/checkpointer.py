@@ -1,0 +1,297 @@
+"""The Checkpointer: staged async DCP saves with commit markers, retention and resume.
+
+    ckpt = Checkpointer(cfg, team="research", run="tiny-lm", rank=rank, world_size=ws)
+    ref = ckpt.resume(state)                 # newest committed (or cfg.resume URI), or None
+    for step in range(start, steps + 1):
+        train_step(...)
+        if ckpt.due(step):
+            ckpt.save(step, state)           # returns once the state is in host memory
+    ckpt.close()                             # waits for the last write
+
+Each rank writes its own shard; the DCP save's closing all-reduce tells rank 0 that every
+shard and the metadata are durable, and rank 0 then writes the commit marker, applies the
+retention policy and calls the checkpoint callbacks. Only replica group 0 writes.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import warnings
+from concurrent.futures import Future, ThreadPoolExecutor
+
+import torch
+import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint.api import CheckpointException
+from torch.distributed.checkpoint.staging import DefaultStager, StagingOptions
+from torch.distributed.checkpoint.state_dict_saver import AsyncSaveResponse
+
+from driver.checkpoint.api import CheckpointCallback, CheckpointRef, new_counters
+from driver.checkpoint.config import CheckpointConfig
+from driver.checkpoint.errors import CheckpointError, summarize
+from driver.checkpoint.layout import (
+    Marker,
+    newest_committed,
+    run_uri,
+    save_due,
+    step_dir,
+    to_delete,
+)
+from driver.checkpoint.loading import check_compatible, verified_marker
+from driver.checkpoint.state import TrainState, apply_dict, load_dict, save_dict
+from driver.checkpoint.storage import Storage, make_reader, make_writer
+
+log = logging.getLogger("driver.checkpoint")
+# Single-process runs save/load without a process group on purpose.
+warnings.filterwarnings("ignore", message="torch.distributed is disabled, unavailable")
+FAILURES = (Exception, CheckpointException)
+
+
+class Checkpointer:
+    """Saves and loads the training state of one rank."""
+
+    def __init__(
+        self,
+        config: CheckpointConfig,
+        team: str,
+        run: str,
+        rank: int = 0,
+        world_size: int = 1,
+        group: dist.ProcessGroup | None = None,
+        replica_group: int = 0,
+        callbacks: tuple[CheckpointCallback, ...] = (),
+    ):
+        self.config = config
+        self.rank = rank
+        self.world_size = world_size
+        self.storage = Storage(run_uri(config.root, team, run))
+        self.writes = replica_group == 0 and config.enabled
+        self.callbacks = list(callbacks)
+        self.counters = new_counters()
+        self.last_error: str | None = None
+        self.write_durations: list[float] = []
+        self._last_saved: int | None = None
+        self._last_ok = True
+        self._pending: Future | None = None
+        self._staging: Future | None = None
+        self._finalizer = ThreadPoolExecutor(1, thread_name_prefix="checkpoint-commit")
+        self._stager: DefaultStager | None = None
+        self._distributed = dist.is_available() and dist.is_initialized() and world_size > 1
+        self._owns_group = self._distributed and group is None
+        # A separate gloo group: the background writer's collectives never interleave
+        # with the training loop's, and async save needs a CPU backend.
+        self._group = dist.new_group(backend="gloo") if self._owns_group else group
+        if self.writes and rank == 0:
+            self._clean(startup=True)
+
+    # ---- saving -------------------------------------------------------------------------
+
+    def due(self, step: int) -> bool:
+        """Whether the configured interval asks for a checkpoint after `step`."""
+        return self.writes and save_due(step, self.config.interval_steps, self._last_saved)
+
+    def save(self, step: int, state: TrainState) -> bool:
+        """Checkpoint the state after `step`. Async mode returns once it is staged in host
+        memory; the write and the commit go on in the background. False when this rank's
+        replica group does not write."""
+        if not self.writes:
+            return False
+        started = time.perf_counter()
+        self.wait()  # the staging buffers are reused: the previous write must be done
+        uri = self.storage.uri(step_dir(step))
+        self.counters["saves_started"] += 1
+        self._last_saved = step
+        state_dict = save_dict(state, step, self.rank)
+        cfg = self.config
+        nice = cfg.writer_nice if cfg.async_mode == "async" else 0
+        writer = make_writer(uri, cfg.sync_files, cfg.writer_threads, nice)
+        kwargs = {"storage_writer": writer, "process_group": self._group}
+        kwargs["no_dist"] = not self._distributed
+        if cfg.async_mode == "sync":
+            self._finalize(step, uri, started, self._call(dcp.save, state_dict, **kwargs))
+        else:
+            upload = self._async_save(state_dict, kwargs)
+            if isinstance(upload, Future):
+                self._pending = self._finalizer.submit(self._finish, step, uri, started, upload)
+            else:
+                self._finalize(step, uri, started, upload)
+        self.counters["last_blocked_s"] = time.perf_counter() - started
+        return True
+
+    def _async_save(self, state_dict: dict, kwargs: dict) -> Future | BaseException:
+        try:
+            response = dcp.async_save(state_dict, async_stager=self._get_stager(), **kwargs)
+        except FAILURES as exc:  # staging itself failed: nothing was written
+            return exc
+        if isinstance(response, AsyncSaveResponse):
+            if self.config.overlap_staging:
+                self._staging = response.staging_completion
+            else:
+                response.staging_completion.result()
+            return response.upload_completion
+        return response
+
+    def staged(self) -> None:
+        """With `overlap_staging`: block until the last save's snapshot is in host memory.
+        Call it before the optimizer step; a no-op otherwise."""
+        staging, self._staging = self._staging, None
+        if staging is None:
+            return
+        started = time.perf_counter()
+        self._call(staging.result)  # a staging failure fails the write; recorded there
+        self.counters["last_blocked_s"] += time.perf_counter() - started
+
+    def _get_stager(self) -> DefaultStager:
+        if self._stager is None:
+            cuda = torch.cuda.is_available()
+            pinned = cuda and self.config.pin_memory
+            background = cuda or self.config.overlap_staging
+            options = StagingOptions(pinned, False, background, cuda)
+            self._stager = DefaultStager(options)
+        return self._stager
+
+    @staticmethod
+    def _call(fn, *args, **kwargs) -> BaseException | None:
+        try:
+            fn(*args, **kwargs)
+        except FAILURES as exc:
+            return exc
+        return None
+
+    def _finish(self, step: int, uri: str, started: float, upload: Future) -> bool:
+        error = self._call(upload.result)
+        return self._finalize(step, uri, started, error)
+
+    def _finalize(self, step: int, uri: str, started: float, error: BaseException | None) -> bool:
+        """After every rank's write: commit on rank 0, or record the failure."""
+        if error is None and self.rank == 0:
+            error = self._call(self._commit, step, uri, time.perf_counter() - started)
+        error = self._rank0_outcome(error)
+        self._last_ok = error is None
+        if error is not None:
+            self._failed(uri, error)
+            return False
+        elapsed = time.perf_counter() - started
+        self.write_durations.append(elapsed)
+        self.counters["saves_written"] += 1
+        self.counters["last_write_s"] = elapsed
+        self.counters["last_committed_step"] = step
+        if self.rank == 0:
+            self.counters["saves_committed"] += 1
+            log.info("checkpoint %s committed (%.2fs)", uri, elapsed)
+            self._call(self._clean, False)
+            self._notify(step, uri)
+        return True
+
+    def _rank0_outcome(self, error: BaseException | None) -> BaseException | None:
+        """Every rank learns whether rank 0 committed, so counters, `wait()` and `latest()`
+        agree everywhere. A collective: every rank finalizes every save, in order."""
+        if not self._distributed:
+            return error
+        box = [error is None]
+        dist.broadcast_object_list(box, group=self._group, group_src=0)
+        if error is None and not box[0]:
+            return RuntimeError("rank 0 could not write or commit this checkpoint")
+        return error
+
+    def _commit(self, step: int, uri: str, write_s: float) -> None:
+        files = self.storage.files(uri)
+        marker = Marker(step, self.world_size, files, write_s, time.time())
+        self.storage.write_marker(uri, marker)
+
+    def _failed(self, uri: str, error: BaseException) -> None:
+        self.counters["saves_failed"] += 1
+        self.last_error = str(CheckpointError(uri, f"write failed: {summarize(error)}"))
+        log.error("%s; training continues, the previous checkpoint stays valid", self.last_error)
+        if self.rank == 0:
+            self._call(self.storage.remove, uri)
+
+    def _notify(self, step: int, uri: str) -> None:
+        for callback in self.callbacks:
+            if self._call(callback.on_checkpoint, step, uri) is not None:
+                self.counters["callback_failures"] += 1
+                log.warning("checkpoint callback %r failed for %s", callback, uri)
+
+    def _clean(self, startup: bool) -> None:
+        steps = self.storage.step_dirs()
+        cfg = self.config
+        for step in to_delete(steps, cfg.keep_last, cfg.keep_every, startup=startup):
+            self.storage.remove(self.storage.uri(step_dir(step)))
+
+    @property
+    def writing(self) -> bool:
+        """Whether a background write (or its commit) is still going on."""
+        return self._pending is not None and not self._pending.done()
+
+    def wait(self) -> bool:
+        """Block until the last save is written and committed; whether it succeeded."""
+        self.staged()
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            pending.result()
+        return self._last_ok
+
+    # ---- loading ------------------------------------------------------------------------
+
+    def latest(self) -> CheckpointRef | None:
+        """The newest committed checkpoint of this run."""
+        step = newest_committed(self.storage.step_dirs())
+        return None if step is None else CheckpointRef(step, self.storage.uri(step_dir(step)))
+
+    def resume(self, state: TrainState) -> CheckpointRef | None:
+        """Load what `config.resume` asks for: nothing, the newest committed, or a URI."""
+        if self.config.resume is None:
+            return None
+        if self.config.resume == "auto":
+            return self.load(state)
+        return self.load(state, self.config.resume)
+
+    def load(self, state: TrainState, uri: str | None = None) -> CheckpointRef | None:
+        """Load a committed checkpoint (default: the newest of this run) into `state`,
+        resharding to the current layout. Raises CheckpointError naming the checkpoint."""
+        if uri is None:
+            ref = self._agreed(self.latest())
+            if ref is None:
+                return None
+            uri = ref.uri
+        uri = uri.rstrip("/")
+        marker = verified_marker(uri)
+        source_rank = self.rank if marker.world_size == self.world_size else None
+        target = load_dict(state, source_rank)
+        check_compatible(uri, target)
+        error = self._call(
+            dcp.load,
+            target,
+            storage_reader=make_reader(uri),
+            process_group=self._group,
+            no_dist=not self._distributed,
+        )
+        if error is not None:
+            raise CheckpointError(uri, f"cannot be read (corrupt?): {summarize(error)}")
+        apply_dict(state, target, source_rank)
+        self.counters["loads"] += 1
+        self._last_saved = marker.step
+        return CheckpointRef(marker.step, uri)
+
+    def _agreed(self, ref: CheckpointRef | None) -> CheckpointRef | None:
+        """Rank 0's choice, so that every rank loads the same checkpoint."""
+        if not self._distributed:
+            return ref
+        box = [ref]
+        dist.broadcast_object_list(box, group=self._group, group_src=0)
+        return box[0]
+
+    def close(self) -> None:
+        """Wait for the last write, then release the staging buffers and threads."""
+        try:
+            self.wait()
+        finally:
+            self._finalizer.shutdown(wait=True)
+            if self._stager is not None:
+                self._stager.close()
+                self._stager = None
+
+    def metrics(self) -> dict[str, float]:
+        """A copy of the counters, for the loop's metrics."""
+        return dict(self.counters)

@@ -1,0 +1,122 @@
+"""Preemption: on SIGTERM, save a final checkpoint when it can finish in time, then stop.
+
+guard = PreemptionGuard(checkpointer).install()
+for step in ...:
+    train_step(...)
+    if guard.on_step_end(step, state):   # SIGTERM arrived: final save done (or skipped)
+        break                            # the loop exits; the pod ends with the signal
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+import time
+from dataclasses import dataclass
+
+log = logging.getLogger("driver.checkpoint")
+
+
+def estimate_save_s(durations: list[float], margin: float = 1.25) -> float | None:
+    """Expected seconds for one more save: the slowest of the last five, with a margin;
+    None without any history."""
+    if not durations:
+        return None
+    return max(durations[-5:]) * margin
+
+
+def final_save_decision(
+    remaining_s: float, estimate_s: float | None, step: int, last_saved: int | None
+) -> tuple[bool, str]:
+    """Whether to write a final checkpoint in the time left before the kill, and why."""
+    if last_saved == step:
+        return False, f"step {step} is already checkpointed"
+    if remaining_s <= 0:
+        return False, "no time left"
+    if estimate_s is None:
+        return True, f"no earlier save to estimate from; trying within {remaining_s:.1f}s"
+    if estimate_s > remaining_s:
+        return False, f"a save takes ~{estimate_s:.1f}s, only {remaining_s:.1f}s left"
+    return True, f"a save takes ~{estimate_s:.1f}s, {remaining_s:.1f}s left"
+
+
+@dataclass
+class PreemptionGuard:
+    """Turns SIGTERM into a request the training loop handles between steps.
+
+    With several ranks, every rank must stop at the same step and agree on the final
+    save: each `on_step_end` all-reduces the "signal seen" flag over a small gloo group of
+    its own (not the writer's, which a background save may be using), and rank 0's
+    decision is broadcast.
+    """
+
+    checkpointer: object
+    """The Checkpointer (its config.preemption_budget_s, durations and save/wait)."""
+    signum: int = signal.SIGTERM
+    requested_at: float | None = None
+    """Monotonic time of the signal; None until one arrives."""
+
+    def __post_init__(self) -> None:
+        self._previous = None
+        self._group = None
+        if getattr(self.checkpointer, "_distributed", False):
+            import torch.distributed as dist
+
+            self._group = dist.new_group(backend="gloo")
+
+    def install(self) -> PreemptionGuard:
+        if threading.current_thread() is threading.main_thread():
+            self._previous = signal.signal(self.signum, self._handle)
+        return self
+
+    def uninstall(self) -> None:
+        if self._previous is not None:
+            signal.signal(self.signum, self._previous)
+            self._previous = None
+
+    def _handle(self, signum, frame) -> None:  # async-signal context: just record it
+        if self.requested_at is None:
+            self.requested_at = time.monotonic()
+
+    @property
+    def requested(self) -> bool:
+        return self.requested_at is not None
+
+    def on_step_end(self, step: int, state) -> bool:
+        """After each step: False to go on; True (after a final checkpoint if it fits) to stop."""
+        if not self._agree(self.requested_at is not None):
+            return False
+        ckpt = self.checkpointer
+        started = self.requested_at if self.requested_at is not None else time.monotonic()
+        deadline = started + ckpt.config.preemption_budget_s
+        ckpt.wait()  # a write already in flight completes first
+        remaining = deadline - time.monotonic()
+        last = ckpt.counters["last_committed_step"]
+        ok, why = final_save_decision(remaining, estimate_save_s(ckpt.write_durations), step, last)
+        ok = self._from_rank0(ok)
+        log.warning("preemption notice at step %d: %s", step, why)
+        if ok and ckpt.writes:
+            ckpt.save(step, state)
+            ckpt.wait()
+        return True
+
+    def _agree(self, seen: bool) -> bool:
+        """Whether any rank has seen the signal."""
+        if self._group is None:
+            return seen
+        import torch
+        import torch.distributed as dist
+
+        flag = torch.tensor([int(seen)])
+        dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=self._group)
+        return bool(flag.item())
+
+    def _from_rank0(self, decision: bool) -> bool:
+        if self._group is None:
+            return decision
+        import torch.distributed as dist
+
+        box = [decision]
+        dist.broadcast_object_list(box, group=self._group, group_src=0)
+        return bool(box[0])

@@ -1,0 +1,123 @@
+"""Checkpoint storage I/O through fsspec: a local directory or `gs://` (gcsfs).
+
+Lists step directories, reads and writes commit markers (atomically), removes
+directories, and builds the DCP writer/reader for a checkpoint URI.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+
+import fsspec
+
+from driver.checkpoint.layout import MARKER, Marker, join, parse_step
+
+
+def is_local(uri: str) -> bool:
+    """True for plain paths and `file://` URIs."""
+    return "://" not in uri or uri.startswith("file://")
+
+
+def local_path(uri: str) -> str:
+    return uri.removeprefix("file://")
+
+
+class Storage:
+    """The storage of one run's checkpoints, `<root>/<team>/<run>`."""
+
+    def __init__(self, run_uri: str):
+        self.run_uri = run_uri
+        self.fs, _ = fsspec.core.url_to_fs(run_uri)
+
+    def uri(self, name: str) -> str:
+        return join(self.run_uri, name)
+
+    def step_dirs(self) -> dict[int, bool]:
+        """Every `step-<n>` directory of the run -> whether it holds a commit marker."""
+        if not self.fs.exists(self.run_uri):
+            return {}
+        found = {}
+        for entry in self.fs.ls(self.run_uri, detail=True):
+            step = parse_step(entry["name"])
+            if step is not None and entry["type"] == "directory":
+                found[step] = self.fs.exists(join(self.uri(f"step-{step}"), MARKER))
+        return found
+
+    def files(self, uri: str) -> dict[str, int]:
+        """Files directly under a checkpoint directory -> size in bytes (marker excluded)."""
+        out = {}
+        for entry in self.fs.ls(uri, detail=True):
+            name = entry["name"].rstrip("/").rsplit("/", 1)[-1]
+            if entry["type"] == "file" and name != MARKER and not name.endswith(".tmp"):
+                out[name] = int(entry["size"])
+        return out
+
+    def read_marker(self, uri: str) -> Marker | None:
+        path = join(uri, MARKER)
+        if not self.fs.exists(path):
+            return None
+        with self.fs.open(path, "r") as handle:
+            return Marker.loads(handle.read())
+
+    def write_marker(self, uri: str, marker: Marker) -> None:
+        """Write the commit marker last and durably: temp file, fsync, rename, fsync dir."""
+        data = marker.dumps().encode()
+        if is_local(uri):
+            directory = local_path(uri)
+            tmp = os.path.join(directory, f".{MARKER}.tmp")
+            with open(tmp, "wb") as handle:
+                handle.write(data)
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.replace(tmp, os.path.join(directory, MARKER))
+            fd = os.open(directory, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        else:  # object stores: a single PUT is atomic and durable once it returns
+            self.fs.pipe_file(join(uri, MARKER), data)
+
+    def remove(self, uri: str) -> None:
+        if self.fs.exists(uri):
+            self.fs.rm(uri, recursive=True)
+
+
+def lower_thread_priority(nice: int) -> None:
+    """Raise the calling thread's nice value (Linux: per thread; threads it starts inherit
+    it), so background writes use CPU the training loop leaves idle."""
+    if nice <= 0 or not hasattr(os, "setpriority"):
+        return
+    try:
+        tid = threading.get_native_id()
+        os.setpriority(os.PRIO_PROCESS, tid, max(os.getpriority(os.PRIO_PROCESS, tid), nice))
+    except OSError:
+        pass
+
+
+def make_writer(uri: str, sync_files: bool, threads: int, nice: int = 0):
+    """The DCP storage writer for one checkpoint directory. With `nice` > 0 the thread that
+    runs the save (DCP's background writer) lowers its own CPU priority when it starts."""
+    from torch.distributed.checkpoint import FileSystemWriter
+    from torch.distributed.checkpoint._fsspec_filesystem import FsspecWriter
+
+    base = FileSystemWriter if is_local(uri) else FsspecWriter
+
+    class Writer(base):
+        def set_up_storage_writer(self, *args, **kwargs):
+            lower_thread_priority(nice)
+            return super().set_up_storage_writer(*args, **kwargs)
+
+    path = local_path(uri) if is_local(uri) else uri
+    return Writer(path, sync_files=sync_files, thread_count=threads)
+
+
+def make_reader(uri: str):
+    """The DCP storage reader for one checkpoint directory."""
+    from torch.distributed.checkpoint import FileSystemReader
+    from torch.distributed.checkpoint._fsspec_filesystem import FsspecReader
+
+    if is_local(uri):
+        return FileSystemReader(local_path(uri))
+    return FsspecReader(uri)

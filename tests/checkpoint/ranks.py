@@ -1,0 +1,64 @@
+"""Per-rank bodies for the multi-process checkpoint tests (spawned by torch.multiprocessing).
+
+Each rank runs the toy model under FSDP2 (`fully_shard`) on gloo/CPU; rank 0 saves the full
+parameters at the end to `<out>/<tag>.pt` for the test to compare.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+
+from driver.checkpoint import Checkpointer
+from tests.checkpoint.toy import config, full_params, init_dist, make_state, train
+
+LAST_STEP = 8
+
+
+def run_rank(rank: int, world_size: int, port: int, root: str, out: str, tag: str, resume: str):
+    """Train to LAST_STEP, checkpointing every 3 steps; resume from `resume` first if set."""
+    torch.use_deterministic_algorithms(True)
+    init_dist(rank, world_size, port)
+    try:
+        state = make_state(rank, world_size, fsdp=True)
+        ckpt = Checkpointer(config(root, keep_last=0), "team", tag, rank, world_size)
+        first = 1
+        if resume:
+            first = ckpt.load(state, resume).step + 1
+        train(state, ckpt, first, LAST_STEP)
+        ckpt.close()
+        params = full_params(state.model)  # collective: every rank takes part
+        if rank == 0:
+            torch.save({"params": params, "position": state.dataloader.position}, f"{out}/{tag}.pt")
+    finally:
+        dist.barrier()
+        dist.destroy_process_group()
+
+
+def preempt_rank(rank: int, world_size: int, port: int, root: str, out: str, tag: str, resume: str):
+    """Only rank 1 gets SIGTERM after step 4; every rank must stop there after a final save."""
+    import os
+    import signal
+
+    from driver.checkpoint import PreemptionGuard
+    from tests.checkpoint.toy import train_step
+
+    init_dist(rank, world_size, port)
+    try:
+        state = make_state(rank, world_size, fsdp=True)
+        ckpt = Checkpointer(config(root, interval_steps=100), "team", tag, rank, world_size)
+        guard = PreemptionGuard(ckpt).install()
+        stopped = None
+        for step in range(1, LAST_STEP + 1):
+            train_step(state, ckpt)
+            if step == 4 and rank == 1:
+                os.kill(os.getpid(), signal.SIGTERM)
+            if guard.on_step_end(step, state):
+                stopped = step
+                break
+        guard.uninstall()
+        ckpt.close()
+        torch.save({"stopped": stopped, "latest": ckpt.latest()}, f"{out}/{tag}-{rank}.pt")
+    finally:
+        dist.barrier()
+        dist.destroy_process_group()

@@ -1,0 +1,88 @@
+"""Resume on another layout: checkpoints saved by 1 process or 2 FSDP2 ranks, loaded by 1, 2
+and 3 FSDP2 ranks (gloo, CPU).
+
+Equality across world sizes: the maths is the same (a global batch split evenly, gradients
+averaged), but each layout sums gradients in a different order, so float32 results agree to
+rounding (about 1e-6 relative), not bit for bit. Same world size: bitwise.
+"""
+
+from __future__ import annotations
+
+import socket
+
+import pytest
+import torch
+import torch.multiprocessing as mp
+
+from driver.checkpoint import Checkpointer
+from tests.checkpoint.ranks import LAST_STEP, preempt_rank, run_rank
+from tests.checkpoint.toy import config, full_params, make_state, train
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def spawn(world_size: int, root: str, out: str, tag: str, resume: str = "") -> dict:
+    args = (world_size, free_port(), root, out, tag, resume)
+    mp.spawn(run_rank, args=args, nprocs=world_size, join=True)
+    return torch.load(f"{out}/{tag}.pt")
+
+
+@pytest.fixture(scope="module")
+def saved_by_two(tmp_path_factory):
+    """An uninterrupted 2-rank run to LAST_STEP that committed step-3 and step-6 on the way."""
+    base = tmp_path_factory.mktemp("reshard")
+    root, out = str(base / "ckpt"), str(base)
+    reference = spawn(2, root, out, "ref")
+    return root, out, reference, f"{root}/team/ref/step-3"
+
+
+def _compare(got: dict, want: dict, bitwise: bool) -> None:
+    assert got["position"] == want["position"] == LAST_STEP
+    for name, value in want["params"].items():
+        if bitwise:
+            assert torch.equal(got["params"][name], value), name
+        else:
+            torch.testing.assert_close(got["params"][name], value, rtol=1e-5, atol=1e-6)
+
+
+def test_single_process_checkpoint_resumes_on_two_fsdp_ranks(tmp_path):
+    root = str(tmp_path / "ckpt")
+    state = make_state()
+    ckpt = Checkpointer(config(root, keep_last=0), "team", "single")
+    train(state, ckpt, 1, LAST_STEP)
+    ckpt.close()
+    reference = {"params": full_params(state.model), "position": state.dataloader.position}
+    got = spawn(2, root, str(tmp_path), "two", resume=f"{root}/team/single/step-3")
+    _compare(got, reference, bitwise=False)
+
+
+@pytest.mark.slow
+def test_resume_on_three_ranks(saved_by_two):
+    root, out, reference, step3 = saved_by_two
+    _compare(spawn(3, root, out, "three", resume=step3), reference, bitwise=False)
+
+
+@pytest.mark.slow
+def test_resume_on_one_rank(saved_by_two):
+    root, out, reference, step3 = saved_by_two
+    _compare(spawn(1, root, out, "one", resume=step3), reference, bitwise=False)
+
+
+@pytest.mark.slow
+def test_resume_on_same_layout_is_bitwise(saved_by_two):
+    root, out, reference, step3 = saved_by_two
+    _compare(spawn(2, root, out, "two", resume=step3), reference, bitwise=True)
+
+
+@pytest.mark.slow
+def test_sigterm_on_one_rank_stops_all_ranks_after_a_final_save(tmp_path):
+    root = str(tmp_path / "ckpt")
+    args = (2, free_port(), root, str(tmp_path), "preempt", "")
+    mp.spawn(preempt_rank, args=args, nprocs=2, join=True)
+    for rank in (0, 1):
+        result = torch.load(tmp_path / f"preempt-{rank}.pt", weights_only=False)
+        assert result["stopped"] == 4 and result["latest"].step == 4
