@@ -18,6 +18,7 @@ import yaml
 from catalog import InputError
 
 TOOLS_DIR = ".tools/bin"
+CHECKOUT = Path(__file__).resolve().parents[2]  # the tools sit beside this code
 KUSTOMIZE_MAJOR = 5
 FAIR_SHARING_SUFFIX = "-fair-sharing"
 
@@ -27,10 +28,12 @@ class ToolError(Exception):
 
 
 def find_tool(name: str, root: Path) -> str:
-    """`.tools/bin/<name>` (scripts/fetch-tools installs it), else `<name>` on PATH."""
-    local = root / TOOLS_DIR / name
-    if local.is_file() and os.access(local, os.X_OK):
-        return str(local)
+    """`.tools/bin/<name>` (scripts/fetch-tools installs it) of `root` or of this checkout,
+    else `<name>` on PATH."""
+    for folder in (root, CHECKOUT):
+        local = folder / TOOLS_DIR / name
+        if local.is_file() and os.access(local, os.X_OK):
+            return str(local)
     found = shutil.which(name)
     if not found:
         raise ToolError(f"{name} not found in {TOOLS_DIR} or PATH; run scripts/fetch-tools")

@@ -4,8 +4,9 @@
     python -m kustomize.tooling.generate --check    exit 1 and name the stale files
 
 For each cluster in `clusters/` it writes `kustomize/overlays/<name>/generated/` (a kustomize
-Component: team namespaces, Kueue flavors and queue, the image-cache pulls, cluster facts)
-and `kustomize/overlays/<name>-fair-sharing/` (the optional capacity-quota overlay).
+Component: team namespaces, Kueue flavors and queue, the image-cache pulls, cluster facts,
+the images of Warden's Jobs) and `kustomize/overlays/<name>-fair-sharing/` (the optional
+capacity-quota overlay).
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ KUSTOMIZE_COMPONENT_API = "kustomize.config.k8s.io/v1alpha1"
 WARDEN_IMAGE = "warden"
 FAIR_SHARING_SUFFIX = "-fair-sharing"
 IMAGE_CACHE_TARGET = {"kind": "DaemonSet", "namespace": "image-cache", "name": "image-cache"}
+# Entries of kustomize/images.yaml that Warden's node-check and DCGM diag Jobs run.
+WARDEN_JOB_IMAGES = {"WARDEN_CHECK_IMAGE": "preflight", "WARDEN_DIAG_IMAGE": "dcgm-diag"}
 
 
 def header(cluster: Cluster) -> str:
@@ -44,6 +47,16 @@ def image_cache_patch(cluster: Cluster, entries: list[dict]) -> list[dict]:
     pulls = [images.init_container(i) for i in images.cluster_images(cluster, entries)]
     path = "/spec/template/spec/initContainers/-"
     return [{"op": "add", "path": path, "value": pull} for pull in pulls]
+
+
+def warden_patch(cluster: Cluster, entries: list[dict]) -> dict:
+    """Strategic-merge patch: the images of Warden's Jobs, the ones the GPU nodes cache."""
+    env = [{"name": var, "value": images.image_named(cluster, entries, name)}
+           for var, name in WARDEN_JOB_IMAGES.items()]  # fmt: skip
+    container = {"name": WARDEN_IMAGE, "env": env}
+    return {"apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": "warden", "namespace": "warden"},
+            "spec": {"template": {"spec": {"containers": [container]}}}}  # fmt: skip
 
 
 def cluster_info(cluster: Cluster, namespace: str) -> dict:
@@ -66,6 +79,7 @@ def component_files(cluster: Cluster, entries: list[dict]) -> dict[str, str]:
         "patches": [
             {"path": "image-cache.yaml", "target": IMAGE_CACHE_TARGET},
             {"path": "service-accounts.yaml"},
+            {"path": "warden.yaml"},
         ],
         "labels": [{"pairs": {names.CLUSTER: cluster.name}, "includeSelectors": False}],
         "images": [{"name": WARDEN_IMAGE,
@@ -78,6 +92,7 @@ def component_files(cluster: Cluster, entries: list[dict]) -> dict[str, str]:
         "cluster-info.yaml": head + dump(info),
         "image-cache.yaml": head + dump([image_cache_patch(cluster, entries)]),
         "service-accounts.yaml": head + dump(objects.service_account_patches(cluster)),
+        "warden.yaml": head + dump([warden_patch(cluster, entries)]),
     }
 
 

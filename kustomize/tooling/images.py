@@ -87,6 +87,14 @@ def cluster_images(cluster: Cluster, entries: list[dict]) -> list[CachedImage]:
     return out
 
 
+def image_named(cluster: Cluster, entries: list[dict], name: str) -> str:
+    """The cluster's reference of the list entry `name` (InputError when it is missing)."""
+    for image in cluster_images(cluster, entries):
+        if image.name == name:
+            return image.image
+    raise InputError(IMAGES_FILE, "images", f"no entry named {name!r} for cluster {cluster.name}")
+
+
 def init_container(image: CachedImage) -> dict:
     """An init container that only makes the kubelet pull `image`.
 

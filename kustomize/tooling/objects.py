@@ -17,7 +17,7 @@ CLUSTER_QUEUE = "training"
 COHORT = "training"
 CPU_FLAVOR = "cpu"
 RESEARCHER_ROLE = "training-researcher"
-TRAINING_SA = "training"
+TRAINING_SA = names.TRAINING_KSA
 GROUP_DOMAIN = "reve.dev"
 # "Admit every job regardless of capacity": a nominal quota no cluster reaches.
 UNBOUNDED = {"cpu": "100k", "memory": "100Pi", "nvidia.com/gpu": "100k"}
@@ -157,7 +157,7 @@ def workload_identity(cluster: Cluster, role: str) -> dict[str, str]:
 
 def service_account_patches(cluster: Cluster) -> list[Obj]:
     """Workload Identity annotations of the platform's own service accounts."""
-    accounts = [("warden", "warden", "warden"), ("observability", "collector", "observability")]
+    accounts = [(*names.WARDEN_KSA, "warden"), (*names.OBSERVABILITY_KSA, "observability")]
     return [
         {"apiVersion": "v1", "kind": "ServiceAccount",
          "metadata": {"name": name, "namespace": ns,

@@ -93,15 +93,18 @@ def _own_crd_problems(obj: dict, own: dict) -> list[str]:
 
 
 def run(root: Path, charts_dir: Path | None = None, only: str | None = None) -> Report:
+    if charts_dir is not None and not charts_dir.is_dir():
+        raise InputError("--charts", None, f"{charts_dir} is not a folder")
+    chosen = [t for t in build.targets(root) if not only or only in t.name(root)]
+    if not chosen:
+        raise InputError("--only", None, f"no overlay or app-of-apps path contains {only!r}")
     report = Report()
     stale = generate.stale_files(root)
     report.add("generate", [f"{p.relative_to(root)} is stale; run generate" for p in stale])
     tool = build.kubectl(root)
     helm = build.find_tool("helm", root) if charts_dir else None
-    for target in build.targets(root):
+    for target in chosen:
         name = target.name(root)
-        if only and only not in name:
-            continue
         version = load_cluster(target.cluster).kubernetes_version
         objects = build.build(root, target.path, tool)
         report.targets += 1

@@ -106,3 +106,11 @@ def test_bad_image_list_names_file_and_field(tmp_path, text, field):
         images.load_entries(tmp_path)
     assert err.value.source == images.IMAGES_FILE
     assert err.value.field == field
+
+
+def test_warden_job_images_must_be_in_the_list():
+    cluster = load_cluster("mega-euw4")
+    with pytest.raises(InputError) as err:
+        generate.warden_patch(cluster, [{"name": "preflight", "image": "{registry}/p:1.0"}])
+    assert (err.value.source, err.value.field) == (images.IMAGES_FILE, "images")
+    assert "'dcgm-diag'" in err.value.message

@@ -195,10 +195,20 @@ def run_pod_specs(obj: dict) -> list[dict]:
     return []
 
 
+def requested_resources(pod: dict) -> set[str]:
+    containers = (pod.get("initContainers") or []) + pod["containers"]
+    return {name for c in containers for part in ("requests", "limits")
+            for name in (c.get("resources") or {}).get(part, {})}  # fmt: skip
+
+
 def test_rendered_runs_fit_queues_priorities_and_flavors(built):
-    """Every example run lands in a team namespace with a LocalQueue, names a priority class
-    the cluster has, and each pod fits one ResourceFlavor (Kueue admits only then)."""
-    frameworks = set(kueue_config(built)["integrations"]["frameworks"])
+    """Every example run lands in a team namespace with a LocalQueue and its service account,
+    names a priority class the cluster has, requests only resources the ClusterQueue covers
+    (or Kueue is told to ignore), and each pod fits one ResourceFlavor (Kueue admits only
+    then)."""
+    config = kueue_config(built)
+    frameworks = set(config["integrations"]["frameworks"])
+    ignored = tuple(config["resources"]["excludeResourcePrefixes"])
     checked = 0
     for path, manifests in rendered_runs():
         for obj in manifests:
@@ -211,8 +221,15 @@ def test_rendered_runs_fit_queues_priorities_and_flavors(built):
             assert RUN_KIND_FRAMEWORK[obj["kind"]] in frameworks, path
             named(objs, "LocalQueue", queue, obj["metadata"]["namespace"])
             flavors = [o["spec"] for o in by_kind(objs, "ResourceFlavor")]
+            queue = named(objs, "ClusterQueue", objects.CLUSTER_QUEUE)
+            covered = set(queue["spec"]["resourceGroups"][0]["coveredResources"])
             for pod in run_pod_specs(obj):
                 assert pod["priorityClassName"] in names.PRIORITY_VALUES, path
+                named(
+                    objs, "ServiceAccount", pod["serviceAccountName"], obj["metadata"]["namespace"]
+                )
+                for resource in requested_resources(pod):
+                    assert resource in covered or resource.startswith(ignored), (path, resource)
                 assert any(fits(pod, f) for f in flavors), f"{path}: no flavor fits a pod"
                 checked += 1
     assert checked > 0

@@ -89,6 +89,34 @@ def test_fluent_bit_record_becomes_a_collective_row(session):
     assert row["ts"] == f"{stamp}.{now_us % 10**6:06d}"
 
 
+def test_warden_actions_table_is_the_one_warden_creates(session):
+    """schema.sql declares platform.warden_actions exactly as warden/telemetry.py does."""
+    from warden.telemetry import TABLE_DDL
+
+    session.query("CREATE DATABASE IF NOT EXISTS warden_ddl")
+    session.query(TABLE_DDL.replace("warden_actions", "warden_ddl.warden_actions", 1))
+    describe = "SELECT name, type FROM system.columns WHERE database = '{}' AND table = '{}'"
+    engine = "SELECT engine_full FROM system.tables WHERE database = '{}' AND name = '{}'"
+    for query in (describe, engine):
+        ours = rows(session, query.format("platform", "warden_actions"))
+        theirs = rows(session, query.format("warden_ddl", "warden_actions"))
+        assert ours == theirs and ours
+
+
+def test_warden_action_becomes_a_node_event(session):
+    """A record as Warden's ClickHouseSink inserts it shows on the node-health dashboard."""
+    from dataclasses import asdict
+
+    from warden.telemetry import record
+
+    rec = asdict(record("ultra-usc1", "gke-node-9", "cordon", "xid-79", "rem-1", "XID 79"))
+    session.query("INSERT INTO platform.warden_actions FORMAT JSONEachRow " + json.dumps(rec))
+    (row,) = rows(session, "SELECT * FROM platform.node_events WHERE node = 'gke-node-9'")
+    assert (row["source"], row["kind"], row["severity"]) == ("warden", "cordon", "warning")
+    assert (row["reason"], row["message"], row["workflow"]) == ("xid-79", "XID 79", "rem-1")
+    assert row["ts"] == rec["time"]
+
+
 def test_fluent_bit_config_targets_the_raw_table():
     conf = (GRAFANA.parent / "fluent-bit/fluent-bit.conf").read_text()
     assert "platform.nccl_inspector_raw" in conf.replace("%20", " ")

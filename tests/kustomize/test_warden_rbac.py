@@ -130,3 +130,19 @@ def test_warden_rbac_covers_every_adapter_call(overlay, cluster):
         # Node-check Jobs live in Warden's namespace: its Role may grant them.
         rules = cluster_rules["rules"] + (role["rules"] if group == "batch" else [])
         assert allowed(rules, group, resource, verb), f"{method} {path} needs {verb} {resource}"
+
+
+@pytest.mark.parametrize("cluster", ["mega-euw4", "ultra-usc1"])
+def test_warden_rbac_grants_nothing_unused(overlay, cluster):
+    """Least privilege: every (group, resource, verb) granted is one the adapter uses."""
+    objs = overlay(cluster)
+    used = {permission(method, path) for method, path in adapter_calls()}
+    roles = [o for o in by_kind(objs, "ClusterRole") + by_kind(objs, "Role")
+             if o["metadata"]["name"] in ("warden", "warden-checks")]  # fmt: skip
+    assert len(roles) == 2
+    for role in roles:
+        for rule in role["rules"]:
+            for group in rule["apiGroups"]:
+                for resource in rule["resources"]:
+                    for verb in rule["verbs"]:
+                        assert (group, resource, verb) in used, (role["metadata"]["name"], rule)

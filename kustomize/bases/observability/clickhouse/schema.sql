@@ -1,6 +1,6 @@
 -- The platform's telemetry schema: run metrics, node events and NCCL collective records.
 -- Run by the ClickHouse server at first start (/docker-entrypoint-initdb.d) and by
--- tests/kustomize/test_clickhouse_schema.py in chDB. Every statement is idempotent.
+-- tests/kustomize/test_observability.py in chDB. Every statement is idempotent.
 -- The run identity (cluster, team, run, learner) is the same on every row as on every
 -- manifest label (catalog/labels.py) and checkpoint path.
 
@@ -48,6 +48,39 @@ ENGINE = MergeTree
 PARTITION BY toYYYYMM(ts)
 ORDER BY (cluster, node, ts)
 TTL toDateTime(ts) + INTERVAL 730 DAY;
+
+-- Warden's action records (warden/telemetry.py TABLE_DDL, the same columns and engine; Warden
+-- also creates it when it starts, in the database of WARDEN_CLICKHOUSE_URL). `id` is stable
+-- per remediation and action, so a retried activity collapses into one row.
+CREATE TABLE IF NOT EXISTS platform.warden_actions
+(
+    id String,
+    time DateTime64(3, 'UTC'),
+    cluster LowCardinality(String),
+    node String,
+    action LowCardinality(String),
+    reason String,
+    remediation_id String,
+    detail String
+)
+ENGINE = ReplacingMergeTree(time)
+ORDER BY (cluster, node, id);
+
+-- Every Warden action is also a node event (what the node-health dashboard shows).
+CREATE MATERIALIZED VIEW IF NOT EXISTS platform.node_events_from_warden
+TO platform.node_events
+AS SELECT
+    time AS ts,
+    cluster,
+    node,
+    'warden' AS source,
+    action AS kind,
+    multiIf(action = 'escalate', 'error',
+            action IN ('cordon', 'drain', 'reboot', 'diag'), 'warning', 'info') AS severity,
+    reason,
+    detail AS message,
+    remediation_id AS workflow
+FROM platform.warden_actions;
 
 -- NCCL Inspector lines as Fluent Bit ships them (one JSON line per collective per rank),
 -- kept a week. The materialized view below parses them into nccl_collectives.
