@@ -1,0 +1,282 @@
+"""Warden's activities: every side effect on the cluster or GCP, each one idempotent.
+
+Each activity reads the state it is about to change and acts only if this remediation (the
+workflow run id) has not acted yet: a cordon is skipped when the node already carries this
+remediation's id, a reboot is keyed by the remediation id (Compute Engine `requestId`) and
+recorded with the boot id it replaces, Jobs and Events are named per remediation. So an
+attempt retried after a worker crash never repeats a side effect. Every action writes a
+Kubernetes Event and a telemetry record (`warden.telemetry`).
+
+The worker registers `WardenActivities(...)` with real or fake adapters (`warden.worker`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from catalog import labels
+from warden import annotations as ann
+from warden import jobs, rules, workloads
+from warden.control import ControlActivities
+from warden.gcp import Instance, WardenGcp, request_id
+from warden.kube import NotFound, Object, WardenKube, event_manifest, job_state
+from warden.model import (
+    ActionResult,
+    BootState,
+    CordonResult,
+    DrainInput,
+    JobInput,
+    JobRef,
+    JobState,
+    NodeAction,
+    RecordInput,
+    WorkloadReport,
+)
+from warden.prom import Prometheus
+from warden.telemetry import record
+
+
+@dataclass
+class Settings:
+    """What the activities need besides the adapters (from WardenConfig and the catalog)."""
+
+    cluster: str
+    """cluster catalog name."""
+    project: str
+    """GCP project of the node VMs."""
+    job_namespace: str = "warden"
+    check_image: str = ""
+    diag_image: str = ""
+    job_deadline_s: int = 1800
+    escalate_window_s: float = 7 * 86400
+    rules: rules.RuleConfig = field(default_factory=rules.RuleConfig)
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+def _short(remediation_id: str) -> str:
+    return hashlib.sha1(remediation_id.encode()).hexdigest()[:10]
+
+
+class WardenActivities(ControlActivities):
+    """Activities bound to one cluster's adapters and a telemetry sink."""
+
+    def __init__(self, kube: WardenKube, gcp: WardenGcp, prom: Prometheus | None, sink, settings):
+        self.kube, self.gcp, self.prom, self.sink, self.settings = kube, gcp, prom, sink, settings
+
+    # --- helpers ---------------------------------------------------------------------------
+
+    def _node(self, name: str) -> Object:
+        try:
+            return self.kube.get_node(name)
+        except NotFound:
+            message = f"node {name} is gone"
+            raise ApplicationError(message, type="NodeGone", non_retryable=True) from None
+
+    def _emit(self, target: Object, rid: str, action: str, reason: str, detail: str = "",
+              warning: bool = False, node: str | None = None) -> None:  # fmt: skip
+        """One Kubernetes Event (named per remediation, so never twice) and one record."""
+        name = f"{target['metadata']['name']}.warden-{action}-{_short(rid)}"
+        message = f"{action}: {reason}" + (f" ({detail})" if detail else "")
+        self.kube.create_event(
+            event_manifest(name, target, f"Warden{action.title()}", message, warning)
+        )
+        node_name = node or target["metadata"]["name"]
+        self.sink.write(record(self.settings.cluster, node_name, action, reason, rid, detail))
+
+    def _instance(self, node: Object) -> Instance:
+        node_labels = node["metadata"].get("labels") or {}
+        return Instance(
+            project=self.settings.project,
+            zone=node_labels.get("topology.kubernetes.io/zone", ""),
+            name=node["metadata"]["name"],
+            pool=node_labels.get(labels.GKE_NODEPOOL, ""),
+        )
+
+    # --- cordon and uncordon ----------------------------------------------------------------
+
+    @activity.defn
+    def cordon(self, inp: NodeAction) -> CordonResult:
+        node = self._node(inp.node)
+        have = node["metadata"].get("annotations") or {}
+        if have.get(ann.REMEDIATION) == inp.remediation_id:
+            recent, changed = int(have.get(ann.CORDONS, "1")), False
+        else:
+            now = _now()
+            last = have.get(ann.LAST_CORDON)
+            within = last and (now - datetime.fromisoformat(last)).total_seconds() <= (
+                self.settings.escalate_window_s
+            )
+            recent = int(have.get(ann.CORDONS, "0")) + 1 if within else 1
+            patch = {
+                ann.CORDONS: str(recent),
+                ann.LAST_CORDON: now.isoformat(),
+                ann.REASON: inp.reason,
+            }
+            patch |= {ann.REMEDIATION: inp.remediation_id, ann.REBOOT: None, ann.CLEARED: None}
+            node = self.kube.patch_node(inp.node, True, patch)
+            changed = True
+        self._emit(node, inp.remediation_id, "cordon", inp.reason, f"{recent} recent", True)
+        return CordonResult(inp.node, changed, recent)
+
+    @activity.defn
+    def uncordon(self, inp: NodeAction) -> ActionResult:
+        node = self._node(inp.node)
+        have = node["metadata"].get("annotations") or {}
+        changed = False
+        if ann.REASON in have or node["spec"].get("unschedulable"):
+            clear = {ann.REASON: None, ann.REMEDIATION: None, ann.REBOOT: None}
+            clear[ann.REPAIRED] = _now().isoformat()
+            node = self.kube.patch_node(inp.node, False, clear)
+            changed = True
+        self._emit(node, inp.remediation_id, "uncordon", inp.reason)
+        return ActionResult(inp.node, changed)
+
+    # --- node check and DCGM diag Jobs -------------------------------------------------------
+
+    @activity.defn
+    def start_job(self, inp: JobInput) -> JobRef:
+        node = self._node(inp.node)
+        s = self.settings
+        if inp.kind == "check":
+            job = jobs.check_job(
+                s.cluster, node, s.check_image, s.job_namespace, inp.remediation_id
+            )
+        else:
+            job = jobs.diag_job(
+                node, inp.level, s.diag_image, s.job_namespace, inp.remediation_id, s.job_deadline_s
+            )
+        ref = JobRef(job["metadata"]["namespace"], job["metadata"]["name"])
+        created = self.kube.create_job(job)
+        self._emit(
+            node,
+            inp.remediation_id,
+            inp.kind,
+            f"started Job {ref.name}",
+            "" if created else "exists",
+        )
+        return ref
+
+    @activity.defn
+    def job_status(self, ref: JobRef) -> JobState:
+        return JobState(job_state(self.kube.get_job(ref.namespace, ref.name)))
+
+    # --- workloads and drain ---------------------------------------------------------------
+
+    @activity.defn
+    def inspect(self, inp: NodeAction) -> WorkloadReport:
+        pods = self.kube.list_pods(node=inp.node)
+        siblings: dict[workloads.Key, set[str]] = {}
+        for key in workloads.user_workloads(pods, self.settings.job_namespace):
+            namespace, kind, name = key
+            if kind == "Run":
+                found = self.kube.list_pods(namespace=namespace, labels={labels.RUN: name})
+            else:
+                found = [
+                    p
+                    for p in self.kube.list_pods(namespace=namespace)
+                    if workloads.owner_key(p) == key
+                ]
+            siblings[key] = {p["spec"].get("nodeName", "") for p in found}
+        return workloads.classify(inp.node, pods, siblings, self.settings.job_namespace)
+
+    def _workload_target(self, namespace: str, pod_names: list[str]) -> Object | None:
+        for pod in self.kube.list_pods(namespace=namespace):
+            if pod["metadata"]["name"] in pod_names:
+                for ref in pod["metadata"].get("ownerReferences") or []:
+                    meta = {"name": ref["name"], "namespace": namespace, "uid": ref.get("uid")}
+                    return {
+                        "apiVersion": ref.get("apiVersion", "v1"),
+                        "kind": ref["kind"],
+                        "metadata": meta,
+                    }
+                return pod
+        return None
+
+    @activity.defn
+    def notify(self, inp: DrainInput) -> ActionResult:
+        """Tell each preemptible job's owners (an Event on the workload) it will be evicted."""
+        for w in inp.workloads:
+            target = self._workload_target(w.namespace, w.pods)
+            if target is not None:
+                pods = ", ".join(w.pods)
+                reason = f"node {inp.node} needs repair; {pods} are evicted in {inp.grace_s:g}s"
+                self._emit(
+                    target, inp.remediation_id, "drain-notice", reason, warning=True, node=inp.node
+                )
+        node = self._node(inp.node)
+        names = ", ".join(f"{w.namespace}/{w.name}" for w in inp.workloads)
+        self._emit(
+            node, inp.remediation_id, "drain-scheduled", f"evicting {names} after {inp.grace_s:g}s"
+        )
+        return ActionResult(inp.node, True)
+
+    @activity.defn
+    def drain(self, inp: DrainInput) -> ActionResult:
+        evicted = [
+            f"{w.namespace}/{pod}" for w in inp.workloads for pod in w.pods
+            if self.kube.evict_pod(w.namespace, pod)
+        ]  # fmt: skip
+        node = self._node(inp.node)
+        self._emit(
+            node, inp.remediation_id, "drain", f"evicted {len(evicted)} pods", ", ".join(evicted)
+        )
+        return ActionResult(inp.node, bool(evicted), ", ".join(evicted))
+
+    # --- reboot, escalation, records --------------------------------------------------------
+
+    @activity.defn
+    def reboot(self, inp: NodeAction) -> ActionResult:
+        node = self._node(inp.node)
+        marker = (node["metadata"].get("annotations") or {}).get(ann.REBOOT, "")
+        if marker.split(" ")[0] != inp.remediation_id:
+            report = self.inspect(NodeAction(inp.node, inp.remediation_id))
+            if report.blocking or report.drainable or report.terminating:
+                return ActionResult(inp.node, False, "busy")
+            boot = node["status"].get("nodeInfo", {}).get("bootID", "")
+            node = self.kube.patch_node(
+                inp.node, None, {ann.REBOOT: f"{inp.remediation_id} {boot}"}
+            )
+        self.gcp.reset(self._instance(node), request_id(inp.remediation_id, "reset"))
+        self._emit(node, inp.remediation_id, "reboot", inp.reason, warning=True)
+        return ActionResult(inp.node, True)
+
+    @activity.defn
+    def boot_state(self, inp: NodeAction) -> BootState:
+        node = self._node(inp.node)
+        marker = (node["metadata"].get("annotations") or {}).get(ann.REBOOT, "")
+        before = marker.split(" ")[1] if " " in marker else ""
+        boot = node["status"].get("nodeInfo", {}).get("bootID", "")
+        ready = any(
+            c["type"] == "Ready" and c["status"] == "True"
+            for c in node["status"].get("conditions", [])
+        )
+        return BootState(inp.node, bool(before) and boot != before, ready)
+
+    @activity.defn
+    def escalate(self, inp: NodeAction) -> ActionResult:
+        node = self._node(inp.node)
+        done = (node["metadata"].get("annotations") or {}).get(ann.ESCALATED) == inp.remediation_id
+        detail = self.gcp.repair(
+            self._instance(node), inp.reason, request_id(inp.remediation_id, "repair")
+        )
+        if not done:
+            node = self.kube.patch_node(inp.node, None, {ann.ESCALATED: inp.remediation_id})
+        self._emit(node, inp.remediation_id, "escalate", inp.reason, detail, warning=True)
+        return ActionResult(inp.node, not done, detail)
+
+    @activity.defn
+    def record(self, inp: RecordInput) -> ActionResult:
+        """A decision without a side effect (cleared, busy) as an Event and a record."""
+        node = self._node(inp.node)
+        if inp.action == "clear":
+            node = self.kube.patch_node(inp.node, None, {ann.CLEARED: _now().isoformat()})
+        self._emit(node, inp.remediation_id, inp.action, inp.reason)
+        return ActionResult(inp.node, True)

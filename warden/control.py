@@ -1,0 +1,109 @@
+"""Activities that steer rather than repair: detect, start node workflows, shrink a RayCluster.
+
+`detect` classifies every GPU node with `warden.rules` and lists the nodes Warden cordoned
+earlier (the recovery sweep).
+`dispatch` starts one `NodeWorkflow` per finding and per node due for recovery, under the
+node's workflow ID; a node whose workflow is still running is left to it (the ID is the
+lock). `shrink` lowers a RayCluster worker group's replicas after training dropped a replica
+group (sets the target, so a retry never shrinks twice). Mixed into `WardenActivities`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime, timedelta
+
+from temporalio import activity
+from temporalio.exceptions import ApplicationError, WorkflowAlreadyStartedError
+
+from warden import rules
+from warden.kube import NotFound
+from warden.model import (
+    AMBIGUOUS,
+    DetectInput,
+    DetectResult,
+    DispatchInput,
+    DispatchResult,
+    NodeInput,
+    ShrinkInput,
+    ShrinkResult,
+    node_workflow_id,
+)
+
+NODE_WORKFLOW = "NodeWorkflow"
+PARALLEL_STARTS = 64
+
+
+def node_inputs(inp: DispatchInput) -> list[NodeInput]:
+    """The node workflows a sweep asks for: respond to findings, recover cordoned nodes."""
+    starts = [
+        NodeInput(f.node, "respond", inp.timings, f.severity, f.reason)
+        for f in inp.detected.findings
+    ]
+    starts += [NodeInput(n, "recover", inp.timings, AMBIGUOUS, "") for n in inp.detected.recover]
+    return starts
+
+
+class ControlActivities:
+    @activity.defn
+    def detect(self, inp: DetectInput) -> DetectResult:
+        """Classify every GPU node; list Warden-cordoned nodes for the recovery sweep."""
+        now = datetime.now(UTC)
+        telemetry = self.prom.gpu_telemetry() if self.prom else {}
+        result = DetectResult()
+        for node in self.kube.list_nodes():
+            if not rules.is_gpu_node(node):
+                continue
+            facts = rules.node_facts(node, now)
+            if rules.cordoned_by_warden(facts):
+                if rules.due_for_recovery(facts):
+                    result.recover.append(facts.name)
+                continue
+            gpu = telemetry.get(facts.name, rules.GpuTelemetry())
+            finding = rules.classify(facts, gpu, self.settings.rules, now)
+            if finding:
+                result.findings.append(finding)
+        return result
+
+    @activity.defn
+    async def dispatch(self, inp: DispatchInput) -> DispatchResult:
+        client = activity.client()
+        gate = asyncio.Semaphore(PARALLEL_STARTS)
+
+        async def start(node_input: NodeInput) -> bool:
+            async with gate:
+                try:
+                    await client.start_workflow(
+                        NODE_WORKFLOW,
+                        node_input,
+                        id=node_workflow_id(node_input.node),
+                        task_queue=inp.task_queue,
+                        task_timeout=timedelta(seconds=inp.timings.workflow_task_timeout_s),
+                    )
+                except WorkflowAlreadyStartedError:
+                    return False
+                return True
+
+        started = await asyncio.gather(*(start(n) for n in node_inputs(inp)))
+        return DispatchResult(sum(started), len(started) - sum(started))
+
+    @activity.defn
+    def shrink(self, inp: ShrinkInput) -> ShrinkResult:
+        try:
+            cluster = self.kube.get_raycluster(inp.namespace, inp.name)
+        except NotFound as err:
+            raise ApplicationError(str(err), type="NotFound", non_retryable=True) from None
+        groups = cluster["spec"].get("workerGroupSpecs", [])
+        index = next((i for i, g in enumerate(groups) if g.get("groupName") == inp.group), None)
+        if index is None:
+            message = f"RayCluster {inp.namespace}/{inp.name} has no worker group {inp.group}"
+            raise ApplicationError(message, type="NotFound", non_retryable=True)
+        before = int(groups[index].get("replicas", 0))
+        target = max(0, inp.replicas_to)
+        changed = before > target
+        if changed:
+            self.kube.set_worker_replicas(inp.namespace, inp.name, index, target)
+        reason = f"worker group {inp.group}: {inp.replicas_from} -> {target} replicas"
+        rid = f"shrink-{inp.namespace}-{inp.name}-{inp.group}-{target}"
+        self._emit(cluster, rid, "shrink", reason, f"was {before}", node="")
+        return ShrinkResult(before, target if changed else before, changed)

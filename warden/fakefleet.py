@@ -1,0 +1,130 @@
+"""A fake fleet to run Warden against: seed nodes and pods, inject faults, count side effects.
+
+    fleet = FakeCluster.create("state.json", nodes=16)    # on disk: `warden worker --fake`
+    fleet.set_metrics("gpu-0003", xids=[79])              # a definite fault
+    fleet.counts("cordon")                                 # {"gpu-0003": 1}
+
+`FakeCluster()` without a path keeps everything in memory (tests, benchmarks).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+from pathlib import Path
+
+from warden.fake import (
+    FakeGcp,
+    FakeKube,
+    FakePrometheus,
+    FakeStore,
+    _stamp,
+    empty_state,
+    make_node,
+    make_pod,
+)
+from warden.kube import Object
+from warden.rules import GpuTelemetry
+
+
+class FakeCluster:
+    """The fake adapters over one store, plus the knobs tests turn."""
+
+    def __init__(
+        self,
+        path: str | Path | None = None,
+        latency_s: float = 0.0,
+        reboot_s: float = 0.5,
+        job_s: float = 0.2,
+        prefix: str = "gpu",
+    ):
+        """Open the fake at `path` (created if missing; its own timings then apply)."""
+        self.prefix = prefix
+        if path and not Path(path).exists():
+            Path(path).write_text(json.dumps(empty_state(reboot_s, job_s, latency_s)))
+        if path:
+            latency_s = json.loads(Path(path).read_text())["timing"].get("latency_s", 0.0)
+        state = None if path else empty_state(reboot_s, job_s, latency_s)
+        self.store = FakeStore(Path(path) if path else None, state, latency_s)
+        self.kube = FakeKube(self.store)
+        self.gcp = FakeGcp(self.store)
+        self.prom = FakePrometheus(self.store)
+
+    @classmethod
+    def create(cls, path: str | Path | None = None, nodes: int = 0, **kwargs) -> FakeCluster:
+        fleet = cls(path, **kwargs)
+        fleet.add_nodes(nodes)
+        return fleet
+
+    def node_name(self, index: int) -> str:
+        return f"{self.prefix}-{index:04d}"
+
+    def add_nodes(self, count: int, pool: str = "h200-main") -> list[str]:
+        with self.store.txn() as state:
+            start = sum(1 for name in state["nodes"] if name.startswith(self.prefix + "-"))
+            names = [self.node_name(i) for i in range(start, start + count)]
+            for name in names:
+                state["nodes"][name] = make_node(name, pool)
+        return names
+
+    def add_pod(self, name: str, namespace: str, node: str, **kwargs) -> None:
+        with self.store.txn() as state:
+            state["pods"][f"{namespace}/{name}"] = make_pod(name, namespace, node, **kwargs)
+
+    def add_raycluster(self, namespace: str, name: str, groups: dict[str, int]) -> None:
+        specs = [
+            {"groupName": g, "replicas": n, "minReplicas": n, "maxReplicas": n}
+            for g, n in groups.items()
+        ]
+        obj = {"apiVersion": "ray.io/v1", "kind": "RayCluster"}
+        obj |= {"metadata": {"name": name, "namespace": namespace}}
+        obj["spec"] = {"workerGroupSpecs": specs}
+        with self.store.txn() as state:
+            state["rayclusters"][f"{namespace}/{name}"] = obj
+
+    def set_metrics(self, node: str, **fields) -> None:
+        """Inject DCGM figures (GpuTelemetry fields) for a node."""
+        with self.store.txn() as state:
+            state["metrics"][node] = asdict(GpuTelemetry(**fields))
+
+    def clear_metrics(self, node: str) -> None:
+        with self.store.txn() as state:
+            state["metrics"].pop(node, None)
+
+    def set_condition(self, node: str, kind: str, reason: str, status: str = "True") -> None:
+        """A node-problem-detector condition (or Ready, with status False/Unknown)."""
+        with self.store.txn() as state:
+            conditions = state["nodes"][node]["status"]["conditions"]
+            conditions[:] = [c for c in conditions if c["type"] != kind]
+            stamp = _stamp(3600)
+            conditions.append(
+                {"type": kind, "status": status, "reason": reason, "lastTransitionTime": stamp}
+            )
+
+    def set_outcome(self, node: str, kind: str, result: str) -> None:
+        """Verdict of the next `check` or `diag` Job on a node: succeeded or failed."""
+        with self.store.txn() as state:
+            state["outcomes"].setdefault(node, {})[kind] = result
+
+    def counts(self, kind: str) -> dict[str, int]:
+        with self.store.txn() as state:
+            return dict(state["counts"].get(kind, {}))
+
+    def log(self, kind: str | None = None) -> list[tuple[float, str, str]]:
+        with self.store.txn() as state:
+            return [tuple(row) for row in state["log"] if kind is None or row[1] == kind]
+
+    def events(self, reason: str | None = None) -> list[Object]:
+        with self.store.txn() as state:
+            found = list(state["events"].values())
+        return [e for e in found if reason is None or e["reason"] == reason]
+
+    def node(self, name: str) -> Object:
+        return self.kube.get_node(name)
+
+    def pods(self) -> list[str]:
+        with self.store.txn() as state:
+            return sorted(state["pods"])
+
+
+__all__ = ["FakeCluster", "make_node", "make_pod"]

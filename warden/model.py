@@ -1,0 +1,261 @@
+"""The messages of Warden's workflows and activities: plain dataclasses, nothing else.
+
+Workflows import this module inside Temporal's sandbox, so it stays pure: no I/O, no clock.
+Every activity takes one `...Input` and returns one result dataclass.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+DEFINITE = "definite"
+AMBIGUOUS = "ambiguous"
+
+
+@dataclass
+class Timings:
+    """Periods, timeouts and thresholds the workflows run with (from `WardenConfig`)."""
+
+    __pydantic_config__ = {"extra": "forbid"}  # the config file rejects unknown keys
+
+    activity_timeout_s: float = 60.0
+    """start-to-close timeout of one activity attempt; a crashed worker's attempt is retried
+    after this long."""
+    retry_initial_s: float = 1.0
+    """first retry interval of a failed activity (doubles up to 30 times that)."""
+    poll_s: float = 10.0
+    """how often a workflow polls a Job, a terminating pod or a rebooting node."""
+    check_timeout_s: float = 1800.0
+    """how long the node check or the DCGM diag Job may run before it counts as failed."""
+    drain_grace_s: float = 900.0
+    """time between notifying the owners of a preemptible job and evicting its pods."""
+    reboot_timeout_s: float = 1200.0
+    """how long a rebooted node may take to come back Ready with a new boot id."""
+    escalate_after: int = 3
+    """cordons within `escalate_window_s` (counting this one) that escalate to GCP."""
+    escalate_window_s: float = 7 * 86400.0
+    """window of the cordon count on the node (`catalog.labels.WARDEN_CORDONS`)."""
+    diag_level: int = 3
+    """DCGM diagnostic level of the stress test (`dcgmi diag -r LEVEL`, 1 to 4)."""
+    max_drain_rounds: int = 3
+    """notify/evict rounds before a node whose pods keep returning counts as busy."""
+    workflow_task_timeout_s: float = 10.0
+    """workflow task timeout, and how long a dead worker's sticky queue holds a task."""
+    sweep_period_s: float = 60.0
+    """period of the detection and recovery sweep."""
+    sweeps_per_run: int = 100
+    """sweeps before the sweep workflow continues as new (keeps its history short)."""
+
+
+@dataclass
+class Finding:
+    """What detection concluded about one node."""
+
+    node: str
+    severity: str
+    """`definite` or `ambiguous`."""
+    reasons: list[str] = field(default_factory=list)
+
+    @property
+    def reason(self) -> str:
+        return "; ".join(self.reasons)
+
+
+@dataclass
+class NodeInput:
+    """Start of a node workflow: respond to a finding, or recover an already cordoned node."""
+
+    node: str
+    mode: str
+    """`respond` (a new finding) or `recover` (a node Warden cordoned earlier)."""
+    timings: Timings
+    severity: str = DEFINITE
+    reason: str = ""
+
+
+@dataclass
+class NodeResult:
+    node: str
+    outcome: str
+    """cleared, busy, uncordoned, escalated."""
+    actions: list[str] = field(default_factory=list)
+
+
+@dataclass
+class StressInput:
+    node: str
+    remediation_id: str
+    timings: Timings
+
+
+@dataclass
+class StressResult:
+    node: str
+    passed: bool
+    detail: str = ""
+
+
+@dataclass
+class SweepInput:
+    timings: Timings
+    task_queue: str
+    sweeps: int = 0
+    """stop after this many sweeps (0: run forever, continuing as new)."""
+
+
+@dataclass
+class SweepResult:
+    sweeps: int
+    started: int
+    already_running: int
+
+
+@dataclass
+class ShrinkInput:
+    """A training run dropped a replica group: shrink its RayCluster's worker group."""
+
+    namespace: str
+    name: str
+    group: str
+    """workerGroupSpecs[].groupName to shrink."""
+    replicas_from: int
+    """replicas the run had when it dropped the group; a retry never shrinks twice."""
+    replicas_to: int
+
+
+@dataclass
+class ShrinkResult:
+    replicas_before: int
+    replicas_after: int
+    changed: bool
+
+
+# --- activity messages ---------------------------------------------------------------------
+
+
+@dataclass
+class NodeAction:
+    """One action on one node, tied to the remediation (workflow run) that takes it."""
+
+    node: str
+    remediation_id: str
+    reason: str = ""
+
+
+@dataclass
+class ActionResult:
+    node: str
+    changed: bool
+    """False when the action had already been taken (a retried attempt)."""
+    detail: str = ""
+
+
+@dataclass
+class CordonResult:
+    node: str
+    changed: bool
+    recent_cordons: int
+    """cordons within the escalation window, this one included."""
+
+
+@dataclass
+class JobInput:
+    node: str
+    remediation_id: str
+    kind: str
+    """`check` (the preflight node check) or `diag` (DCGM diagnostics)."""
+    level: int = 0
+
+
+@dataclass
+class JobRef:
+    namespace: str
+    name: str
+
+
+@dataclass
+class JobState:
+    state: str
+    """running, succeeded, failed or missing."""
+
+
+@dataclass
+class Workload:
+    """The pods of one job on a node, grouped by their owner."""
+
+    namespace: str
+    kind: str
+    name: str
+    pods: list[str] = field(default_factory=list)
+
+
+@dataclass
+class WorkloadReport:
+    node: str
+    blocking: list[Workload] = field(default_factory=list)
+    """user workloads Warden never evicts (non-preemptible, or spanning several nodes)."""
+    drainable: list[Workload] = field(default_factory=list)
+    """preemptible jobs that run on this node only."""
+    terminating: int = 0
+    """user pods already being deleted."""
+
+
+@dataclass
+class DrainInput:
+    node: str
+    remediation_id: str
+    workloads: list[Workload]
+    grace_s: float = 0.0
+
+
+@dataclass
+class BootState:
+    node: str
+    rebooted: bool
+    """the node reports a boot id other than the one recorded before the reboot."""
+    ready: bool
+
+
+@dataclass
+class RecordInput:
+    """A decision without a side effect (cleared, busy), recorded as an event and telemetry."""
+
+    node: str
+    remediation_id: str
+    action: str
+    reason: str
+
+
+@dataclass
+class DetectResult:
+    findings: list[Finding] = field(default_factory=list)
+    recover: list[str] = field(default_factory=list)
+    """nodes Warden cordoned earlier that are due for the recovery sweep."""
+
+
+@dataclass
+class DispatchInput:
+    detected: DetectResult
+    timings: Timings
+    task_queue: str
+
+
+@dataclass
+class DispatchResult:
+    started: int
+    already_running: int
+
+
+def node_workflow_id(node: str) -> str:
+    """The one workflow ID per node: only one worker ever acts on a node."""
+    return f"node-{node}"
+
+
+def stress_workflow_id(node: str) -> str:
+    return f"stress-{node}"
+
+
+@dataclass
+class DetectInput:
+    sweep: int
+    """sequence number of the sweep (for the record)."""

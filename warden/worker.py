@@ -1,0 +1,143 @@
+"""The Warden worker: workflows and activities on one task queue, plus the periodic sweep.
+
+    python -m warden.worker --config warden/local.yaml --fake /tmp/fleet.json
+
+(same as `warden worker ...`). `build_worker` is what tests use with their own client and
+adapters; `run` connects to the configured Temporal server, builds the real (or, with
+`fake`, the on-disk fake) adapters, starts the sweep workflow once and serves until killed.
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from datetime import timedelta
+
+from temporalio.client import Client
+from temporalio.common import WorkflowIDConflictPolicy
+from temporalio.worker import Worker
+
+from warden.activities import Settings, WardenActivities
+from warden.config import WardenConfig
+from warden.model import ShrinkInput, ShrinkResult, SweepInput, Timings
+from warden.telemetry import ClickHouseSink, JsonlSink, TeeSink
+from warden.workflows import NodeWorkflow, ShrinkWorkflow, StressTestWorkflow, SweepWorkflow
+
+ACTIVITY_THREADS = 32
+WORKFLOWS = [NodeWorkflow, StressTestWorkflow, SweepWorkflow, ShrinkWorkflow]
+
+
+def activity_functions(acts: WardenActivities) -> list:
+    return [
+        acts.cordon, acts.uncordon, acts.start_job, acts.job_status, acts.inspect, acts.notify,
+        acts.drain, acts.reboot, acts.boot_state, acts.escalate, acts.record, acts.detect,
+        acts.dispatch, acts.shrink,
+    ]  # fmt: skip
+
+
+def build_worker(
+    client: Client, task_queue: str, acts: WardenActivities, timings: Timings | None = None
+) -> Worker:
+    t = timings or Timings()
+    return Worker(
+        client,
+        task_queue=task_queue,
+        workflows=WORKFLOWS,
+        activities=activity_functions(acts),
+        activity_executor=ThreadPoolExecutor(ACTIVITY_THREADS),
+        max_concurrent_activities=ACTIVITY_THREADS,
+        sticky_queue_schedule_to_start_timeout=timedelta(seconds=t.workflow_task_timeout_s),
+    )
+
+
+def sweep_workflow_id(cluster: str) -> str:
+    return f"warden-sweep-{cluster}"
+
+
+async def start_sweep(client: Client, cluster: str, task_queue: str, t: Timings, sweeps=0):
+    """Start the periodic sweep unless it already runs (one per cluster)."""
+    return await client.start_workflow(
+        SweepWorkflow.run,
+        SweepInput(t, task_queue, sweeps),
+        id=sweep_workflow_id(cluster),
+        task_queue=task_queue,
+        id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+        task_timeout=timedelta(seconds=t.workflow_task_timeout_s),
+    )
+
+
+async def request_shrink(client: Client, task_queue: str, inp: ShrinkInput) -> ShrinkResult:
+    """What training calls after dropping a replica group; the same request runs once."""
+    key = f"shrink-{inp.namespace}-{inp.name}-{inp.group}-{inp.replicas_to}"
+    return await client.execute_workflow(
+        ShrinkWorkflow.run,
+        inp,
+        id=key,
+        task_queue=task_queue,
+        id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+    )
+
+
+def activities_for(config: WardenConfig, fake: str | None = None) -> WardenActivities:
+    """Activities with the real adapters, or with the on-disk fake cluster at `fake`."""
+    from catalog import load_cluster
+
+    cluster = load_cluster(config.cluster)
+    settings = Settings(
+        cluster=cluster.name,
+        project=config.project or cluster.project,
+        job_namespace=config.jobs.namespace,
+        check_image=config.jobs.check_image,
+        diag_image=config.jobs.diag_image,
+        job_deadline_s=int(config.timings.check_timeout_s),
+        escalate_window_s=config.timings.escalate_window_s,
+        rules=config.rules,
+    )
+    sink = TeeSink(
+        JsonlSink(config.telemetry_path) if config.telemetry_path else None,
+        ClickHouseSink(config.clickhouse_url) if config.clickhouse_url else None,
+    )
+    if fake:
+        from warden.fakefleet import FakeCluster
+
+        fleet = FakeCluster(fake)
+        return WardenActivities(fleet.kube, fleet.gcp, fleet.prom, sink, settings)
+    from warden.gcp import RealGcp
+    from warden.kube import RealKube
+    from warden.prom import HttpPrometheus
+
+    prom = None
+    if config.prometheus:
+        p = config.prometheus
+        prom = HttpPrometheus(p.url, p.node_label, p.window)
+    gcp = RealGcp(config.location or cluster.region, cluster.name, config.repair)
+    return WardenActivities(RealKube(), gcp, prom, sink, settings)
+
+
+async def run(config: WardenConfig, fake: str | None = None, sweep: bool = True) -> None:
+    """Serve until cancelled: the worker, and (once per cluster) the periodic sweep."""
+    runtime = None
+    if config.metrics_address:
+        from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
+
+        metrics = PrometheusConfig(bind_address=config.metrics_address)
+        runtime = Runtime(telemetry=TelemetryConfig(metrics=metrics))
+    client = await Client.connect(
+        config.temporal.address, namespace=config.temporal.namespace, runtime=runtime
+    )
+    queue = config.temporal.task_queue
+    worker = build_worker(client, queue, activities_for(config, fake), config.timings)
+    if sweep:
+        await start_sweep(client, config.cluster, queue, config.timings)
+    await worker.run()
+
+
+def main(argv: list[str] | None = None) -> None:
+    from warden.cli import main as cli_main
+
+    cli_main(["worker", *(argv or [])])
+
+
+if __name__ == "__main__":
+    import sys
+
+    main(sys.argv[1:])

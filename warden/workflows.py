@@ -1,0 +1,237 @@
+"""Warden's workflows: deterministic, side-effect free, run in Temporal's sandbox.
+
+- `NodeWorkflow` (ID `node-<name>`, one per node): respond to a finding (definite: cordon;
+  ambiguous: node check Job, then cordon or clear), escalate on repeated cordons, else
+  recover: wait for the node to be free of user workloads (draining preemptible single-node
+  jobs after notifying their owners and a grace period), reboot, stress-test, uncordon.
+- `StressTestWorkflow` (ID `stress-<name>`, a child): DCGM diag Job at the configured level.
+- `SweepWorkflow`: periodic detection, starting node workflows for findings and for nodes
+  Warden cordoned earlier (the recovery sweep).
+- `ShrinkWorkflow`: lower a RayCluster worker group after training dropped a replica group.
+
+All side effects are activities (`warden.activities`); the remediation id is the run id.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy
+
+with workflow.unsafe.imports_passed_through():
+    from warden.activities import WardenActivities as A
+    from warden.model import (
+        AMBIGUOUS,
+        DetectInput,
+        DispatchInput,
+        DrainInput,
+        JobInput,
+        NodeAction,
+        NodeInput,
+        NodeResult,
+        RecordInput,
+        ShrinkInput,
+        ShrinkResult,
+        StressInput,
+        StressResult,
+        SweepInput,
+        SweepResult,
+        Timings,
+        Workload,
+        stress_workflow_id,
+    )
+
+NON_RETRYABLE = ["NodeGone", "NotFound"]
+
+
+def options(t: Timings, timeout_s: float | None = None) -> dict:
+    """Activity options: a short attempt timeout, so a crashed worker's attempt is retried."""
+    return {
+        "start_to_close_timeout": timedelta(seconds=timeout_s or t.activity_timeout_s),
+        "retry_policy": RetryPolicy(
+            initial_interval=timedelta(seconds=t.retry_initial_s),
+            maximum_interval=timedelta(seconds=t.retry_initial_s * 30),
+            non_retryable_error_types=NON_RETRYABLE,
+        ),
+    }
+
+
+async def run_job(t: Timings, node: str, rid: str, kind: str, level: int = 0) -> str:
+    """Start the node check or diag Job and poll it: succeeded, failed or timed out."""
+    ref = await workflow.execute_activity_method(
+        A.start_job, JobInput(node, rid, kind, level), **options(t)
+    )
+    deadline = workflow.now() + timedelta(seconds=t.check_timeout_s)
+    while True:
+        state = (await workflow.execute_activity_method(A.job_status, ref, **options(t))).state
+        if state in ("succeeded", "failed"):
+            return state
+        if state == "missing":
+            return "failed (Job deleted)"
+        if workflow.now() >= deadline:
+            return "timed out"
+        await workflow.sleep(t.poll_s)
+
+
+def _key(w: Workload) -> tuple[str, str, str]:
+    return w.namespace, w.kind, w.name
+
+
+def _names(found: list[Workload]) -> str:
+    return ", ".join(f"{w.namespace}/{w.name}" for w in found)
+
+
+@workflow.defn
+class NodeWorkflow:
+    def __init__(self) -> None:
+        self.phase = "starting"
+        self.actions: list[str] = []
+
+    @workflow.query
+    def current_phase(self) -> str:
+        return self.phase
+
+    async def _do(self, phase: str, method, arg, timeout_s: float | None = None):
+        self.phase = phase
+        result = await workflow.execute_activity_method(method, arg, **options(self.t, timeout_s))
+        self.actions.append(phase)
+        return result
+
+    def _done(self, node: str, outcome: str) -> NodeResult:
+        self.phase = outcome
+        return NodeResult(node, outcome, list(self.actions))
+
+    @workflow.run
+    async def run(self, inp: NodeInput) -> NodeResult:
+        self.t, self.mode = inp.timings, inp.mode
+        node, rid, reason = inp.node, workflow.info().run_id, inp.reason
+        if inp.mode == "respond":
+            if inp.severity == AMBIGUOUS:
+                self.phase = "check"
+                verdict = await run_job(self.t, node, rid, "check")
+                self.actions.append(f"check {verdict}")
+                if verdict == "succeeded":
+                    await self._do(
+                        "clear",
+                        A.record,
+                        RecordInput(node, rid, "clear", f"node check passed: {reason}"),
+                    )
+                    return self._done(node, "cleared")
+                reason = f"{reason}; node check {verdict}"
+            cordon = await self._do("cordon", A.cordon, NodeAction(node, rid, reason))
+            if cordon.recent_cordons >= self.t.escalate_after:
+                why = f"{cordon.recent_cordons} cordons within the window; {reason}"
+                return await self._escalate(node, rid, why)
+        return await self._recover(node, rid)
+
+    async def _escalate(self, node: str, rid: str, reason: str) -> NodeResult:
+        await self._do("escalate", A.escalate, NodeAction(node, rid, reason))
+        return self._done(node, "escalated")
+
+    async def _busy(self, node: str, rid: str, reason: str) -> NodeResult:
+        """Leave the node cordoned for the next recovery sweep. Only a fresh cordon records
+        it: a sweep that finds the node still busy says so in its history alone."""
+        if self.mode == "respond":
+            await self._do("busy", A.record, RecordInput(node, rid, "busy", reason))
+        return self._done(node, "busy")
+
+    async def _wait_idle(self, node: str, rid: str) -> str | None:
+        """Drain what may be drained; the blocking workloads' names, or None once idle."""
+        drains = 0
+        deadline = workflow.now() + timedelta(seconds=self.t.reboot_timeout_s)
+        while True:
+            report = await self._do("inspect", A.inspect, NodeAction(node, rid))
+            if report.blocking:
+                return f"user workloads run on the node: {_names(report.blocking)}"
+            if report.terminating and workflow.now() < deadline:
+                await workflow.sleep(self.t.poll_s)
+                continue
+            if not report.drainable and not report.terminating:
+                return None
+            if drains >= self.t.max_drain_rounds or report.terminating:
+                return f"pods keep running on the node: {_names(report.drainable) or 'terminating'}"
+            grace = self.t.drain_grace_s
+            await self._do("notify", A.notify, DrainInput(node, rid, report.drainable, grace))
+            await workflow.sleep(grace)
+            again = await self._do("inspect", A.inspect, NodeAction(node, rid))
+            if again.blocking:
+                return f"user workloads run on the node: {_names(again.blocking)}"
+            notified = {_key(w) for w in report.drainable}
+            still = [w for w in again.drainable if _key(w) in notified]
+            await self._do("drain", A.drain, DrainInput(node, rid, still, grace))
+            drains += 1
+
+    async def _recover(self, node: str, rid: str) -> NodeResult:
+        busy = await self._wait_idle(node, rid)
+        if busy:
+            return await self._busy(node, rid, busy)
+        reboot = await self._do("reboot", A.reboot, NodeAction(node, rid, "repair reboot"))
+        if reboot.detail == "busy":
+            return await self._busy(node, rid, "a workload arrived before the reboot")
+        deadline = workflow.now() + timedelta(seconds=self.t.reboot_timeout_s)
+        while True:
+            boot = await self._do("wait-boot", A.boot_state, NodeAction(node, rid))
+            if boot.rebooted and boot.ready:
+                break
+            if workflow.now() >= deadline:
+                return await self._escalate(node, rid, "node did not come back after a reboot")
+            await workflow.sleep(self.t.poll_s)
+        self.phase = "stress-test"
+        stress = await workflow.execute_child_workflow(
+            StressTestWorkflow.run, StressInput(node, rid, self.t), id=stress_workflow_id(node)
+        )
+        self.actions.append(f"diag {stress.detail}")
+        if stress.passed:
+            await self._do(
+                "uncordon", A.uncordon, NodeAction(node, rid, "DCGM diag passed after reboot")
+            )
+            return self._done(node, "uncordoned")
+        why = f"DCGM diag level {self.t.diag_level} {stress.detail} after reboot"
+        return await self._escalate(node, rid, why)
+
+
+@workflow.defn
+class StressTestWorkflow:
+    @workflow.run
+    async def run(self, inp: StressInput) -> StressResult:
+        t = inp.timings
+        verdict = await run_job(t, inp.node, inp.remediation_id, "diag", t.diag_level)
+        action = "diag-passed" if verdict == "succeeded" else "diag-failed"
+        reason = f"DCGM diag level {t.diag_level}: {verdict}"
+        record = RecordInput(inp.node, inp.remediation_id, action, reason)
+        await workflow.execute_activity_method(A.record, record, **options(t))
+        return StressResult(inp.node, verdict == "succeeded", verdict)
+
+
+@workflow.defn
+class SweepWorkflow:
+    @workflow.run
+    async def run(self, inp: SweepInput) -> SweepResult:
+        t = inp.timings
+        result = SweepResult(0, 0, 0)
+        while True:
+            detected = await workflow.execute_activity_method(
+                A.detect, DetectInput(result.sweeps), **options(t, max(t.activity_timeout_s, 120))
+            )
+            dispatched = await workflow.execute_activity_method(
+                A.dispatch,
+                DispatchInput(detected, t, inp.task_queue),
+                **options(t, max(t.activity_timeout_s, 300)),
+            )
+            result.sweeps += 1
+            result.started += dispatched.started
+            result.already_running += dispatched.already_running
+            if inp.sweeps and result.sweeps >= inp.sweeps:
+                return result
+            if result.sweeps >= t.sweeps_per_run:
+                left = inp.sweeps - result.sweeps if inp.sweeps else 0
+                workflow.continue_as_new(SweepInput(t, inp.task_queue, left))
+            await workflow.sleep(t.sweep_period_s)
+
+
+@workflow.defn
+class ShrinkWorkflow:
+    @workflow.run
+    async def run(self, inp: ShrinkInput) -> ShrinkResult:
+        return await workflow.execute_activity_method(A.shrink, inp, **options(Timings()))
