@@ -97,6 +97,10 @@ class Accelerator(Strict):
     allocatable_cpu: float = Field(gt=0, description="CPU a pod may request on one node")
     allocatable_memory: str = Field(description="memory a pod may request on one node")
     local_ssd_count: int = Field(ge=0)
+    host_maintenance_interval: Literal["PERIODIC", "AS_NEEDED"] | None = Field(
+        default=None,
+        description="GCE host maintenance cadence of reserved node pools (A3 Mega: PERIODIC)",
+    )
     default_shm: str = Field(description="/dev/shm size for a whole-node pod")
     network: GpuNetwork
     nccl_env: dict[str, str] = Field(description="NCCL environment every GPU container gets")

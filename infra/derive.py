@@ -69,6 +69,13 @@ def gke_taint(taint: dict[str, str]) -> dict[str, str]:
     return {"key": taint["key"], "value": taint["value"], "effect": GKE_EFFECT[taint["effect"]]}
 
 
+def host_maintenance_interval(pool: GpuPool) -> str | None:
+    """PERIODIC for reserved A3 Mega pools (spot VMs take GCE's default), else None."""
+    if pool.spot:
+        return None
+    return accelerator(pool.accelerator).host_maintenance_interval
+
+
 def pool_labels(pool: GpuPool) -> dict[str, str]:
     """Labels our GPU node pools add (GKE adds accelerator, node pool and spot labels itself)."""
     return names.gpu_node_labels(pool.resource_group)

@@ -114,10 +114,12 @@ def run(
     config: dict[str, object] | None = None,
     root: Path | None = None,
     record: ProgramRun | None = None,
+    source: str = "--set",
 ) -> ProgramRun:
     """Run the program for stack `name` under mocks, filling `record` (a new one by default).
 
-    A bad cluster definition raises InputError before any resource is declared.
+    `config` holds stack settings (`source` names where they came from, for errors). A bad
+    cluster definition or setting raises InputError before any resource is declared.
     """
     from infra.program import deploy
     from infra.settings import Settings
@@ -133,7 +135,7 @@ def run(
 
     @pulumi.runtime.test
     def program():
-        outputs = deploy(name, Settings.from_config(), root)
+        outputs = deploy(name, Settings.from_config(source), root)
         return pulumi.Output.from_input(outputs).apply(record.outputs.update)
 
     program()

@@ -1,12 +1,14 @@
 """Offline plan: what the infra program declares for a cluster, without Pulumi CLI or cloud.
 
 Runs `infra.program.deploy` under Pulumi's mocks and prints the resource graph (components
-and their children, each with its type, name and key inputs) and the stack outputs. Output
-is sorted, so a pull request that changes `clusters/` can paste the diff of two plans.
+and their children, each with its type, name and key inputs, one input a line) and the
+stack outputs. Output is sorted, so a pull request that changes `clusters/` can paste the
+diff of two plans.
 
     python -m infra.plan mega-euw4                # text tree
     python -m infra.plan ultra-usc1 --json        # every input of every resource
     python -m infra.plan ultra-usc1 --set awaitingDelivery='["h200-main"]'
+    python -m infra.plan --write                  # rewrite infra/plans/*.txt (committed)
 
 Exit codes: 0 ok, 2 bad input (one line on stderr, nothing declared).
 """
@@ -16,9 +18,13 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 
 from catalog import InputError
 from runner import exitcodes
+
+PLANS = Path(__file__).resolve().parent / "plans"
+"""Committed plans, one per cluster: a change to clusters/ or infra/ shows up in their diff."""
 
 # Inputs worth a glance per resource type (dotted paths into the camelCase inputs).
 KEY_INPUTS: dict[str, list[str]] = {
@@ -43,6 +49,7 @@ KEY_INPUTS: dict[str, list[str]] = {
         "nodeConfig.guestAccelerators",
         "nodeConfig.reservationAffinity",
         "nodeConfig.spot",
+        "nodeConfig.hostMaintenancePolicy.maintenanceInterval",
         "placementPolicy.type",
         "nodeConfig.labels",
         "nodeConfig.taints",
@@ -54,6 +61,7 @@ KEY_INPUTS: dict[str, list[str]] = {
         "timeWindow",
         "specificSkuProperties.totalCount",
         "specificSkuProperties.instanceProperties.machineType",
+        "specificSkuProperties.instanceProperties.maintenanceInterval",
     ],
     "gcp:storage/bucket:Bucket": ["location", "publicAccessPrevention", "lifecycleRules"],
     "gcp:artifactregistry/repository:Repository": ["location", "format"],
@@ -99,14 +107,22 @@ def _ints(value: object) -> object:
     return value
 
 
-def describe(resource) -> str:
-    """`type  name  key=value ...` for one resource."""
-    parts = [resource.type, resource.name]
+def describe(resource, indent: str) -> list[str]:
+    """`type  name`, then one `path: value` line per key input (a list of objects: a line each).
+
+    One fact per line, so the diff of two plans shows exactly the inputs that changed.
+    """
+    lines = [f"{indent}{resource.type}  {resource.name}"]
     for path in KEY_INPUTS.get(resource.type, []):
         value = pick(resource.inputs, path)
-        if value not in (None, [], {}):
-            parts.append(f"{path}={compact(value)}")
-    return "  ".join(parts)
+        if value in (None, [], {}):
+            continue
+        if isinstance(value, list) and len(value) > 1 and any(isinstance(v, dict) for v in value):
+            lines.append(f"{indent}    {path}:")
+            lines += [f"{indent}      - {compact(v)}" for v in value]
+        else:
+            lines.append(f"{indent}    {path}: {compact(value)}")
+    return lines
 
 
 def text_plan(run, cluster: str) -> str:
@@ -118,7 +134,7 @@ def text_plan(run, cluster: str) -> str:
             (r for r in run.resources if r.parent == parent), key=lambda r: (r.type, r.name)
         )
         for kid in kids:
-            lines.append("  " * depth + describe(kid))
+            lines.extend(describe(kid, "  " * depth))
             walk(kid.urn, depth + 1)
 
     walk(None, 0)
@@ -143,25 +159,36 @@ def json_plan(run) -> str:
     return json.dumps({"resources": rows, "outputs": run.outputs}, indent=2, sort_keys=True)
 
 
-def parse_sets(pairs: list[str]) -> dict[str, object]:
-    """`key=value` pairs; a value that parses as JSON (lists, numbers) is taken as JSON."""
-    config: dict[str, object] = {}
+def parse_sets(pairs: list[str]) -> dict[str, str]:
+    """`key=value` pairs, values kept as text (lists as JSON: awaitingDelivery='["pool"]')."""
+    config: dict[str, str] = {}
     for pair in pairs:
         key, sep, value = pair.partition("=")
         if not sep or not key:
             raise InputError("--set", None, f"expected key=value, got {pair!r}")
-        try:
-            config[key] = json.loads(value)
-        except json.JSONDecodeError:
-            config[key] = value
+        config[key] = value
     return config
+
+
+def write_plans() -> list[Path]:
+    """Write `infra/plans/<cluster>.txt` for every cluster (the committed plans)."""
+    from catalog import cluster_names
+    from infra.mocks import run
+
+    PLANS.mkdir(exist_ok=True)
+    written = []
+    for name in cluster_names():
+        path = PLANS / f"{name}.txt"
+        path.write_text(text_plan(run(name), name) + "\n")
+        written.append(path)
+    return written
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m infra.plan", description=__doc__.split("\n")[0]
     )
-    parser.add_argument("cluster", help="stack name = folder under clusters/")
+    parser.add_argument("cluster", nargs="?", help="stack name = folder under clusters/")
     parser.add_argument("--json", action="store_true", help="every input, as JSON")
     parser.add_argument(
         "--set",
@@ -170,10 +197,19 @@ def main(argv: list[str] | None = None) -> int:
         metavar="KEY=VALUE",
         help="stack config, e.g. revision=v1.2 (repeatable)",
     )
+    parser.add_argument(
+        "--write", action="store_true", help="rewrite infra/plans/<cluster>.txt for every cluster"
+    )
     args = parser.parse_args(argv)
+    if args.write != (args.cluster is None) or (args.write and (args.json or args.set)):
+        parser.error("give a CLUSTER, or --write alone")
     from infra.mocks import run
 
     try:
+        if args.write:
+            for path in write_plans():
+                print(f"wrote {path.relative_to(PLANS.parent.parent)}")
+            return exitcodes.OK
         result = run(args.cluster, parse_sets(args.set))
     except InputError as err:
         print(err.line(), file=sys.stderr)

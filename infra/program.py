@@ -14,12 +14,13 @@ import pulumi
 
 from catalog import InputError
 from infra import derive, validate
-from infra.settings import Settings
+from infra.settings import Settings, stack_file
 
 
 def deploy(name: str, settings: Settings, root: Path | None = None) -> dict[str, object]:
     """Declare everything cluster `name` needs; returns the exported outputs."""
     spec = validate.check(name, root)
+    validate.check_settings(spec, settings)
     from infra.components.argocd import ArgoCD
     from infra.components.cluster import Cluster
     from infra.components.identity import Identity
@@ -54,6 +55,6 @@ def main() -> None:
     stack = pulumi.get_stack()
     try:
         validate.check(stack)  # before reading config: a wrong stack name is the likelier mistake
-        deploy(stack, Settings.from_config())
+        deploy(stack, Settings.from_config(stack_file(stack)))
     except InputError as err:
         raise pulumi.RunError(err.line()) from None

@@ -5,6 +5,8 @@ unknown accelerators, non-spot pools without a reservation and overlapping CIDRs
 the rules only infra needs. Every failure is one `catalog.InputError` naming file and field.
 
     python -c "import infra.validate as v; v.check('mega-euw4')"
+
+`check_settings` does the same for the stack settings that name parts of the cluster.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from pathlib import Path
 from catalog import Cluster, InputError, accelerator, load_cluster
 from catalog.loader import cluster_file
 from infra import derive
+from infra.settings import Settings
 
 # Google service account ids are 6 to 30 characters; ours are "<cluster>-<role>".
 SA_ID_MAX = 30
@@ -30,6 +33,19 @@ def check(name: str, root: Path | None = None) -> Cluster:
     for rule in (_name_fits, _nic_subnets_fit, _rdma_pools_one_zone):
         rule(cluster, source)
     return cluster
+
+
+def check_settings(cluster: Cluster, settings: Settings) -> None:
+    """Stack settings that name parts of the cluster must name real ones."""
+    reserved = [p.name for p in cluster.gpu_pools if not p.spot]
+    for name in settings.awaiting_delivery:
+        if name not in reserved:
+            known = ", ".join(reserved) or "none"
+            raise InputError(
+                settings.source,
+                "awaitingDelivery",
+                f"{name!r} is not a reserved GPU pool of {cluster.name} (known: {known})",
+            )
 
 
 def _source(path: Path) -> str:

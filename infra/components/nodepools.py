@@ -2,7 +2,8 @@
 
 GPU pools: machine type and accelerators from the accelerator catalog with GKE-managed driver
 installation, SPECIFIC_RESERVATION affinity (or spot with no reservation), a
-`FutureReservation` where the cluster file says `future:`, compact placement, auto-repair,
+`FutureReservation` where the cluster file says `future:` (infra/components/reservations.py),
+PERIODIC host maintenance on A3 Mega, compact placement, auto-repair,
 auto-upgrade one node at a time, the GPU (and spot) taints and labels from `catalog.labels`,
 the extra GPU NICs, gVNIC, local SSDs and no public IPs.
 """
@@ -17,13 +18,13 @@ from catalog import labels as names
 from infra import derive
 from infra.components import TYPE_PREFIX
 from infra.components.network import Network
+from infra.components.reservations import future_reservation
 from infra.settings import Settings
 
 RESERVATION_KEY = "compute.googleapis.com/reservation-name"
 DRIVER_VERSION = "LATEST"
 IMAGE_TYPE = "COS_CONTAINERD"
 MAX_PODS_PER_GPU_NODE = 32
-LOCAL_SSD_GB = "375"
 SCOPES = ["https://www.googleapis.com/auth/cloud-platform"]
 # Reserved capacity has no spare machines to surge into: replace one node at a time.
 RESERVED_UPGRADE = {"strategy": "SURGE", "max_surge": 0, "max_unavailable": 1}
@@ -92,7 +93,8 @@ class NodePools(pulumi.ComponentResource):
         acc = accelerator(pool.accelerator)
         depends = []
         if pool.reservation is not None and pool.reservation.future is not None:
-            self.future[pool.name] = self._future_reservation(pool)
+            opts = pulumi.ResourceOptions(parent=self)
+            self.future[pool.name] = future_reservation(self.spec, pool, opts)
             depends.append(self.future[pool.name])
         node_config = {
             **self._base_node_config(),
@@ -109,6 +111,9 @@ class NodePools(pulumi.ComponentResource):
             "taints": [derive.gke_taint(t) for t in derive.pool_taints(pool)],
             **self._capacity(pool),
         }
+        interval = derive.host_maintenance_interval(pool)
+        if interval:
+            node_config["host_maintenance_policy"] = {"maintenance_interval": interval}
         waiting = pool.name in self.settings.awaiting_delivery
         return gcp.container.NodePool(
             f"{self.spec.name}-{pool.name}",
@@ -159,44 +164,3 @@ class NodePools(pulumi.ComponentResource):
                 "autoscaling": {"total_min_node_count": 0, "total_max_node_count": pool.nodes},
             }
         return {"node_count": 0 if waiting else pool.nodes}
-
-    def _future_reservation(self, pool: GpuPool) -> gcp.compute.FutureReservation:
-        acc = accelerator(pool.accelerator)
-        res = pool.reservation
-        assert res is not None and res.future is not None
-        return gcp.compute.FutureReservation(
-            f"{self.spec.name}-{res.name}",
-            name=f"{res.name}-future",
-            project=res.project or self.spec.project,
-            zone=pool.zone,
-            reservation_name=res.name,
-            planning_status="SUBMITTED",
-            specific_reservation_required=True,
-            auto_delete_auto_created_reservations=res.future.auto_delete,
-            deployment_type="DENSE" if pool.placement == "compact" else "FLEXIBLE",
-            time_window={
-                "start_time": _rfc3339(res.future.start_time),
-                "end_time": _rfc3339(res.future.end_time),
-            },
-            specific_sku_properties={
-                "total_count": str(pool.nodes),
-                "instance_properties": {
-                    "machine_type": acc.machine_type,
-                    "guest_accelerators": [
-                        {
-                            "accelerator_type": acc.gke_accelerator,
-                            "accelerator_count": acc.gpus_per_node,
-                        }
-                    ],
-                    "local_ssds": [
-                        {"disk_size_gb": LOCAL_SSD_GB, "interface": "NVME"}
-                        for _ in range(acc.local_ssd_count)
-                    ],
-                },
-            },
-            opts=pulumi.ResourceOptions(parent=self),
-        )
-
-
-def _rfc3339(moment) -> str:
-    return moment.isoformat().replace("+00:00", "Z")

@@ -111,3 +111,24 @@ def test_ksa_member():
     assert derive.ksa_member(cluster, "research", "training") == (
         "serviceAccount:reve-train-ultra.svc.id.goog[research/training]"
     )
+
+
+@pytest.mark.parametrize(
+    ("base", "spot", "interval"),
+    [("mega-euw4", False, "PERIODIC"), ("mega-euw4", True, None), ("ultra-usc1", False, None)],
+)
+def test_host_maintenance_interval(base, spot, interval):
+    extra = {"reservation": None, "spot": True} if spot else {}
+    _, pool = with_pool(base, **extra)
+    assert derive.host_maintenance_interval(pool) == interval
+
+
+@pytest.mark.parametrize(("base", "interval"), [("mega-euw4", "PERIODIC"), ("ultra-usc1", None)])
+def test_future_reservation_sku_matches_the_pool(base, interval):
+    from infra.components.reservations import instance_properties
+
+    _, pool = with_pool(base)
+    props = instance_properties(pool)
+    assert props.get("maintenance_interval") == interval
+    assert props["machine_type"] == {"mega-euw4": "a3-megagpu-8g"}.get(base, "a3-ultragpu-8g")
+    assert len(props["local_ssds"]) == {"mega-euw4": 16}.get(base, 32)

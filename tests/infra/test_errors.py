@@ -99,3 +99,20 @@ def test_pulumi_entry_point_turns_input_error_into_run_error(monkeypatch):
     assert (
         str(err.value) == "stack: unknown cluster 'no-such-cluster' (known: mega-euw4, ultra-usc1)"
     )
+
+
+def test_pulumi_entry_point_names_the_stack_file_for_a_bad_setting(monkeypatch):
+    from infra import program, settings
+
+    monkeypatch.setattr(pulumi, "get_stack", lambda: "ultra-usc1")
+    values = {**settings.project_defaults(), "reve-infra:awaitingDelivery": '["h200-x"]'}
+    pulumi.runtime.set_all_config(values)
+    try:
+        with pytest.raises(pulumi.RunError) as err:
+            program.main()
+    finally:
+        pulumi.runtime.set_all_config(settings.project_defaults())
+    assert str(err.value) == (
+        "infra/Pulumi.ultra-usc1.yaml: awaitingDelivery: 'h200-x' is not a reserved GPU pool "
+        "of ultra-usc1 (known: h200-main)"
+    )

@@ -30,12 +30,33 @@ def test_text_plan_shows_components_children_and_outputs(programs):
         "reve:infra:NodePools",
         "reve:infra:Storage",
     ]
-    pool = next(line for line in lines if "NodePool  ultra-usc1-h200-main" in line)
-    assert pool.startswith("  gcp:container/nodePool:NodePool")
-    assert "nodeConfig.machineType=a3-ultragpu-8g" in pool
-    assert "nodeCount=128" in pool
-    assert '"consumeReservationType":"SPECIFIC_RESERVATION"' in pool
+    start = lines.index("  gcp:container/nodePool:NodePool  ultra-usc1-h200-main")
+    block = lines[
+        start + 1 : lines.index("  gcp:container/nodePool:NodePool  ultra-usc1-h200-spot")
+    ]
+    assert "      nodeConfig.machineType: a3-ultragpu-8g" in block
+    assert "      nodeCount: 128" in block
+    assert "      placementPolicy.type: COMPACT" in block
+    [affinity] = [line for line in block if "reservationAffinity" in line]
+    assert '"consumeReservationType":"SPECIFIC_RESERVATION"' in affinity
+    nics = block.index("      networkConfig.additionalNodeNetworkConfigs:")
+    assert block[nics + 1].startswith("        - {") and len(block[nics + 1 :]) == 9
     assert "registry_url = us-docker.pkg.dev/reve-train-ultra/training" in lines
+
+
+@pytest.mark.parametrize("name", ["mega-euw4", "ultra-usc1"])
+def test_committed_plan_is_current(programs, name):
+    """infra/plans/<cluster>.txt is what the program declares now (a PR shows its diff)."""
+    committed = (plan.PLANS / f"{name}.txt").read_text()
+    assert plan.text_plan(programs[name], name) + "\n" == committed, (
+        "run `python -m infra.plan --write` and review the diff of infra/plans/"
+    )
+
+
+def test_every_cluster_has_a_committed_plan():
+    from catalog import cluster_names
+
+    assert sorted(p.stem for p in plan.PLANS.glob("*.txt")) == cluster_names()
 
 
 def test_plan_is_deterministic(programs):
@@ -74,10 +95,41 @@ def test_awaiting_delivery_declares_zero_nodes(capsys):
     assert counts["h200-main"] == 0
 
 
-@pytest.mark.parametrize("bad", ["novalue", "=x"])
-def test_bad_set_is_one_line(capsys, bad):
-    assert plan.main(["mega-euw4", "--set", bad]) == 2
-    assert capsys.readouterr().err.count("\n") == 1
+@pytest.mark.parametrize(
+    ("bad", "message"),
+    [
+        ("novalue", "--set: expected key=value, got 'novalue'"),
+        ("=x", "--set: expected key=value, got '=x'"),
+        ("awaitingDelivery=h200-main", "--set: awaitingDelivery: expected a JSON list of strings"),
+        ('awaitingDelivery=["nope"]', "--set: awaitingDelivery: 'nope' is not a reserved GPU"),
+        (
+            'awaitingDelivery=["h200-spot"]',
+            "--set: awaitingDelivery: 'h200-spot' is not a",
+        ),
+        ('adminCidrs=["10.0.0.300/32"]', "--set: adminCidrs: '10.0.0.300/32' is not a CIDR"),
+        ("adminCidrs=10.0.0.0/8", "--set: adminCidrs: expected a JSON list of strings"),
+        ("repoUrl=", "--set: repoUrl: required"),
+        ('awaitingDelivry=["h200-main"]', "--set: awaitingDelivry: unknown setting (known: "),
+    ],
+)
+def test_bad_set_is_one_line(capsys, bad, message):
+    assert plan.main(["ultra-usc1", "--set", bad]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("\n") == 1 and err.startswith(message), err
+
+
+def test_set_values_stay_text():
+    assert plan.parse_sets(["revision=1.10", "adminCidrs=[]"]) == {
+        "revision": "1.10",
+        "adminCidrs": "[]",
+    }
+
+
+@pytest.mark.parametrize("argv", [[], ["--write", "mega-euw4"], ["--write", "--json"]])
+def test_cluster_or_write(argv):
+    with pytest.raises(SystemExit) as exit_:
+        plan.main(argv)
+    assert exit_.value.code == 2
 
 
 @pytest.mark.parametrize(

@@ -77,11 +77,24 @@ def test_gpu_pools_match_the_accelerator_catalog(program, spec):
         assert (gpu["type"], gpu["count"]) == (acc.gke_accelerator, acc.gpus_per_node)
         assert gpu["gpuDriverInstallationConfig"]["gpuDriverVersion"] == "LATEST"
         assert config["ephemeralStorageLocalSsdConfig"]["localSsdCount"] == acc.local_ssd_count
-        assert config["gvnic"] == {"enabled": True}
+        assert config.get("gvnic") == {"enabled": True}
         assert inputs["nodeLocations"] == [pool.zone]
         assert inputs["management"] == {"autoRepair": True, "autoUpgrade": True}
         placement = inputs.get("placementPolicy")
         assert placement == ({"type": "COMPACT"} if pool.placement == "compact" else None)
+        # A3 Mega takes PERIODIC host maintenance (as XPK and Cluster Toolkit create it).
+        periodic = acc.machine_type == "a3-megagpu-8g" and not pool.spot
+        wanted = {"maintenanceInterval": "PERIODIC"} if periodic else None
+        assert config.get("hostMaintenancePolicy") == wanted
+
+
+def test_compact_pools_have_one_zone(program, spec):
+    """COMPACT placement needs exactly one zone: per pool, even in a two-zone cluster."""
+    compact = [i for i in pools(program).values() if i.get("placementPolicy")]
+    assert len(compact) == sum(p.placement == "compact" for p in spec.gpu_pools)
+    for inputs in compact:
+        assert inputs["placementPolicy"] == {"type": "COMPACT"}
+        assert len(inputs["nodeLocations"]) == 1, inputs["name"]
 
 
 def test_buckets_are_not_public(program, spec):
@@ -187,6 +200,9 @@ def test_future_reservation_where_the_catalog_says_so(program, spec):
         assert len(sku["instanceProperties"]["localSsds"]) == acc.local_ssd_count
         assert fr.inputs["zone"] == pool.zone
         assert fr.inputs["specificReservationRequired"] is True
+        pool_config = by_pool[pool.name].inputs["nodeConfig"]
+        interval = pool_config.get("hostMaintenancePolicy", {}).get("maintenanceInterval")
+        assert sku["instanceProperties"].get("maintenanceInterval") == interval
         assert fr.inputs["timeWindow"]["startTime"].startswith(
             pool.reservation.future.start_time.strftime("%Y-%m-%dT%H:%M:%S")
         )

@@ -3,11 +3,13 @@
 Every example run under runs/examples/ is rendered with `runner.render.render_run`; each pod
 template must select at least one node pool the infra program declares (its nodeSelector a
 subset of the pool's node labels) and tolerate every taint of that pool. A non-preemptible
-run must not tolerate its way onto a spot pool.
+run must not tolerate its way onto a spot pool. Every network a pod names in its
+`networking.gke.io/interfaces` annotation must be a GKE Network object infra declares.
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -19,6 +21,8 @@ from .conftest import pools
 
 EXAMPLES = sorted((repo_root() / "runs" / "examples").glob("*.yaml"))
 GPU_RESOURCE = "nvidia.com/gpu"
+INTERFACES = "networking.gke.io/interfaces"
+GKE_NETWORK = "kubernetes:networking.gke.io/v1:Network"
 K8S_EFFECT = {"NO_SCHEDULE": "NoSchedule", "NO_EXECUTE": "NoExecute"}
 K8S_EFFECT["PREFER_NO_SCHEDULE"] = "PreferNoSchedule"
 
@@ -33,6 +37,19 @@ def pod_specs(manifest: object):
     elif isinstance(manifest, list):
         for item in manifest:
             yield from pod_specs(item)
+
+
+def interface_networks(manifest: object):
+    """Network names of every `networking.gke.io/interfaces` annotation inside a manifest."""
+    if isinstance(manifest, dict):
+        annotations = manifest.get("annotations")
+        if isinstance(annotations, dict) and INTERFACES in annotations:
+            yield from (i["network"] for i in json.loads(annotations[INTERFACES]))
+        for value in manifest.values():
+            yield from interface_networks(value)
+    elif isinstance(manifest, list):
+        for item in manifest:
+            yield from interface_networks(item)
 
 
 def node_labels(inputs: dict) -> dict[str, str]:
@@ -112,3 +129,24 @@ def test_rendered_pods_land_on_declared_pools(programs, path: Path):
                 assert not set(fits) & spot_pools, f"{path.name} would land on spot pools"
         else:
             assert fits == [cluster.cpu_pool.name], f"{path.name}: CPU pod fits {fits}"
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=[p.stem for p in EXAMPLES])
+def test_pod_interfaces_name_declared_networks(programs, path: Path):
+    from runner.render import render_run
+    from runner.spec import load_run
+
+    spec = load_run(path)
+    program = programs[spec.cluster]
+    declared = {r.inputs["metadata"]["name"] for r in program.of_type(GKE_NETWORK)}
+    named = {n for m in render_run(spec) for n in interface_networks(m)} - {"default"}
+    assert named <= declared, f"{path.name} names undeclared networks {named - declared}"
+
+
+def test_gpu_runs_name_interfaces():
+    """The interface check above is not vacuous: GPU examples do name NIC networks."""
+    from runner.render import render_run
+    from runner.spec import load_run
+
+    named = {n for p in EXAMPLES for m in render_run(load_run(p)) for n in interface_networks(m)}
+    assert {"vpc1", "rdma-0", "gvnic-1"} <= named

@@ -1,0 +1,121 @@
+"""The policy tests can fail: each breaks when one recorded input breaks its rule.
+
+Every case copies a program run, changes one input the way a careless edit of
+`infra/components/` would, and runs the policy test on the copy.
+"""
+
+from __future__ import annotations
+
+import copy
+import inspect
+
+import pytest
+
+from catalog import load_cluster
+
+from . import test_policy as policy
+from . import test_runner_crosscheck as crosscheck
+from .conftest import NODE_POOL
+
+GPU_POOL = "ultra-usc1-h200-main"
+MEGA_POOL = "mega-euw4-h100-b"
+
+
+def inputs_of(program, name: str, type_: str = NODE_POOL) -> dict:
+    [resource] = [r for r in program.resources if r.type == type_ and r.name == name]
+    return resource.inputs
+
+
+def any_reservation(p):
+    inputs_of(p, GPU_POOL)["nodeConfig"]["reservationAffinity"] = {
+        "consumeReservationType": "ANY_RESERVATION"
+    }
+
+
+def public_nodes(p):
+    inputs_of(p, GPU_POOL)["networkConfig"]["enablePrivateNodes"] = False
+
+
+def untainted(p):
+    inputs_of(p, GPU_POOL)["nodeConfig"]["taints"] = []
+
+
+def public_bucket(p):
+    inputs_of(p, "reve-ultra-usc1-checkpoints", "gcp:storage/bucket:Bucket")[
+        "publicAccessPrevention"
+    ] = "inherited"
+
+
+def all_users_reader(p):
+    grant = p.of_type("gcp:storage/bucketIAMMember:BucketIAMMember")[0]
+    grant.inputs["member"] = "allUsers"
+
+
+def editor_role(p):
+    p.of_type("gcp:projects/iAMMember:IAMMember")[0].inputs["role"] = "roles/editor"
+
+
+def floating_chart(p):
+    p.of_type("kubernetes:helm.sh/v3:Release")[0].inputs["version"] = "10.x"
+
+
+def two_zone_compact(p):
+    inputs_of(p, GPU_POOL)["nodeLocations"] = ["us-central1-b", "us-central1-c"]
+
+
+def no_gvnic(p):
+    del inputs_of(p, GPU_POOL)["nodeConfig"]["gvnic"]
+
+
+def no_periodic_maintenance(p):
+    del inputs_of(p, MEGA_POOL)["nodeConfig"]["hostMaintenancePolicy"]
+
+
+CASES = [
+    (
+        "ultra-usc1",
+        any_reservation,
+        policy.test_every_reserved_gpu_pool_is_bound_to_its_reservation,
+    ),
+    ("ultra-usc1", public_nodes, policy.test_no_node_has_a_public_ip),
+    ("ultra-usc1", untainted, policy.test_gpu_pools_are_tainted),
+    ("ultra-usc1", public_bucket, policy.test_buckets_are_not_public),
+    ("ultra-usc1", all_users_reader, policy.test_buckets_are_not_public),
+    ("ultra-usc1", editor_role, policy.test_service_accounts_have_no_basic_roles),
+    ("ultra-usc1", floating_chart, policy.test_versions_pinned),
+    ("ultra-usc1", two_zone_compact, policy.test_compact_pools_have_one_zone),
+    ("ultra-usc1", no_gvnic, policy.test_gpu_pools_match_the_accelerator_catalog),
+    ("mega-euw4", no_periodic_maintenance, policy.test_gpu_pools_match_the_accelerator_catalog),
+]
+
+
+@pytest.mark.parametrize(("cluster", "mutate", "rule"), CASES, ids=[c[1].__name__ for c in CASES])
+def test_policy_catches(programs, cluster, mutate, rule):
+    program = copy.deepcopy(programs[cluster])
+    fixtures = {"program": program, "spec": load_cluster(cluster), "cluster_name": cluster}
+    wanted = {name: fixtures[name] for name in inspect.signature(rule).parameters}
+    rule(**wanted)  # holds on the real program
+    mutate(program)
+    with pytest.raises(AssertionError):
+        rule(**wanted)
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        lambda config: config["labels"].update({"platform.reve.dev/pool": "gpu-x"}),
+        lambda config: config["taints"].append(
+            {"key": "example.com/extra", "value": "1", "effect": "NO_SCHEDULE"}
+        ),
+    ],
+    ids=["label", "taint"],
+)
+def test_crosscheck_catches_labels_or_taints_the_runner_does_not_render(programs, change):
+    mutated = copy.deepcopy(programs)
+    for resource in mutated["ultra-usc1"].of_type(NODE_POOL):
+        if "guestAccelerators" in resource.inputs["nodeConfig"]:
+            change(resource.inputs["nodeConfig"])
+    [tiny_lm] = [p for p in crosscheck.EXAMPLES if p.stem == "tiny-lm"]
+    crosscheck.test_rendered_pods_land_on_declared_pools(programs, tiny_lm)
+    with pytest.raises(AssertionError, match="no node pool matches"):
+        crosscheck.test_rendered_pods_land_on_declared_pools(mutated, tiny_lm)
