@@ -75,6 +75,10 @@ def main(argv: list[str] | None = None) -> None:
     except click.exceptions.Abort:
         click.echo("aborted", err=True)
         sys.exit(exitcodes.FAILURE)
+    except click.UsageError as err:
+        where = err.ctx.command_path if err.ctx else "runner"
+        click.echo(f"error: command line: {err.format_message()} (see {where} --help)", err=True)
+        sys.exit(exitcodes.USAGE)
     except click.ClickException as err:
         err.show()
         sys.exit(exitcodes.USAGE if err.exit_code == 2 else err.exit_code)

@@ -124,6 +124,15 @@ def orphans(expected: set[Path], root: Path | None = None) -> list[Path]:
     return found
 
 
+class GitError(RuntimeError):
+    """A git command failed (the message is one line: the command and git's last line)."""
+
+
+def _last_line(text: str) -> str:
+    lines = text.strip().splitlines()
+    return lines[-1] if lines else "failed"
+
+
 def git(root: Path, *args: str, env: dict | None = None, check: bool = True) -> str:
     result = subprocess.run(
         ["git", *args],
@@ -133,14 +142,18 @@ def git(root: Path, *args: str, env: dict | None = None, check: bool = True) -> 
         env={**os.environ, **(env or {})},
     )
     if check and result.returncode != 0:
-        raise RuntimeError(f"git {' '.join(args)}: {result.stderr.strip()}")
+        raise GitError(f"git {' '.join(args)}: {_last_line(result.stderr)}")
     return result.stdout.strip()
 
 
 def is_git_repo(root: Path) -> bool:
-    result = subprocess.run(
-        ["git", "rev-parse", "--is-inside-work-tree"], cwd=root, capture_output=True, text=True
-    )
+    """A git work tree (False too when git is not installed: the files are then written)."""
+    try:
+        result = subprocess.run(
+            ["git", "rev-parse", "--is-inside-work-tree"], cwd=root, capture_output=True, text=True
+        )
+    except FileNotFoundError:
+        return False
     return result.returncode == 0 and result.stdout.strip() == "true"
 
 
@@ -175,7 +188,7 @@ def git_input(root: Path, text: str, *args: str) -> str:
         ["git", *args], cwd=root, input=text, capture_output=True, text=True, check=False
     )
     if result.returncode != 0:
-        raise RuntimeError(f"git {' '.join(args)}: {result.stderr.strip()}")
+        raise GitError(f"git {' '.join(args)}: {_last_line(result.stderr)}")
     return result.stdout.strip()
 
 

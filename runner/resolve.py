@@ -6,7 +6,7 @@ value came from (the run file and key, or the flag).
 
     from runner.resolve import resolve
     plan = resolve(load_run("runs/examples/tiny-lm.yaml"))
-    plan.totals()  # "2 pods × 8 GPUs = 16 GPUs, 432 CPUs, 5.27Ti"
+    plan.totals()  # "2 pods × 8 H200 GPUs = 16 GPUs, 432 CPUs, 5.27 TiB"
 """
 
 from __future__ import annotations
@@ -17,14 +17,16 @@ from dataclasses import dataclass, field
 from catalog import labels
 from catalog.loader import accelerator as find_accelerator
 from catalog.loader import load_cluster
-from catalog.quantity import QuantityError, format_bytes, format_cpu, parse_bytes, parse_cpu
+from catalog.quantity import format_bytes, format_cpu, parse_bytes
 from catalog.schema import Accelerator, Cluster, GpuPool
 from runner.spec import RunSpec
+from runner.validation.requests import bytes_request, check_fits, cpu_request
 
 CPU_ONLY_CPUS = 4.0
 CPU_ONLY_MEMORY = 16 * 2**30
 CPU_ONLY_SHM = 2**30
 GIB = 2**30
+POD, HEAD = ("cpus", "memory"), ("head_cpus", "head_memory")
 
 
 @dataclass(frozen=True)
@@ -49,11 +51,11 @@ class Plan:
         return self.accelerator is not None and self.gpus == self.accelerator.gpus_per_node
 
     def totals(self) -> str:
-        """Job totals: `2 pods × 8 GPUs = 16 GPUs, 432 CPUs, 5.27Ti`."""
+        """Job totals: `2 pods × 8 H200 GPUs = 16 GPUs, 160 CPUs, 1 TiB` (head not counted)."""
         pods = self.spec.pods
         noun = "pod" if pods == 1 else "pods"
         cpus = format_cpu(self.cpus * pods)
-        memory = format_bytes(self.memory * pods)
+        memory = human_bytes(self.memory * pods)
         if self.gpus:
             each = "GPU" if self.gpus == 1 else "GPUs"
             total = "GPU" if self.gpus * pods == 1 else "GPUs"
@@ -64,45 +66,26 @@ class Plan:
         return f"{pods} {noun} × {format_cpu(self.cpus)} CPUs = {cpus} CPUs, {memory}, no GPUs"
 
 
-MAX_CPUS = 10**5
-MAX_BYTES = 2**60
+def human_bytes(count: int) -> str:
+    """`1 TiB`, `5.27 TiB`, `512 GiB`: a memory total for people."""
+    text = format_bytes(count)
+    if text[-2:] in ("Ki", "Mi", "Gi", "Ti", "Pi", "Ei"):
+        return f"{text[:-2]} {text[-2:]}B"
+    return f"{text} B"
 
 
-def _finite(spec: RunSpec, name: str, value: object) -> None:
-    if isinstance(value, float) and not math.isfinite(value):
-        raise spec.error(name, f"{value!r} is not a quantity (e.g. 8, 500m, 512Gi)")
-
-
-def _cpu(spec: RunSpec, name: str) -> float | None:
-    value = getattr(spec, name)
-    if value is None:
-        return None
-    _finite(spec, name, value)
-    try:
-        cores = parse_cpu(value)
-    except (QuantityError, ValueError, OverflowError) as err:
-        raise spec.error(name, str(err)) from None
-    if cores > MAX_CPUS:
-        raise spec.error(name, f"{value!r} is more CPUs than any node has")
-    if cores < 0.001:
-        raise spec.error(name, f"{value!r} is below the smallest CPU request, 1m")
-    return cores
-
-
-def _bytes(spec: RunSpec, name: str) -> int | None:
-    value = getattr(spec, name)
-    if value is None:
-        return None
-    _finite(spec, name, value)
-    try:
-        count = parse_bytes(value)
-    except (QuantityError, ValueError, OverflowError) as err:
-        raise spec.error(name, str(err)) from None
-    if count > MAX_BYTES:
-        raise spec.error(name, f"{value!r} is more memory than any node has")
-    if count <= 0:
-        raise spec.error(name, f"{value!r} must be more than 0")
-    return count
+def _capacity(spec: RunSpec, cluster: Cluster, accel: Accelerator, pools: list[GpuPool], gpus):
+    """Refuse more pods than the matching pools' nodes hold (pods packed by GPUs)."""
+    nodes = sum(p.nodes for p in pools)
+    needed = math.ceil(spec.pods / (accel.gpus_per_node // gpus))
+    if needed <= nodes:
+        return
+    if gpus == accel.gpus_per_node:
+        message = f"{spec.pods} whole-node pods exceed the {nodes} {accel.name} nodes"
+    else:
+        message = f"{spec.pods} pods × {gpus} GPUs need {needed} {accel.name} nodes"
+        message += f", more than the {nodes}"
+    raise spec.error("pods", f"{message} {cluster.name} offers this run")
 
 
 def _cluster(spec: RunSpec) -> Cluster:
@@ -160,58 +143,35 @@ def _gpu_requests(spec: RunSpec, accel: Accelerator) -> tuple[int, float, int, i
             "gpus", f"{gpus} GPUs exceed the {accel.gpus_per_node} of one {accel.name} node"
         )
     share = gpus / accel.gpus_per_node
-    cpus = _cpu(spec, "cpus")
+    cpus = cpu_request(spec, "cpus")
     if cpus is None:
         cpus = float(int(accel.allocatable_cpu * share)) or 1.0
-    memory = _bytes(spec, "memory")
+    memory = bytes_request(spec, "memory")
     if memory is None:
         memory = (int(accel.allocatable_memory_bytes * share) // GIB or 1) * GIB
-    shm = _bytes(spec, "shm")
+    shm = bytes_request(spec, "shm")
     if shm is None:
         shm = min((int(parse_bytes(accel.default_shm) * share) // GIB or 1) * GIB, memory // 2)
-    _fits(spec, cpus, memory, accel.allocatable_cpu, accel.allocatable_memory_bytes, accel.name)
+    node_memory = accel.allocatable_memory_bytes
+    check_fits(spec, POD, cpus, memory, accel.allocatable_cpu, node_memory, accel.name)
     return gpus, cpus, memory, shm
 
 
-def _fits(spec: RunSpec, cpus: float, memory: int, node_cpu: float, node_mem: int, what: str):
-    if cpus > node_cpu:
-        raise spec.error(
-            "cpus",
-            f"{format_cpu(cpus)} CPUs exceed the {format_cpu(node_cpu)} "
-            f"allocatable on one {what} node",
-        )
-    if memory > node_mem:
-        raise spec.error(
-            "memory",
-            f"{format_bytes(memory)} exceeds the {format_bytes(node_mem)} "
-            f"allocatable on one {what} node",
-        )
-
-
 def _cpu_requests(spec: RunSpec, cluster: Cluster) -> tuple[int, float, int, int]:
-    cpus = _cpu(spec, "cpus") or CPU_ONLY_CPUS
-    memory = _bytes(spec, "memory") or CPU_ONLY_MEMORY
-    shm = _bytes(spec, "shm") or min(CPU_ONLY_SHM, memory // 2)
+    cpus = cpu_request(spec, "cpus") or CPU_ONLY_CPUS
+    memory = bytes_request(spec, "memory") or CPU_ONLY_MEMORY
+    shm = bytes_request(spec, "shm") or min(CPU_ONLY_SHM, memory // 2)
     pool = cluster.cpu_pool
-    _fits(spec, cpus, memory, pool.allocatable_cpu, parse_bytes(pool.allocatable_memory), "CPU")
+    node_memory = parse_bytes(pool.allocatable_memory)
+    check_fits(spec, POD, cpus, memory, pool.allocatable_cpu, node_memory, "CPU")
     return 0, cpus, memory, shm
 
 
 def _head(spec: RunSpec, cluster: Cluster) -> tuple[float, int]:
-    cpus, memory = _cpu(spec, "head_cpus"), _bytes(spec, "head_memory")
+    cpus, memory = cpu_request(spec, "head_cpus"), bytes_request(spec, "head_memory")
     pool = cluster.cpu_pool
-    if cpus > pool.allocatable_cpu:
-        raise spec.error(
-            "head_cpus",
-            f"{format_cpu(cpus)} CPUs exceed the {format_cpu(pool.allocatable_cpu)}"
-            " allocatable on one CPU node",
-        )
-    if memory > parse_bytes(pool.allocatable_memory):
-        raise spec.error(
-            "head_memory",
-            f"{format_bytes(memory)} exceeds the {pool.allocatable_memory}"
-            " allocatable on one CPU node",
-        )
+    node_memory = parse_bytes(pool.allocatable_memory)
+    check_fits(spec, HEAD, cpus, memory, pool.allocatable_cpu, node_memory, "CPU")
     return cpus, memory
 
 
@@ -233,13 +193,7 @@ def resolve(spec: RunSpec) -> Plan:
     if accel is not None:
         pools = _pools(spec, cluster, accel)
         gpus, cpus, memory, shm = _gpu_requests(spec, accel)
-        nodes = sum(p.nodes for p in pools)
-        if gpus == accel.gpus_per_node and spec.pods > nodes:
-            raise spec.error(
-                "pods",
-                f"{spec.pods} whole-node pods exceed the {nodes} {accel.name} nodes"
-                f" {cluster.name} offers this run",
-            )
+        _capacity(spec, cluster, accel, pools, gpus)
     else:
         pools = []
         gpus, cpus, memory, shm = _cpu_requests(spec, cluster)

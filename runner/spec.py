@@ -1,9 +1,9 @@
 """Run definitions: the typed schema of `runs/*.yaml`, command-line overrides and the entry point.
 
 A run definition is flat YAML whose keys are the `runner submit`/`runner render` flags with
-underscores. Flags override the file; every value remembers where it came from, so an error
-names either the file and the field (`runs/x.yaml: gpus: ...`) or the flag
-(`command line: --gpus: ...`).
+underscores (`FLAGS`). Flags replace file values; every value remembers where it came from, so
+an error names either the file and the field (`runs/x.yaml: gpus: ...`) or the flag as typed
+(`command line: --docker-image: ...`).
 
     from runner.spec import load_run, entrypoint
     spec = load_run("runs/examples/tiny-lm.yaml", {"pods": 4})
@@ -24,6 +24,23 @@ from catalog.loader import read_yaml, repo_root
 COMMAND_LINE = "command line"
 RUN_TYPES = ("rayjob", "raycluster", "job")
 Quantity = str | int | float
+# field -> the flags that set it; the first names the field in messages unless another was
+# typed. Aliases follow the historical CLI (`--accelerators`, `--docker-image`, `--env`).
+# `name` and `type` are the NAME and TYPE arguments of `runner submit`; `env` has no flag.
+FLAGS: dict[str, tuple[str, ...]] = {
+    "name": ("NAME",),
+    "type": ("--type", "TYPE"),
+    "accelerator": ("--accelerator", "--accelerators"),
+    "image": ("--image", "--docker-image"),
+    "env_file": ("--env-file", "--env"),
+    "train_overrides": ("--set",),
+    "env": ("env",),
+}
+
+
+def flag_name(field: str) -> str:
+    """The flag that sets `field` (`gpus` -> `--gpus`, `train_overrides` -> `--set`)."""
+    return FLAGS.get(field, ("--" + field.replace("_", "-"),))[0]
 
 
 class RunSpec(BaseModel):
@@ -78,6 +95,7 @@ class RunSpec(BaseModel):
 
     _sources: dict[str, str] = PrivateAttr(default_factory=dict)
     _origin: str = PrivateAttr(default=COMMAND_LINE)
+    _flags: dict[str, str] = PrivateAttr(default_factory=dict)
 
     @field_validator("train_overrides")
     @classmethod
@@ -98,10 +116,7 @@ class RunSpec(BaseModel):
 
     def where(self, field: str) -> tuple[str, str]:
         """(source, field label) for an error about `field`: the file and key, or the flag."""
-        source = self._sources.get(field.split(".")[0].split("[")[0], self._origin)
-        if source == COMMAND_LINE:
-            return COMMAND_LINE, "--" + field.split(".")[0].replace("_", "-")
-        return source, field
+        return _where(field, self._sources, self._origin, self._flags)
 
     def error(self, field: str, message: str) -> InputError:
         """An InputError that names where `field` was set."""
@@ -122,47 +137,59 @@ def display_path(path: str | Path) -> str:
         return str(path)
 
 
+def _where(
+    field: str, sources: dict[str, str], origin: str, flags: dict[str, str]
+) -> tuple[str, str]:
+    top = field.split(".")[0].split("[")[0]
+    source = sources.get(top, origin)
+    if source == COMMAND_LINE:
+        return COMMAND_LINE, flags.get(top) or flag_name(top)
+    return source, field
+
+
 def build_spec(
-    data: dict[str, Any], origin: str = COMMAND_LINE, overrides: dict[str, Any] | None = None
+    data: dict[str, Any],
+    origin: str = COMMAND_LINE,
+    overrides: dict[str, Any] | None = None,
+    flags: dict[str, str] | None = None,
 ) -> RunSpec:
     """A RunSpec from file data (`origin` names the file) with flag `overrides` on top.
 
-    Flags replace file values, except `train_overrides`, which the flags extend.
+    Overrides replace file values (None means not given). `flags` maps a field to the flag
+    the user typed for it, so a message names that flag (default: `flag_name(field)`).
     """
-    flags = {k: v for k, v in (overrides or {}).items() if v is not None}
-    values = {**data, **flags}
-    if isinstance(data.get("train_overrides"), list) and isinstance(
-        flags.get("train_overrides"), list
-    ):
-        # driver overrides accumulate: the flags' come last, so they win in Hydra
-        values["train_overrides"] = [*data["train_overrides"], *flags["train_overrides"]]
-    sources = {k: origin for k in data} | dict.fromkeys(flags, COMMAND_LINE)
+    given = {k: v for k, v in (overrides or {}).items() if v is not None}
+    sources = {k: origin for k in data} | dict.fromkeys(given, COMMAND_LINE)
+    flags = dict(flags or {})
     try:
-        spec = RunSpec.model_validate(values)
+        spec = RunSpec.model_validate({**data, **given})
     except ValidationError as err:
-        raise _located(err, sources, origin) from None
-    spec._sources = sources
-    spec._origin = origin
+        located = from_validation(origin, err)
+        source, label = _where(located.field or "", sources, origin, flags)
+        if source == COMMAND_LINE:
+            raise InputError(COMMAND_LINE, label, located.message) from None
+        raise located from None
+    spec._sources, spec._origin, spec._flags = sources, origin, flags
     return spec
 
 
-def _located(err: ValidationError, sources: dict[str, str], origin: str) -> InputError:
-    located = from_validation(origin, err)
-    top = (located.field or "").split(".")[0].split("[")[0]
-    if sources.get(top, origin) == COMMAND_LINE:
-        return InputError(COMMAND_LINE, "--" + top.replace("_", "-"), located.message)
-    return located
-
-
-def load_run(path: str | Path, overrides: dict | None = None) -> RunSpec:
-    """Read a run definition file and apply flag overrides; errors name file and field."""
+def read_run(path: str | Path) -> tuple[dict[str, Any], str]:
+    """(data, display name) of a run definition file; errors name the file."""
     origin = display_path(path)
     data = read_yaml(Path(path), origin)
     if data is None:
         data = {}
     if not isinstance(data, dict):
         raise InputError(origin, None, "expected a mapping of run definition keys")
-    return build_spec(data, origin, overrides)
+    return data, origin
+
+
+def load_run(
+    path: str | Path, overrides: dict | None = None, flags: dict[str, str] | None = None
+) -> RunSpec:
+    """Read a run definition file and apply flag overrides; errors name file and field."""
+    data, origin = read_run(path)
+    return build_spec(data, origin, overrides, flags)
 
 
 def entrypoint(spec: RunSpec, local: bool = False) -> list[str]:

@@ -8,6 +8,7 @@ runner validate runs/examples/*.yaml                # check only, write nothing
 
 from __future__ import annotations
 
+import shlex
 import sys
 from pathlib import Path
 from typing import Any
@@ -18,93 +19,120 @@ from catalog.errors import InputError
 from runner import exitcodes, gitops
 from runner.render import Rendered
 from runner.render import render as render_spec
-from runner.spec import RunSpec, load_run
+from runner.spec import COMMAND_LINE, FLAGS, RunSpec, build_spec, flag_name, load_run, read_run
 
-# flag -> (field, click options). Flags are the field names with dashes; a few aliases match
-# the historical CLI (--accelerators, --docker-image, --env).
-_VALUE_FLAGS: list[tuple[list[str], str, dict[str, Any]]] = [
-    (["--type"], "type", {"type": click.Choice(["rayjob", "raycluster", "job"])}),
-    (["--cluster"], "cluster", {}),
-    (["--namespace", "-n"], "namespace", {}),
-    (["--team"], "team", {}),
-    (["--pods"], "pods", {"type": int}),
-    (["--gpus"], "gpus", {"type": int}),
-    (["--cpus"], "cpus", {}),
-    (["--memory"], "memory", {}),
-    (["--accelerator", "--accelerators"], "accelerator", {}),
-    (["--image", "--docker-image"], "image", {}),
-    (["--working-dir"], "working_dir", {}),
-    (["--env-file", "--env"], "env_file", {}),
-    (["--priority"], "priority", {}),
-    (["--cmd"], "cmd", {}),
-    (["--train-config"], "train_config", {}),
-    (["--ttl-seconds"], "ttl_seconds", {"type": int}),
-    (["--head-cpus"], "head_cpus", {}),
-    (["--head-memory"], "head_memory", {}),
-    (["--rack-affinity"], "rack_affinity", {"type": click.Choice(["block", "subblock"])}),
-    (["--shm"], "shm", {}),
-    (["--resource-group"], "resource_group", {}),
-    (["--resume"], "resume", {"metavar": "URI"}),
-]
-_BOOL_FLAGS = [
-    ("--preemptible/--no-preemptible", "preemptible"),
-    ("--allow-mutable-tag/--no-allow-mutable-tag", "allow_mutable_tag"),
-    ("--preflight/--no-preflight", "preflight"),
-]
+# Run definition fields that have a flag, in --help order. Values stay strings here: the
+# RunSpec schema parses them, so a bad value is one line naming the flag, like any other.
+_VALUE_FIELDS = [
+    "type", "cluster", "namespace", "team", "pods", "gpus", "cpus", "memory", "accelerator",
+    "image", "working_dir", "env_file", "priority", "cmd", "train_config", "ttl_seconds",
+    "head_cpus", "head_memory", "rack_affinity", "shm", "resource_group", "resume",
+]  # fmt: skip
+_BOOL_FIELDS = ["preemptible", "allow_mutable_tag", "preflight"]
+_SHORT = {"namespace": "-n"}
+_METAVAR = {
+    "type": "[rayjob|raycluster|job]",
+    "rack_affinity": "[block|subblock]",
+    "pods": "N",
+    "gpus": "N",
+    "ttl_seconds": "SECONDS",
+    "resume": "URI",
+}
+
+
+def _param(field: str, index: int) -> str:
+    return field if index == 0 else f"{field}__{index}"
+
+
+def _flags(field: str) -> list[str]:
+    return [f for f in FLAGS.get(field, (flag_name(field),)) if f.startswith("-")]
 
 
 def run_options(function):
-    """Decorate a command with one flag per run definition field (all default to unset)."""
-    for flags, field, extra in reversed(_VALUE_FLAGS):
-        help_text = RunSpec.model_fields[field].description
-        function = click.option(*flags, field, default=None, help=help_text, **extra)(function)
-    for flags, field in reversed(_BOOL_FLAGS):
-        help_text = RunSpec.model_fields[field].description
-        function = click.option(flags, field, default=None, help=help_text)(function)
-    return click.option(
+    """Decorate a command with one flag per run definition field (all default to unset).
+
+    Each alias is its own option, so a message can name the flag the user typed. Decorators
+    apply inside out: --set ends up last in --help, the value flags first.
+    """
+    function = click.option(
         "--set",
         "train_overrides",
         multiple=True,
         metavar="KEY=VALUE",
-        help="driver config override; appended after the file's train_overrides",
+        help="driver config override (repeatable); appended after the file's train_overrides",
     )(function)
+    for field in reversed(_BOOL_FIELDS):
+        flag = flag_name(field)
+        pair = f"{flag}/--no-{flag[2:]}"
+        help_text = RunSpec.model_fields[field].description
+        function = click.option(pair, field, default=None, help=help_text)(function)
+    for field in reversed(_VALUE_FIELDS):
+        flags = _flags(field)
+        for index, flag in reversed(list(enumerate(flags))):
+            text = RunSpec.model_fields[field].description if index == 0 else f"same as {flags[0]}"
+            decls = [flag, *([_SHORT[field]] if field in _SHORT and index == 0 else [])]
+            option = click.option(
+                *decls, _param(field, index), default=None, help=text,
+                metavar=_METAVAR.get(field, "TEXT"),
+            )  # fmt: skip
+            function = option(function)
+    return function
 
 
-def overrides_from(options: dict[str, Any]) -> dict[str, Any]:
-    """The fields given on the command line (unset flags are left out)."""
-    fields = [f for _, f, _ in _VALUE_FLAGS] + [f for _, f in _BOOL_FLAGS]
-    found = {f: options[f] for f in fields if options.get(f) is not None}
+def overrides_from(options: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
+    """(fields given on the command line, field -> flag typed); unset flags are left out."""
+    found, typed = {}, {}
+    for field in _VALUE_FIELDS:
+        for index, flag in enumerate(_flags(field)):
+            value = options.get(_param(field, index))
+            if value is None:
+                continue
+            if field in found:
+                raise InputError(COMMAND_LINE, flag, f"give {typed[field]} or {flag}, not both")
+            found[field], typed[field] = value, flag
+    found |= {f: options[f] for f in _BOOL_FIELDS if options.get(f) is not None}
     if options.get("train_overrides"):
         found["train_overrides"] = list(options["train_overrides"])
-    return found
+    return found, typed
 
 
-def load_with_flags(path: str, overrides: dict[str, Any]) -> RunSpec:
-    """load_run with the command line's overrides (`--set` extends train_overrides)."""
-    return load_run(path, overrides)
+def load_with_flags(path: str, overrides: dict[str, Any], typed: dict[str, str]) -> RunSpec:
+    """load_run with the command line's overrides; `--set` extends the file's train_overrides."""
+    data, origin = read_run(path)
+    overrides = dict(overrides)
+    listed = data.get("train_overrides")
+    if "train_overrides" in overrides and isinstance(listed, list):
+        overrides["train_overrides"] = [*listed, *overrides["train_overrides"]]
+    return build_spec(data, origin, overrides, typed)
 
 
-def flag_words(spec: RunSpec) -> list[str]:
-    """`--pods 4` style words for the header of a file rendered with overrides."""
+def flag_words(overrides: dict[str, Any], typed: dict[str, str]) -> list[str]:
+    """The flags as given (`--pods=4 --preemptible --set=a=b`), for the apps/ file header."""
     words = []
-    for field in spec.overridden():
-        value = getattr(spec, field)
-        words.append(f"--{field.replace('_', '-')}={value}")
+    for field, value in overrides.items():
+        flag = typed.get(field) or flag_name(field)
+        if isinstance(value, bool):
+            words.append(flag if value else f"--no-{flag[2:]}")
+        else:
+            values = value if isinstance(value, list) else [value]
+            words += [f"{flag}={shlex.quote(str(v))}" for v in values]
     return words
 
 
-def apps_text(rendered: Rendered) -> str:
+def apps_text(rendered: Rendered, flags: list[str] | tuple[str, ...] = ()) -> str:
+    """The apps/ file: a header naming the source, the flags and the totals, then manifests."""
     spec = rendered.plan.spec
-    head = gitops.header(spec.origin, rendered.plan.totals(), flag_words(spec))
-    return head + gitops.dump(rendered.manifests)
+    return gitops.header(spec.origin, rendered.plan.totals(), list(flags)) + gitops.dump(
+        rendered.manifests
+    )
 
 
-def render_to_apps(spec: RunSpec, dry_run: bool = False) -> tuple[Rendered, Path, bool]:
+def render_to_apps(spec: RunSpec, flags: list[str], dry_run: bool) -> tuple[Rendered, Path, bool]:
     """Render, check the name is free, write apps/<cluster>/<ns>/<run>.yaml unless dry_run."""
     rendered = render_spec(spec)
     gitops.check_unique(spec.cluster, spec.namespace, spec.name, spec.origin)
     path = gitops.apps_path(spec.cluster, spec.namespace, spec.name)
-    changed = False if dry_run else gitops.write(path, apps_text(rendered))
+    changed = False if dry_run else gitops.write(path, apps_text(rendered, flags))
     return rendered, path, changed
 
 
@@ -117,18 +145,22 @@ def _relative(path: Path) -> str:
 
 def check_apps() -> list[gitops.Difference]:
     """Re-render every committed run definition; the apps/ files that differ."""
-    differences, expected = [], set()
+    differences, expected = [], {}
     for source in gitops.run_definitions():
         rendered = render_spec(load_run(source))
         spec = rendered.plan.spec
         path = gitops.apps_path(spec.cluster, spec.namespace, spec.name)
-        expected.add(path)
+        if path in expected:
+            where = f"{spec.cluster}/{spec.namespace}"
+            message = f"run {spec.name!r} in {where} is also defined by {expected[path]}"
+            raise InputError(spec.origin, "name", message)
+        expected[path] = spec.origin
         new = apps_text(rendered)
         old = path.read_text() if path.exists() else ""
         if old != new:
             name = _relative(path)
             differences.append(gitops.Difference(name, gitops.diff_text(name, old, new)))
-    for path in gitops.orphans(expected):
+    for path in gitops.orphans(set(expected)):
         name = _relative(path)
         text = f"{name}: no run definition renders this file (source gone or flags used)\n"
         differences.append(gitops.Difference(name, text))
@@ -136,7 +168,7 @@ def check_apps() -> list[gitops.Difference]:
 
 
 @click.command()
-@click.argument("runs", nargs=-1, type=click.Path(dir_okay=False))
+@click.argument("runs", nargs=-1, metavar="RUN.yaml...")
 @click.option("-o", "--output", default=None, metavar="-", help="'-' prints instead of writing")
 @click.option("--dry-run", is_flag=True, help="render and validate; write nothing")
 @click.option("--check", is_flag=True, help="re-render every committed run; exit 3 on a diff")
@@ -146,7 +178,7 @@ def render_command(ctx: click.Context, runs, output, dry_run, check, **options) 
     """Render run definitions (RUN.yaml, flags override) into apps/<cluster>/<ns>/<run>.yaml."""
     if check:
         if runs:
-            raise InputError("command line", "--check", "takes no RUN files")
+            raise InputError(COMMAND_LINE, "--check", "takes no RUN files")
         differences = check_apps()
         for difference in differences:
             click.echo(difference.diff, nl=False)
@@ -160,18 +192,19 @@ def render_command(ctx: click.Context, runs, output, dry_run, check, **options) 
         click.echo(f"apps/ matches {len(gitops.run_definitions())} run definitions")
         return
     if not runs:
-        raise InputError("command line", "RUN", "give a run definition file (or --check)")
+        raise InputError(COMMAND_LINE, "RUN", "give a run definition file (or --check)")
     if output not in (None, "-"):
-        raise InputError("command line", "--output", f"{output!r}: only '-' (stdout) is supported")
-    overrides = overrides_from(options)
+        raise InputError(COMMAND_LINE, "--output", f"{output!r}: only '-' (stdout) is supported")
+    overrides, typed = overrides_from(options)
     for run in runs:
-        spec = load_with_flags(run, dict(overrides))
+        spec = load_with_flags(run, overrides, typed)
         if output == "-":
             rendered = render_spec(spec)
-            click.echo(apps_text(rendered), nl=False)
+            click.echo(apps_text(rendered, flag_words(overrides, typed)), nl=False)
             click.echo(f"{spec.name}: {rendered.plan.totals()}", err=True)
             continue
-        rendered, path, changed = render_to_apps(spec, dry_run)
+        flags = flag_words(overrides, typed)
+        rendered, path, changed = render_to_apps(spec, flags, dry_run)
         verb = "would write" if dry_run else ("wrote" if changed else "unchanged")
         click.echo(f"{verb} {_relative(path)}: {rendered.plan.totals()}")
 
@@ -181,13 +214,14 @@ render = render_command
 
 
 @click.command("validate")
-@click.argument("runs", nargs=-1, required=True, type=click.Path(dir_okay=False))
+@click.argument("runs", nargs=-1, required=True, metavar="RUN.yaml...")
 @run_options
 def validate(runs, **options) -> None:
     """Check run definitions (and every manifest they render) without writing anything."""
-    overrides = overrides_from(options)
+    overrides, typed = overrides_from(options)
     for run in runs:
-        spec = load_with_flags(run, dict(overrides))
+        spec = load_with_flags(run, overrides, typed)
         rendered = render_spec(spec)
+        gitops.check_unique(spec.cluster, spec.namespace, spec.name, spec.origin)
         kinds = ", ".join(m["kind"] for m in rendered.manifests)
         click.echo(f"ok {run}: {kinds}; {rendered.plan.totals()}")

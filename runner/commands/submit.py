@@ -25,14 +25,7 @@ from catalog.loader import repo_root
 from runner import exitcodes, gitops
 from runner.commands.render import apps_text, load_with_flags, overrides_from, run_options
 from runner.render import render as render_spec
-from runner.spec import (
-    COMMAND_LINE,
-    RUN_TYPES,
-    RunSpec,
-    build_spec,
-    display_path,
-    dump_spec,
-)
+from runner.spec import COMMAND_LINE, RunSpec, build_spec, display_path, dump_spec
 
 RUN_FILE_HEADER = (
     "# Run definition written by `runner submit`; edit it and run `runner render {}`.\n"
@@ -72,24 +65,32 @@ def run_file(spec: RunSpec) -> Path:
 def run_file_text(spec: RunSpec, relative: str) -> str:
     """The effective run definition, so `runner render --check` can reproduce apps/."""
     data = dump_spec(spec)
-    if spec.env_file and spec.where("env_file")[0] == COMMAND_LINE:
+    source, label = spec.where("env_file")
+    if spec.env_file and source == COMMAND_LINE:
         data["env_file"] = display_path(spec.env_file)  # flags are cwd-relative
+        if Path(data["env_file"]).is_absolute():
+            raise InputError(
+                source,
+                label,
+                f"{spec.env_file} is outside the repository; a committed run needs a "
+                "committed env file (e.g. under runs/env/)",
+            )
     text = RUN_FILE_HEADER.format(relative)
     return text + yaml.safe_dump(data, sort_keys=False, allow_unicode=True)
 
 
-def build(name, kind, file, overrides: dict) -> RunSpec:
+def build(name, kind, file, options: dict) -> RunSpec:
+    """The run from NAME, TYPE, -f FILE and flags (flags and arguments win over the file)."""
+    overrides, typed = overrides_from(options)
     if name:
-        overrides["name"] = name
+        overrides["name"], typed["name"] = name, "NAME"
     if kind:
-        if kind not in RUN_TYPES:
-            raise InputError(COMMAND_LINE, "TYPE", f"{kind!r} is not one of {', '.join(RUN_TYPES)}")
         if overrides.get("type", kind) != kind:
             raise InputError(COMMAND_LINE, "--type", f"conflicts with TYPE {kind!r}")
-        overrides["type"] = kind
+        overrides["type"], typed["type"] = kind, "TYPE"
     if file:
-        return load_with_flags(file, overrides)
-    return build_spec({}, COMMAND_LINE, overrides)
+        return load_with_flags(file, overrides, typed)
+    return build_spec({}, COMMAND_LINE, overrides, typed)
 
 
 def gitops_files(spec: RunSpec) -> tuple[RunSpec, dict[str, str], str]:
@@ -111,7 +112,11 @@ def stage_or_write(spec: RunSpec, files: dict[str, str], totals: str, no_stage: 
     root = repo_root()
     message = f"run {spec.name} on {spec.cluster}/{spec.namespace}: {totals}"
     if not no_stage and gitops.has_commits(root):
-        commit = gitops.stage(root, spec.name, files, message)
+        try:
+            commit = gitops.stage(root, spec.name, files, message)
+        except gitops.GitError as err:
+            click.echo(f"error: {err}", err=True)
+            sys.exit(exitcodes.FAILURE)
         branch = gitops.branch_name(spec.name)
         click.echo(f"committed {', '.join(files)} on branch {branch} ({commit[:12]})")
         click.echo(f"the working tree is unchanged; next: git push -u origin {branch}")
@@ -129,7 +134,7 @@ def stage_or_write(spec: RunSpec, files: dict[str, str], totals: str, no_stage: 
 @click.command()
 @click.argument("name", required=False)
 @click.argument("kind", metavar="[TYPE]", required=False)
-@click.option("-f", "--file", "file", type=click.Path(dir_okay=False), help="run definition")
+@click.option("-f", "--file", "file", metavar="RUN.yaml", help="run definition to start from")
 @click.option("--apply", "apply_", is_flag=True, help="apply through the Kubernetes API")
 @click.option("--dry-run", is_flag=True, help="render and validate; write and apply nothing")
 @click.option("--no-stage", is_flag=True, help="write the files but create no branch")
@@ -139,7 +144,7 @@ def submit(ctx: click.Context, name, kind, file, apply_, dry_run, no_stage, **op
     """Submit run NAME of TYPE (rayjob|raycluster|job), from flags and/or -f RUN.yaml."""
     if not name and not file:
         raise InputError(COMMAND_LINE, "NAME", "give NAME TYPE and flags, or -f RUN.yaml")
-    spec = build(name, kind, file, overrides_from(options))
+    spec = build(name, kind, file, options)
     rendered = render_spec(spec)
     totals = rendered.plan.totals()
     click.echo(f"{spec.name}: {totals}")

@@ -22,7 +22,13 @@ MAX_NAME = {"rayjob": 47, "raycluster": 53, "job": 56}
 DIGEST = re.compile(r"@sha256:[0-9a-f]{64}$")
 IMAGE = re.compile(r"^[a-z0-9][a-z0-9._\-/:]*[a-z0-9](@sha256:[0-9a-f]{64})?$")
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-SECRET_LIKE = re.compile(r"(PASSWORD|PASSWD|SECRET|TOKEN|API_?KEY|PRIVATE_KEY|CREDENTIAL)", re.I)
+SECRET_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")  # a DNS-1123 subdomain
+SECRET_KEY = re.compile(r"^[-._a-zA-Z0-9]{1,253}$")  # a Secret data key
+# A secret-looking name: one of these words between underscores (HF_TOKEN, DB_PASSWORD,
+# WANDB_API_KEY), not a word that merely contains one (TOKENIZER_PATH, MAX_TOKENS).
+SECRET_LIKE = re.compile(
+    r"(?:^|_)(?:PASSWORD|PASSWD|SECRET|TOKEN|API_?KEY|PRIVATE_KEY|CREDENTIALS?)(?:_|$)", re.I
+)
 
 
 @dataclass
@@ -65,10 +71,14 @@ def check_combinations(spec: RunSpec) -> None:
                 raise spec.error(key, "a raycluster runs no entry point; submit jobs to it")
         if spec.train_overrides:
             raise spec.error("train_overrides", "a raycluster runs no entry point")
+    elif spec.cmd is not None and not spec.cmd.strip():
+        raise spec.error("cmd", "is empty")
     elif not spec.cmd and not spec.train_config:
         raise spec.error("cmd", f"a {spec.type} needs cmd or train_config")
     if spec.cmd and spec.train_config:
-        raise spec.error("cmd", "give cmd or train_config, not both")
+        # blame the one given on the command line, if either was
+        key = "train_config" if spec.where("train_config")[0] == COMMAND_LINE else "cmd"
+        raise spec.error(key, "give cmd or train_config, not both")
     if spec.cmd and (spec.train_overrides or spec.resume):
         key = "train_overrides" if spec.train_overrides else "resume"
         raise spec.error(key, "applies to the driver (train_config), not to cmd")
@@ -90,6 +100,7 @@ def check_spec(spec: RunSpec) -> None:
     """Every input check that needs no catalog."""
     check_name(spec, "name", spec.name, MAX_NAME[spec.type])
     check_name(spec, "namespace", spec.namespace)
+    check_name(spec, "cluster", spec.cluster)
     if spec.team is not None:
         check_name(spec, "team", spec.team)
     check_image(spec)
@@ -104,7 +115,7 @@ def _env_path(spec: RunSpec) -> Path:
 
 
 def _entry(source: str, label: str, key: Any, value: Any, env: EnvPlan) -> None:
-    if not ENV_NAME.match(str(key)):
+    if not isinstance(key, str) or not ENV_NAME.match(key):
         raise InputError(source, label, f"{key!r} is not an environment variable name")
     if isinstance(value, dict):
         ref = value.get("secretKeyRef")
@@ -112,9 +123,13 @@ def _entry(source: str, label: str, key: Any, value: Any, env: EnvPlan) -> None:
             set(value) != {"secretKeyRef"}
             or not isinstance(ref, dict)
             or set(ref) != {"name", "key"}
+            or not isinstance(ref["name"], str)
+            or not SECRET_NAME.match(ref["name"])
+            or not isinstance(ref["key"], str)
+            or not SECRET_KEY.match(ref["key"])
         ):
             raise InputError(source, label, "a mapping must be {secretKeyRef: {name: S, key: K}}")
-        env.secrets[key] = {"name": str(ref["name"]), "key": str(ref["key"])}
+        env.secrets[key] = {"name": ref["name"], "key": ref["key"]}
         return
     if value is None or isinstance(value, list):
         raise InputError(source, label, "needs a plain value or a secretKeyRef")
@@ -131,6 +146,8 @@ def load_env(spec: RunSpec) -> EnvPlan:
     env = EnvPlan()
     if spec.env_file:
         path = _env_path(spec)
+        if not path.is_file():
+            raise spec.error("env_file", f"{spec.env_file!r} does not exist")
         source = display_path(path)
         data = read_yaml(path, source) or {}
         if not isinstance(data, dict):

@@ -16,6 +16,7 @@ from importlib import resources
 from typing import Any
 
 from catalog.errors import InputError
+from runner.validation.shapes import constrains_values, references, shape
 
 KUBERAY_API = "ray.io/v1"
 
@@ -65,52 +66,6 @@ def kuberay_fields() -> dict[str, dict[str, list[str]]]:
     return json.loads(text)["paths"]
 
 
-# Keywords that constrain a value, not only the structure. When a schema reachable from a kind
-# uses none of them below the top level, two objects with the same keys and leaf types validate
-# the same way, so each distinct shape is validated once.
-VALUE_KEYWORDS = {
-    "enum",
-    "const",
-    "pattern",
-    "minimum",
-    "maximum",
-    "exclusiveMinimum",
-    "exclusiveMaximum",
-    "minLength",
-    "maxLength",
-    "multipleOf",
-    "minItems",
-    "maxItems",
-    "uniqueItems",
-    "minProperties",
-    "maxProperties",
-    "not",
-    "if",
-}
-
-
-def _references(node: Any):
-    if isinstance(node, dict):
-        for key, value in node.items():
-            if key == "$ref" and isinstance(value, str):
-                yield value.rsplit("/", 1)[-1]
-            else:
-                yield from _references(value)
-    elif isinstance(node, list):
-        for value in node:
-            yield from _references(value)
-
-
-def _constrains_values(node: Any) -> bool:
-    if isinstance(node, dict):
-        if VALUE_KEYWORDS & node.keys():
-            return True
-        return any(_constrains_values(v) for k, v in node.items() if k != "description")
-    if isinstance(node, list):
-        return any(_constrains_values(v) for v in node)
-    return False
-
-
 @functools.cache
 def shape_cacheable(version: str, kind: str, api_version: str) -> bool:
     """True when only keys and leaf types matter below the top-level apiVersion/kind enums."""
@@ -120,29 +75,18 @@ def shape_cacheable(version: str, kind: str, api_version: str) -> bool:
     top = validator.schema
     defs = _definitions(version)["$defs"]
     fields = {k: v for k, v in top.get("properties", {}).items() if k not in ("apiVersion", "kind")}
-    seen, stack = set(), list(_references(fields))
-    if _constrains_values(fields):
+    seen, stack = set(), list(references(fields))
+    if constrains_values(fields):
         return False
     while stack:
         name = stack.pop()
         if name in seen:
             continue
         seen.add(name)
-        if _constrains_values(defs[name]):
+        if constrains_values(defs[name]):
             return False
-        stack.extend(_references(defs[name]))
+        stack.extend(references(defs[name]))
     return True
-
-
-def shape(node: Any) -> Any:
-    """The structure of a value: keys kept, strings and numbers replaced by their type."""
-    if isinstance(node, dict):
-        return {k: shape(v) for k, v in node.items()}
-    if isinstance(node, list):
-        return [shape(v) for v in node]
-    if isinstance(node, bool) or node is None:
-        return node
-    return type(node).__name__
 
 
 _valid_shapes: set[str] = set()

@@ -28,9 +28,10 @@ def base() -> dict:
 
 @pytest.fixture
 def repo(tmp_path, monkeypatch) -> Path:
-    """A repository root with the real catalogs and driver configs, and an empty apps/."""
+    """A repository root with the real catalogs, driver configs and env files; empty apps/."""
     shutil.copytree(ROOT / "clusters", tmp_path / "clusters")
     shutil.copytree(ROOT / "runs" / "train", tmp_path / "runs" / "train")
+    shutil.copytree(ROOT / "runs" / "env", tmp_path / "runs" / "env")
     (tmp_path / "apps").mkdir()
     monkeypatch.setenv("PLATFORM_ROOT", str(tmp_path))
     monkeypatch.chdir(tmp_path)

@@ -27,7 +27,7 @@ def test_render_writes_apps_with_a_header(repo, base, capsys):
     assert code == exitcodes.OK
     assert out == (
         "wrote apps/ultra-usc1/research/t-run.yaml: "
-        "2 pods × 8 H200 GPUs = 16 GPUs, 432 CPUs, 5.27Ti\n"
+        "2 pods × 8 H200 GPUs = 16 GPUs, 432 CPUs, 5.27 TiB\n"
     )
     text = (repo / "apps/ultra-usc1/research/t-run.yaml").read_text()
     assert text.startswith("# Rendered by runner from runs/lm/t-run.yaml; do not edit by hand.\n")
@@ -76,6 +76,17 @@ def test_name_must_be_unique_in_the_namespace(repo, base, capsys):
     )
 
 
+def test_check_refuses_two_runs_with_one_name(repo, base, capsys):
+    write_run(repo / "runs", base, "a.yaml")
+    write_run(repo / "runs", base, "b.yaml")
+    code, _, err = run_cli(["render", "--check"], capsys)
+    assert (code, err) == (
+        exitcodes.USAGE,
+        "error: runs/b.yaml: name: run 't-run' in ultra-usc1/research is also defined by "
+        "runs/a.yaml\n",
+    )
+
+
 def test_validate_command(capsys):
     code, out, _ = run_cli(["validate", "runs/examples/tiny-dit.yaml"], capsys)
     assert code == 0 and out.startswith("ok runs/examples/tiny-dit.yaml: RayJob;")
@@ -114,7 +125,7 @@ def test_help_and_render_do_not_import_heavy_packages():
             "-c",
             "import sys\nfrom runner.cli import main\ntry:\n main(['--help'])\n"
             "except SystemExit:\n pass\nprint(sorted({m.split('.')[0] for m in sys.modules} & "
-            "{'torch', 'ray', 'pulumi', 'jinja2', 'kubernetes_validate'}))",
+            "{'torch', 'ray', 'pulumi', 'jinja2', 'kubernetes_validate', 'pydantic', 'yaml'}))",
         ],
         cwd=ROOT,
         capture_output=True,

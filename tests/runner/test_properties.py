@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
+
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from catalog.errors import InputError
+from runner import exitcodes
+from runner.cli import main
 from runner.render import render
 from runner.spec import RunSpec, build_spec
 from tests.runner.conftest import IMAGE
@@ -109,3 +114,30 @@ def test_no_traceback_for_any_run_definition(data, flags):
     except InputError as err:
         line = err.line()
         assert line and "\n" not in line.strip()
+
+
+FLAG_NAMES = [
+    "--type", "--cluster", "--namespace", "--team", "--pods", "--gpus", "--cpus", "--memory",
+    "--accelerator", "--accelerators", "--image", "--docker-image", "--working-dir", "--env",
+    "--priority", "--cmd", "--train-config", "--ttl-seconds", "--head-cpus", "--head-memory",
+    "--rack-affinity", "--shm", "--resource-group", "--resume", "--set",
+]  # fmt: skip
+flag_text = st.text(st.characters(blacklist_characters="\x00", blacklist_categories=["Cs"]))
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.lists(st.tuples(st.sampled_from(FLAG_NAMES), flag_text.map(lambda t: t[:24])), max_size=4)
+)
+def test_no_traceback_for_any_flags(pairs):
+    """`runner render RUN --dry-run --FLAG=VALUE...` ends 0, or 2 with one line."""
+    argv = ["render", "runs/examples/tiny-lm.yaml", "--dry-run", *(f"{f}={v}" for f, v in pairs)]
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+        try:
+            main(argv)
+        except SystemExit as end:
+            code = end.code
+    assert code in (exitcodes.OK, exitcodes.USAGE), err.getvalue()
+    if code == exitcodes.USAGE:
+        assert err.getvalue().startswith("error: ") and err.getvalue().count("\n") == 1

@@ -81,7 +81,7 @@ def test_whole_node_pod_takes_the_node(base):
     }
     assert container["resources"]["limits"] == container["resources"]["requests"]
     assert rendered.plan.whole_node
-    assert rendered.plan.totals() == "1 pod × 8 H200 GPUs = 8 GPUs, 216 CPUs, 2.64Ti"
+    assert rendered.plan.totals() == "1 pod × 8 H200 GPUs = 8 GPUs, 216 CPUs, 2.64 TiB"
 
 
 def test_partial_node_scales_defaults(base):
@@ -134,6 +134,12 @@ def test_env_file_values_become_a_configmap_and_secrets_stay_references():
     }
     nccl = next(e for e in container["env"] if e["name"] == "NCCL_DEBUG")
     assert nccl["value"] == "INFO"  # the env file overrides the catalog's NCCL value
+
+
+@pytest.mark.parametrize("name", ["TOKENIZER_PATH", "MAX_TOKENS", "SECRETARY", "KEYS"])
+def test_names_that_only_contain_a_secret_word_are_plain_values(base, name):
+    configmap = render_run(build_spec({**base, "env": {name: "x"}}))[0]
+    assert configmap["data"] == {name: "x"}
 
 
 def test_preemptible_run_gets_low_priority_and_spot_toleration():

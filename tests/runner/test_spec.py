@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from catalog.errors import InputError
-from runner.spec import COMMAND_LINE, build_spec, dump_spec, entrypoint, load_run
+from runner.commands.render import load_with_flags
+from runner.spec import COMMAND_LINE, build_spec, dump_spec, entrypoint, flag_name, load_run
 from tests.runner.conftest import write_run
 
 
@@ -108,7 +109,7 @@ def test_dump_spec_round_trips(base):
     assert build_spec(dump_spec(spec)).model_dump() == spec.model_dump()
 
 
-def test_set_flags_extend_train_overrides(tmp_path, base):
+def test_overrides_replace_file_values(tmp_path, base):
     data = {
         **base,
         "cmd": None,
@@ -116,5 +117,36 @@ def test_set_flags_extend_train_overrides(tmp_path, base):
         "train_overrides": ["optim.lr=1e-3"],
     }
     spec = load_run(write_run(tmp_path, data), {"train_overrides": ["optim.lr=3e-4"]})
+    assert spec.train_overrides == ["optim.lr=3e-4"]
+    assert spec.where("train_overrides") == (COMMAND_LINE, "--set")
+
+
+def test_set_flags_extend_the_files_train_overrides(tmp_path, base):
+    data = {
+        **base,
+        "cmd": None,
+        "train_config": "runs/train/tiny-lm.yaml",
+        "train_overrides": ["optim.lr=1e-3"],
+    }
+    spec = load_with_flags(write_run(tmp_path, data), {"train_overrides": ["optim.lr=3e-4"]}, {})
     assert spec.train_overrides == ["optim.lr=1e-3", "optim.lr=3e-4"]
     assert entrypoint(spec, local=True)[-1] == "optim.lr=3e-4"
+
+
+@pytest.mark.parametrize(
+    ("field", "typed", "label"),
+    [
+        ("image", {"image": "--docker-image"}, "--docker-image"),
+        ("image", {}, "--image"),
+        ("accelerator", {"accelerator": "--accelerators"}, "--accelerators"),
+        ("env_file", {}, "--env-file"),
+        ("train_overrides", {}, "--set"),
+        ("name", {}, "NAME"),
+        ("head_cpus", {}, "--head-cpus"),
+    ],
+)
+def test_errors_name_the_flag_typed(base, field, typed, label):
+    spec = build_spec({}, COMMAND_LINE, {**base, field: getattr(build_spec(base), field)}, typed)
+    assert spec.where(field) == (COMMAND_LINE, label)
+    if not typed:
+        assert flag_name(field) == label

@@ -36,6 +36,8 @@ FLAGS = [
     IMAGE,
     "--working-dir",
     "/workspace",
+    "--env",
+    "runs/env/research.yaml",
     "--preemptible",
     "--cmd",
     "python train.py --steps 10",
@@ -64,7 +66,7 @@ def test_submit_from_flags_stages_a_branch_and_leaves_the_tree_alone(git_repo, c
     status = git(git_repo, "status", "--porcelain")
     code, out, _ = run_cli(["submit", *FLAGS], capsys)
     assert code == exitcodes.OK, out
-    assert out.splitlines()[0] == "my-run: 2 pods × 8 H200 GPUs = 16 GPUs, 160 CPUs, 1Ti"
+    assert out.splitlines()[0] == "my-run: 2 pods × 8 H200 GPUs = 16 GPUs, 160 CPUs, 1 TiB"
     assert "on branch run/my-run" in out and "git push -u origin run/my-run" in out
     files = git(git_repo, "show", "--name-only", "--format=", "run/my-run").splitlines()
     assert files == ["apps/ultra-usc1/research/my-run.yaml", "runs/ultra-usc1/research/my-run.yaml"]
@@ -76,6 +78,7 @@ def test_submit_from_flags_stages_a_branch_and_leaves_the_tree_alone(git_repo, c
         git(git_repo, "show", "run/my-run:runs/ultra-usc1/research/my-run.yaml")
     )
     assert definition["cpus"] == "80" and definition["preemptible"] is True
+    assert definition["env_file"] == "runs/env/research.yaml"
     apps = git(git_repo, "show", "run/my-run:apps/ultra-usc1/research/my-run.yaml")
     assert apps.startswith("# Rendered by runner from runs/ultra-usc1/research/my-run.yaml")
     git(git_repo, "stash", "-u")  # the branch checks out cleanly and passes the check
@@ -136,7 +139,9 @@ def test_submit_dry_run_writes_nothing(repo, capsys):
 
 def test_submit_bad_type_and_missing_name(repo, capsys):
     code, _, err = run_cli(["submit", "x", "pod"], capsys)
-    assert code == exitcodes.USAGE and "TYPE: 'pod' is not one of" in err
+    assert err == (
+        "error: command line: TYPE: Input should be 'rayjob', 'raycluster' or 'job' (and 3 more)\n"
+    )
     code, _, err = run_cli(["submit"], capsys)
     assert code == exitcodes.USAGE and "give NAME TYPE and flags" in err
     code, _, err = run_cli(["submit", "x", "job", "--cluster", "ultra-usc1"], capsys)
@@ -193,3 +198,48 @@ def test_apply_failure_is_exit_1(repo, monkeypatch, capsys):
     monkeypatch.setattr(submit_module, "get_kube", refuse)
     code, _, err = run_cli(["submit", *FLAGS, "--apply"], capsys)
     assert code == exitcodes.FAILURE and "no Kubernetes credentials" in err
+
+
+def test_the_documented_command_shape(repo, capsys):
+    """`runner submit NAME rayjob --cluster C --namespace TEAM --pods 2 --gpus 8 --cpus 80
+    --memory 512Gi --accelerators H200 --docker-image IMAGE --working-dir DIR --env ENV.yaml
+    --preemptible --cmd '...'`, exactly."""
+    code, out, _ = run_cli(["submit", *FLAGS, "--no-stage"], capsys)
+    assert code == exitcodes.OK
+    assert out.splitlines()[0] == "my-run: 2 pods × 8 H200 GPUs = 16 GPUs, 160 CPUs, 1 TiB"
+    docs = list(yaml.safe_load_all((repo / "apps/ultra-usc1/research/my-run.yaml").read_text()))
+    configmap, job = docs
+    assert configmap["data"]["WANDB_PROJECT"] == "tiny-lm"
+    assert job["spec"]["entrypoint"] == "python train.py --steps 10"
+    group = job["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]
+    pod = group["template"]["spec"]
+    container = pod["containers"][0]
+    assert group["replicas"] == 2 and container["image"] == IMAGE
+    assert container["workingDir"] == "/workspace"
+    assert container["resources"]["requests"] == {
+        "cpu": "80",
+        "memory": "512Gi",
+        "nvidia.com/gpu": "8",
+    }
+    assert pod["priorityClassName"] == labels.PRIORITY_PREEMPTIBLE
+
+
+def test_submit_refuses_an_env_file_outside_the_repository(repo, tmp_path_factory, capsys):
+    outside = tmp_path_factory.mktemp("elsewhere") / "env.yaml"
+    outside.write_text("A: b\n")
+    flags = [f if f != "runs/env/research.yaml" else str(outside) for f in FLAGS]
+    code, _, err = run_cli(["submit", *flags, "--no-stage"], capsys)
+    assert code == exitcodes.USAGE
+    assert err == (
+        f"error: command line: --env: {outside} is outside the repository; a committed run "
+        "needs a committed env file (e.g. under runs/env/)\n"
+    )
+    assert not list((repo / "apps").rglob("*.yaml"))
+
+
+def test_a_failing_git_is_one_line_and_exit_1(git_repo, capsys):
+    (git_repo / ".git" / "refs" / "heads" / "run").write_text("not a folder\n")
+    code, out, err = run_cli(["submit", *FLAGS], capsys)
+    assert code == exitcodes.FAILURE
+    assert err.startswith("error: git update-ref refs/heads/run/my-run ") and err.count("\n") == 1
+    assert not (git_repo / "apps/ultra-usc1/research/my-run.yaml").exists()

@@ -12,6 +12,7 @@ from runner.render import render_run
 from runner.schemas.derive import derive
 from runner.spec import load_run
 from runner.validation import manifests as mv
+from runner.validation import shapes
 
 
 @pytest.fixture(scope="module")
@@ -98,9 +99,11 @@ def test_shape_cache_never_hides_a_different_shape(rayjob):
 
 
 def test_shape_keeps_keys_and_types():
-    assert mv.shape({"a": ["x", 1, 1.5, True, None]}) == {"a": ["str", "int", "float", True, None]}
-    assert mv._constrains_values({"properties": {"a": {"type": "string", "pattern": "^x$"}}})
-    assert not mv._constrains_values({"properties": {"a": {"type": "string", "format": "x"}}})
+    assert shapes.shape({"a": ["x", 1, 1.5, True, None]}) == {
+        "a": ["str", "int", "float", True, None]
+    }
+    assert shapes.constrains_values({"properties": {"a": {"type": "string", "pattern": "^x$"}}})
+    assert not shapes.constrains_values({"properties": {"a": {"type": "string", "format": "x"}}})
 
 
 def test_derive_reads_crd_field_lists(tmp_path):
