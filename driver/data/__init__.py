@@ -11,6 +11,7 @@ from driver.data.config import PipelineConfig
 from driver.data.datasets import FileDataset, PackedDataset, PackedStrings, as_map_dataset
 from driver.data.errors import CorruptSample, PipelineError, StageCrashed, StageHung
 from driver.data.pipeline import DataPipeline
+from driver.data.remote import RemoteStage, serve_stage
 from driver.data.shards import ShardedDataset, write_shards
 from driver.data.stages import FunctionStage, SampleContext, Stage, WorkerInfo, default_collate
 
@@ -23,6 +24,7 @@ __all__ = [
     "PackedStrings",
     "PipelineConfig",
     "PipelineError",
+    "RemoteStage",
     "SampleContext",
     "ShardedDataset",
     "Stage",
@@ -31,5 +33,6 @@ __all__ = [
     "WorkerInfo",
     "as_map_dataset",
     "default_collate",
+    "serve_stage",
     "write_shards",
 ]

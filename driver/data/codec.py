@@ -4,7 +4,7 @@ Used for shared-memory batch slots and as the wire format of stages that run els
 Leaves that are numpy arrays, torch tensors or bytes go into the buffer (64-byte aligned);
 every other leaf (ints, strings, ...) stays in the spec. Dicts, lists and tuples nest.
 
-    spec, arrays, nbytes = encode(batch)
+    spec, arrays, nbytes = encode(batch)           # leaves may be Stack(sample arrays)
     write(arrays, spec_offsets(spec), buf)         # buf: a writable buffer of ≥ nbytes
     batch = decode(spec, np.frombuffer(buf, np.uint8), to_torch=True)
     frames = to_frames(sample); sample = from_frames(frames)   # for a transport
@@ -32,6 +32,29 @@ class ArrayRef:
     kind: str  # "numpy" | "torch" | "bytes"
 
 
+class Stack:
+    """A batch leaf stacked from equal sample arrays straight into its destination buffer
+    by `write` (one copy instead of stacking first and copying the result)."""
+
+    def __init__(self, parts: list[np.ndarray]):
+        self.parts = parts
+        self.dtype = parts[0].dtype
+        self.shape = (len(parts), *parts[0].shape)
+
+    @staticmethod
+    def fits(parts: list[Any]) -> bool:
+        """True if `parts` are numpy arrays of one plain dtype and shape."""
+        first = parts[0]
+        return (
+            isinstance(first, np.ndarray)
+            and not first.dtype.hasobject
+            and all(
+                isinstance(p, np.ndarray) and p.dtype == first.dtype and p.shape == first.shape
+                for p in parts
+            )
+        )
+
+
 def encode(tree: Any) -> tuple[Any, list[np.ndarray], int]:
     """Spec (tree with ArrayRef leaves), the uint8 views to copy, and the bytes needed."""
     arrays: list[np.ndarray] = []
@@ -43,6 +66,13 @@ def encode(tree: Any) -> tuple[Any, list[np.ndarray], int]:
             return {key: walk(value) for key, value in node.items()}
         if type(node) in (list, tuple):
             return type(node)(walk(value) for value in node)
+        if isinstance(node, Stack):
+            raw: Any = node
+            nbytes = node.dtype.itemsize * int(np.prod(node.shape))
+            ref = ArrayRef(offset, nbytes, node.dtype.str, node.shape, "numpy")
+            arrays.append(raw)
+            offset += -(-nbytes // ALIGN) * ALIGN
+            return ref
         leaf = _as_bytes(node)
         if leaf is None:
             return node
@@ -59,7 +89,11 @@ def write(arrays: list[np.ndarray], spec: Any, buf: Any) -> None:
     """Copy the arrays from `encode` into `buf` at the offsets of their refs."""
     target = np.frombuffer(buf, dtype=np.uint8)
     for raw, ref in zip(arrays, refs(spec), strict=True):
-        target[ref.offset : ref.offset + ref.nbytes] = raw
+        dest = target[ref.offset : ref.offset + ref.nbytes]
+        if isinstance(raw, Stack):
+            np.stack(raw.parts, out=dest.view(raw.dtype).reshape(raw.shape))
+        else:
+            dest[:] = raw
 
 
 def refs(spec: Any) -> list[ArrayRef]:

@@ -31,6 +31,9 @@ class PipelineConfig:
     """Collator processes: each turns the samples of a step into one batch in shared memory."""
     prefetch_batches: int = 4
     """Shared-memory batch slots (≥ 2): batches prepared ahead, plus the one being used."""
+    fetch_threads: int = 1
+    """Threads per producer working on the samples of a task at once: raise it when fetching
+    a sample mostly waits (object storage, a remote stage); CPU-bound work gains nothing."""
     task_size: int = 8
     """Samples per producer task: small balances uneven samples, large cuts queue overhead."""
     work_queue_size: int = 64
@@ -67,18 +70,17 @@ class PipelineConfig:
     """Pack a plain list/tuple dataset into one byte buffer so workers do not copy it on read."""
 
     def __post_init__(self) -> None:
-        for name in ("batch_size", "producers", "collators"):
-            _at_least(name, getattr(self, name), 1)
-        for name in ("task_size", "work_queue_size", "sample_queue_size"):
-            _at_least(name, getattr(self, name), 1)
-        _at_least("prefetch_batches", self.prefetch_batches, 2)
-        _at_least("slot_bytes", self.slot_bytes, 4096)
-        _at_least("max_skipped", self.max_skipped, 0)
-        for name in ("sample_timeout_s", "collate_timeout_s", "batch_timeout_s"):
-            if not getattr(self, name) > 0:
-                raise InputError(None, f"PipelineConfig.{name}", "must be > 0")
-        if not self.startup_timeout_s > 0 or not self.poll_interval_s > 0:
-            raise InputError(None, "PipelineConfig.poll_interval_s", "timeouts must be > 0")
+        for name, low in _MINIMUM.items():
+            _at_least(name, getattr(self, name), low)
+        if not isinstance(self.seed, int) or isinstance(self.seed, bool):
+            raise InputError(None, "PipelineConfig.seed", "must be an integer")
+        for name in ("shuffle", "drop_last", "pack_in_memory"):
+            if not isinstance(getattr(self, name), bool):
+                raise InputError(None, f"PipelineConfig.{name}", "must be true or false")
+        for name in _SECONDS:
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+                raise InputError(None, f"PipelineConfig.{name}", "must be a number > 0")
         for name, allowed in _CHOICES.items():
             if getattr(self, name) not in allowed:
                 raise InputError(
@@ -86,18 +88,31 @@ class PipelineConfig:
                 )
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any], source: str | None = None) -> PipelineConfig:
-        """Build from a mapping (e.g. the driver's `data:` section); unknown keys are rejected."""
+    def from_dict(
+        cls, data: dict[str, Any], source: str | None = None, section: str = "data"
+    ) -> PipelineConfig:
+        """Build from a mapping (the `section` of a config file); unknown keys are rejected.
+        Errors name the file and `section.key`."""
         known = {f.name for f in fields(cls)}
         for key in data:
             if key not in known:
-                raise InputError(source, f"data.{key}", "unknown key")
+                raise InputError(source, f"{section}.{key}", "unknown key")
         try:
             return cls(**data)
         except InputError as err:
-            raise InputError(source, err.field, err.message) from None
-        except TypeError as err:
-            raise InputError(source, "data", str(err)) from None
+            field = err.field.replace("PipelineConfig.", f"{section}.", 1)
+            raise InputError(source, field, err.message) from None
+
+
+_MINIMUM = {
+    "batch_size": 1, "producers": 1, "collators": 1, "fetch_threads": 1, "task_size": 1,
+    "work_queue_size": 1, "sample_queue_size": 1, "prefetch_batches": 2, "slot_bytes": 4096,
+    "max_skipped": 0,
+}  # fmt: skip
+_SECONDS = (
+    "sample_timeout_s", "collate_timeout_s", "batch_timeout_s", "startup_timeout_s",
+    "poll_interval_s",
+)  # fmt: skip
 
 
 def _at_least(name: str, value: Any, low: int) -> None:

@@ -28,9 +28,9 @@ from driver.data import codec
 from driver.data.config import PipelineConfig
 from driver.data.datasets import as_map_dataset
 from driver.data.errors import CorruptSample, PipelineError
+from driver.data.resume import STATE_VERSION, check_state
 from driver.data.runtime import Runtime, check_ready, describe, watchdog
 from driver.data.sampling import (
-    epoch_permutation,
     position_after,
     schedule_digest,
     steps_in_epoch,
@@ -38,7 +38,6 @@ from driver.data.sampling import (
 from driver.data.stages import Stage, as_stages, default_collate
 
 log = logging.getLogger(__name__)
-STATE_VERSION = 1
 
 
 class DataPipeline:
@@ -67,7 +66,6 @@ class DataPipeline:
         self._buffer: dict[tuple[int, int], tuple] = {}
         self._released: deque[int] = deque()
         self._leased: set[int] = set()
-        self._digest: tuple[int, str] | None = None
 
     # -- iteration ---------------------------------------------------------------------
     def steps_left(self) -> int:
@@ -112,18 +110,22 @@ class DataPipeline:
             message = self._runtime.shared.ready_q.get(timeout=self.config.poll_interval_s)
         except Exception:  # queue.Empty
             return False
-        kind, epoch, step = message[:3]
-        if kind == "ready":
-            return True
+        self._handle(message)
+        return True
+
+    def _handle(self, message: tuple) -> None:
+        """Act on a worker message: a batch is buffered, a collator failure raised."""
+        kind = message[0]
         if kind == "collate_error":
-            _, _, _, _, indices, reason, _ = message
+            _, epoch, step, _, indices, reason, _ = message
             raise PipelineError(
                 f"data collator failed on step {step} of epoch {epoch} (samples {indices[:8]}): "
                 f"{reason}"
             )
-        self._report_skipped(epoch, step, message[5])
-        self._buffer[(epoch, step)] = message
-        return True
+        if kind == "batch":
+            _, epoch, step = message[:3]
+            self._report_skipped(epoch, step, message[5])
+            self._buffer[(epoch, step)] = message
 
     def _report_skipped(self, epoch: int, step: int, skipped: list[tuple[int, str]]) -> None:
         for index, reason in skipped:
@@ -193,14 +195,9 @@ class DataPipeline:
                 continue
             if message[0] == "ready":
                 ready.add(message[1])
-            else:
-                self._pending_startup(message)
+            else:  # workers run as soon as they start: a batch or an error can come first
+                self._handle(message)
         runtime.release_arena()
-
-    def _pending_startup(self, message: tuple) -> None:
-        if message[0] == "batch":
-            self._report_skipped(message[1], message[2], message[5])
-            self._buffer[(message[1], message[2])] = message
 
     def close(self) -> None:
         """Stop every worker process and release the shared memory (idempotent)."""
@@ -243,19 +240,12 @@ class DataPipeline:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Continue exactly where `state` stopped (any world size); restarts the workers."""
-        cfg, n = self.config, len(self.dataset)
-        for key, mine in (("dataset_len", n), ("seed", cfg.seed), ("shuffle", cfg.shuffle)):
-            if state.get(key) != mine:
-                raise PipelineError(
-                    f"data state has {key}={state.get(key)!r} but this pipeline has {mine!r}; "
-                    "resuming would break the sampling schedule"
-                )
-        if not 0 <= state["position"] <= n:
-            raise PipelineError(f"data state position {state['position']} is outside 0..{n}")
-        if state.get("schedule_digest") not in (None, self._schedule_digest(state["epoch"])):
-            raise PipelineError("the sampling schedule differs from the checkpoint's")
+        cfg = self.config
+        epoch, position = check_state(
+            state, len(self.dataset), cfg.seed, cfg.shuffle, self._schedule_digest
+        )
         self.close()
-        self.epoch, self.origin, self.consumed = int(state["epoch"]), int(state["position"]), 0
+        self.epoch, self.origin, self.consumed = epoch, position, 0
 
     def set_epoch(self, epoch: int) -> None:
         """Start `epoch` from its beginning (restarts the workers)."""
@@ -263,12 +253,8 @@ class DataPipeline:
         self.epoch, self.origin, self.consumed = epoch, 0, 0
 
     def _schedule_digest(self, epoch: int) -> str:
-        if self._digest is None or self._digest[0] != epoch:
-            perm = epoch_permutation(
-                self.config.seed, epoch, len(self.dataset), self.config.shuffle
-            )
-            self._digest = (epoch, schedule_digest(perm))
-        return self._digest[1]
+        cfg = self.config
+        return schedule_digest(cfg.seed, epoch, len(self.dataset), cfg.shuffle)
 
 
 _EMPTY = object()

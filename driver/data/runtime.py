@@ -1,8 +1,9 @@
 """The processes, queues and shared memory of one running pipeline, and their release.
 
-`Runtime.start` creates a shared-memory arena of batch slots, starts the feeder, producers
-and collators, waits until every one reports ready, then unlinks the arena from /dev/shm
-(the processes keep their mappings), so no exit path, even SIGKILL, can leak it.
+`Runtime.start` creates a shared-memory arena (batch slots, then as many staging slots, see
+`driver.data.staging`), starts the feeder, producers and collators, waits until every one
+reports ready, then unlinks the arena from /dev/shm (the processes keep their mappings), so
+from then on no exit path, even SIGKILL, can leak it.
 `Runtime.shutdown` stops and reaps every process; it is idempotent and also runs when the
 pipeline is garbage-collected or the interpreter exits.
 """
@@ -39,7 +40,7 @@ class Runtime:
         ctx = mp.get_context(cfg.start_method)
         name = f"{SHM_PREFIX}{os.getpid()}-{next(_counter)}-{uuid.uuid4().hex[:6]}"
         self.shm = shared_memory.SharedMemory(
-            name, create=True, size=cfg.slot_bytes * cfg.prefetch_batches
+            name, create=True, size=2 * cfg.slot_bytes * cfg.prefetch_batches
         )
         work_q = ctx.Queue(cfg.work_queue_size)
         sample_qs = [ctx.Queue(cfg.sample_queue_size) for _ in range(cfg.collators)]

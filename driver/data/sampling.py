@@ -1,7 +1,8 @@
 """Deterministic, resumable sampling schedule (pure functions, no I/O).
 
 Every rank computes the same global schedule, a permutation of the dataset from
-(seed, epoch, size). From a global position `origin` onwards, step `s` covers the
+(seed, epoch, size), evaluated slice by slice (no per-epoch array, so corpora of billions
+of samples cost nothing). From a global position `origin` onwards, step `s` covers the
 `world_size × batch_size` consecutive schedule entries starting at
 `origin + s × world_size × batch_size`, and rank `r` takes the r-th block of `batch_size`.
 Progress is one number, the global position (samples of the epoch consumed by all ranks
@@ -9,33 +10,80 @@ together); resuming on any world size restarts the layout at that position, so n
 of the epoch is skipped or repeated. With drop_last=False the final partial step is split
 over the ranks as evenly as possible (some ranks may get one sample fewer, or none).
 
-    perm = epoch_permutation(seed=0, epoch=3, size=1000)
-    for idx in rank_batches(perm, batch_size=8, world_size=4, rank=1): ...
+    start, stop = rank_slice(step=2, rank=1, size=1000, batch_size=8, world_size=4,
+                             origin=0, drop_last=True)
+    indices = schedule_entries(seed=0, epoch=3, size=1000, positions=np.arange(start, stop))
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
-from collections.abc import Iterator
 
 import numpy as np
 
 _MASK = (1 << 64) - 1
 
 
-def epoch_permutation(seed: int, epoch: int, size: int, shuffle: bool = True) -> np.ndarray:
-    """The global schedule of one epoch: int64 sample indices, identical on every rank."""
+ROUNDS = 6
+SCHEDULE_VERSION = "feistel-6"
+
+
+def schedule_entries(
+    seed: int, epoch: int, size: int, positions: np.ndarray, shuffle: bool = True
+) -> np.ndarray:
+    """The global schedule at `positions` (int64 sample indices), identical on every rank.
+
+    The shuffle is a keyed bijection of [0, size) (a Feistel network on the smallest
+    power-of-four domain ≥ size, cycle-walked back into range), so any slice is computed
+    without materialising the epoch's permutation: constant memory for any corpus size."""
     if size < 0 or epoch < 0:
         raise ValueError(f"size and epoch must be ≥ 0 (got size={size}, epoch={epoch})")
+    pos = np.asarray(positions, dtype=np.int64)
+    if pos.size and (pos.min() < 0 or pos.max() >= size):
+        raise ValueError(f"schedule positions must lie in 0..{size - 1}")
     if not shuffle:
-        return np.arange(size, dtype=np.int64)
-    rng = np.random.Generator(np.random.PCG64(np.random.SeedSequence([seed & _MASK, epoch])))
-    return rng.permutation(size).astype(np.int64, copy=False)
+        return pos.copy()
+    half = max(1, (max(size - 1, 1).bit_length() + 1) // 2)
+    keys = _round_keys(seed & _MASK, epoch)
+    out = _feistel(pos.astype(np.uint64), keys, half)
+    outside = out >= size
+    while outside.any():  # cycle-walk: at most a few rounds, the domain is < 4 × size
+        out[outside] = _feistel(out[outside], keys, half)
+        outside = out >= size
+    return out.astype(np.int64)
 
 
-def schedule_digest(perm: np.ndarray) -> str:
-    """Short fingerprint of a schedule, stored with the state to detect a changed schedule."""
-    return hashlib.sha1(np.ascontiguousarray(perm, dtype="<i8").tobytes()).hexdigest()[:16]
+@functools.lru_cache(maxsize=8)
+def _round_keys(seed: int, epoch: int) -> np.ndarray:
+    return np.random.SeedSequence([seed, epoch]).generate_state(ROUNDS, np.uint64)
+
+
+def _feistel(x: np.ndarray, keys: np.ndarray, half: int) -> np.ndarray:
+    mask = np.uint64((1 << half) - 1)
+    left, right = x >> np.uint64(half), x & mask
+    for key in keys:
+        left, right = right, left ^ (_mix(right ^ key) & mask)
+    return (left << np.uint64(half)) | right
+
+
+def _mix(z: np.ndarray) -> np.ndarray:
+    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return z ^ (z >> np.uint64(31))
+
+
+def epoch_permutation(seed: int, epoch: int, size: int, shuffle: bool = True) -> np.ndarray:
+    """The whole schedule of one epoch (for tests and tools; the pipeline reads slices)."""
+    return schedule_entries(seed, epoch, size, np.arange(size, dtype=np.int64), shuffle)
+
+
+def schedule_digest(seed: int, epoch: int, size: int, shuffle: bool) -> str:
+    """Short fingerprint of an epoch's schedule (its parameters, the algorithm and its first
+    entries), stored with the state so a resume under a changed schedule is refused."""
+    head = schedule_entries(seed, epoch, size, np.arange(min(size, 256)), shuffle)
+    text = f"{SCHEDULE_VERSION}:{seed}:{epoch}:{size}:{shuffle}:".encode() + head.tobytes()
+    return hashlib.sha1(text).hexdigest()[:16]
 
 
 def steps_in_epoch(
@@ -75,22 +123,6 @@ def position_after(
     if not 0 <= steps <= total:
         raise ValueError(f"{steps} steps is outside 0..{total}")
     return min(size, origin + steps * batch_size * world_size)
-
-
-def rank_batches(
-    perm: np.ndarray,
-    batch_size: int,
-    world_size: int,
-    rank: int,
-    origin: int = 0,
-    drop_last: bool = True,
-    first_step: int = 0,
-) -> Iterator[np.ndarray]:
-    """The sample indices of each of `rank`'s batches from `first_step` to the epoch's end."""
-    size = len(perm)
-    for step in range(first_step, steps_in_epoch(size, batch_size, world_size, origin, drop_last)):
-        start, stop = rank_slice(step, rank, size, batch_size, world_size, origin, drop_last)
-        yield perm[start:stop]
 
 
 def sample_seed(seed: int, epoch: int, index: int) -> int:

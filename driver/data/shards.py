@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import tarfile
+import threading
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
@@ -95,7 +96,7 @@ class ShardedDataset:
         indexes = [self._load_index(url) for url in urls]
         self.counts = np.cumsum([0, *(len(index) for index in indexes)]).astype(np.int64)
         self.entries = PackedDataset.from_items(entry for index in indexes for entry in index)
-        self._open: tuple[int, int, Any] | None = None
+        self._open: dict[int, tuple[int, int, Any]] = {}  # thread id → (pid, shard, file)
 
     def _load_index(self, url: str) -> list:
         import fsspec
@@ -122,14 +123,17 @@ class ShardedDataset:
         return self.decode(sample) if self.decode else sample
 
     def _handle(self, shard: int) -> Any:
-        pid = os.getpid()
-        if self._open is None or self._open[:2] != (pid, shard):
+        """This thread's open file of `shard` (one per thread: fetch threads seek at once)."""
+        pid, thread = os.getpid(), threading.get_ident()
+        current = self._open.get(thread)
+        if current is None or current[:2] != (pid, shard):
             import fsspec
 
-            if self._open is not None and self._open[0] == pid:
-                self._open[2].close()
-            self._open = (pid, shard, fsspec.open(self.urls[shard], "rb", **self.options).open())
-        return self._open[2]
+            if current is not None and current[0] == pid:
+                current[2].close()
+            current = (pid, shard, fsspec.open(self.urls[shard], "rb", **self.options).open())
+            self._open[thread] = current
+        return current[2]
 
     def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_open": None}
+        return {**self.__dict__, "_open": {}}

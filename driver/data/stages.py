@@ -21,6 +21,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from driver.data.codec import Stack
+
 
 @dataclass(frozen=True)
 class SampleContext:
@@ -116,13 +118,20 @@ def as_stages(stages: Sequence[Stage | Callable[..., Any]] | None) -> list[Stage
 
 def default_collate(samples: list[Any]) -> Any:
     """Stack a list of samples: arrays/tensors stacked, numbers to an array, others listed."""
+    return collate_tree(samples, lazy=False)
+
+
+def collate_tree(samples: list[Any], lazy: bool) -> Any:
+    """`default_collate`; with `lazy`, equal numpy arrays become `codec.Stack` leaves that
+    the collator stacks straight into the batch slot."""
     first = samples[0]
     if isinstance(first, dict):
-        return {key: default_collate([s[key] for s in samples]) for key in first}
+        return {key: collate_tree([s[key] for s in samples], lazy) for key in first}
     if type(first) in (list, tuple):
-        return type(first)(default_collate(list(group)) for group in zip(*samples, strict=True))
+        groups = zip(*samples, strict=True)
+        return type(first)(collate_tree(list(group), lazy) for group in groups)
     if isinstance(first, np.ndarray) and not first.dtype.hasobject:
-        return np.stack(samples)
+        return Stack(samples) if lazy and Stack.fits(samples) else np.stack(samples)
     if isinstance(first, bool | int | float | np.number | np.bool_):
         return np.asarray(samples)
     if type(first).__module__.startswith("torch") and hasattr(first, "untyped_storage"):

@@ -14,12 +14,16 @@ import queue
 import signal
 import time
 import traceback
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from driver.data import codec
-from driver.data.sampling import epoch_permutation, rank_slice, sample_seed, steps_in_epoch
-from driver.data.stages import SampleContext, WorkerInfo
+from driver.data.sampling import rank_slice, sample_seed, schedule_entries, steps_in_epoch
+from driver.data.stages import SampleContext, WorkerInfo, collate_tree, default_collate
+from driver.data.staging import stage_in, stage_out
 
 OK, FAILED = "ok", "failed"
 _WAIT = 0.5
@@ -94,19 +98,15 @@ def feeder_main(shared: Shared, row: int, epoch: int, origin: int) -> None:
     """Queue tasks (epoch, step, slot, count, first position, indices) for this rank's steps."""
     _prepare(shared, row)
     cfg, n = shared.config, shared.dataset_len
-    args = (cfg.batch_size, shared.world_size)
     try:
         while True:
-            steps = steps_in_epoch(n, *args, origin, cfg.drop_last)
-            perm = epoch_permutation(cfg.seed, epoch, n, cfg.shuffle) if steps else None
-            for step in range(steps):
-                start, stop = rank_slice(step, shared.rank, n, *args, origin, cfg.drop_last)
+            steps = steps_in_epoch(n, cfg.batch_size, shared.world_size, origin, cfg.drop_last)
+            for step, indices in _rank_steps(shared, epoch, origin, steps):
                 slot = _get(shared, shared.free_slots)
                 _set_status(shared, row, step, epoch)
-                indices, size = perm[start:stop].tolist(), cfg.task_size
-                for first in range(0, len(indices), size):
-                    task = (epoch, step, slot, stop - start, first, indices[first : first + size])
-                    _put(shared, shared.work_q, task)
+                for first in range(0, max(len(indices), 1), cfg.task_size):  # empty: 1 task
+                    chunk = indices[first : first + cfg.task_size]
+                    _put(shared, shared.work_q, (epoch, step, slot, len(indices), first, chunk))
             if steps == 0 and origin == 0:
                 shared.stop.wait()  # an empty epoch: nothing more will ever come
                 raise Stopped
@@ -115,28 +115,64 @@ def feeder_main(shared: Shared, row: int, epoch: int, origin: int) -> None:
         return
 
 
+def _rank_steps(shared: Shared, epoch: int, origin: int, steps: int, block: int = 64):
+    """(step, sample indices) of this rank's steps, the schedule computed `block` at once."""
+    cfg, n = shared.config, shared.dataset_len
+    args = (n, cfg.batch_size, shared.world_size, origin, cfg.drop_last)
+    for base in range(0, steps, block):
+        spans = [
+            rank_slice(step, shared.rank, *args) for step in range(base, min(base + block, steps))
+        ]
+        positions = np.concatenate([np.arange(a, b) for a, b in spans])
+        entries = schedule_entries(cfg.seed, epoch, n, positions, cfg.shuffle).tolist()
+        at = 0
+        for step, (a, b) in enumerate(spans, base):
+            yield step, entries[at : at + b - a]
+            at += b - a
+
+
 def producer_main(shared: Shared, row: int, wid: int, dataset: Any, stages: list) -> None:
     """Fetch samples by index, run the stages, hand the result to the step's collator."""
     _prepare(shared, row)
     worker = WorkerInfo("producer", wid, shared.rank)
     clients = [stage.client(worker) for stage in stages]
-    cfg = shared.config
+    threads = shared.config.fetch_threads
+    pool = ThreadPoolExecutor(threads, thread_name_prefix="fetch") if threads > 1 else None
     try:
         while True:
             epoch, step, slot, count, first, indices = _get(shared, shared.work_q)
-            results = []
-            for pos, index in enumerate(indices, first):
-                _set_status(shared, row, index, step)
-                ctx = SampleContext(index, epoch, sample_seed(cfg.seed, epoch, index), shared.rank)
-                results.append((pos, index, *_one(dataset, clients, stages, index, ctx)))
+            job = (dataset, clients, stages, epoch, slot)
+            results = _run_task(shared, row, pool, job, step, list(enumerate(indices, first)))
             _set_status(shared, row, -1, -1)
-            item = (epoch, step, slot, count, results)
-            _put(shared, shared.sample_qs[step % len(shared.sample_qs)], item)
+            _put(shared, shared.sample_qs[step % len(shared.sample_qs)],
+                 (epoch, step, slot, count, results))  # fmt: skip
     except Stopped:
         return
     finally:
+        if pool is not None:
+            pool.shutdown(wait=False, cancel_futures=True)
         for client in clients:
             client.close()
+
+
+def _run_task(shared: Shared, row: int, pool: Any, job: tuple, step: int, todo: list) -> list:
+    """(pos, index, state, value) per sample in order; the status names the oldest unfinished."""
+    seed, rank = shared.config.seed, shared.rank
+    dataset, clients, stages, epoch, slot = job
+
+    def one(pos: int, index: int) -> tuple:
+        ctx = SampleContext(index, epoch, sample_seed(seed, epoch, index), rank)
+        state, value = _one(dataset, clients, stages, index, ctx)
+        if state == OK:
+            value = stage_out(shared, slot, pos, value)
+        return pos, index, state, value
+
+    futures = [pool.submit(one, *item) for item in todo] if pool is not None else None
+    out = []
+    for k, (pos, index) in enumerate(todo):
+        _set_status(shared, row, index, step)
+        out.append(futures[k].result() if futures else one(pos, index))
+    return out
 
 
 def _one(dataset: Any, clients: list, stages: list, index: int, ctx: SampleContext) -> tuple:
@@ -162,7 +198,7 @@ def collator_main(shared: Shared, row: int, wid: int, collate_fn: Any) -> None:
             entry["n"] += len(results)
             for pos, index, state, value in results:
                 if state == OK:
-                    entry["samples"][pos] = (index, value)
+                    entry["samples"][pos] = (index, stage_in(shared, slot, pos, value))
                 else:
                     entry["skipped"].append((index, value))
             if entry["n"] == count:
@@ -182,7 +218,11 @@ def _collate(shared: Shared, epoch: int, step: int, slot: int, entry: dict, coll
     if not ordered:
         return (*head, None)
     try:
-        spec, arrays, nbytes = codec.encode(collate_fn([sample for _, sample in ordered]))
+        samples = [sample for _, sample in ordered]
+        lazy = collate_fn is default_collate  # stack straight into the slot
+        spec, arrays, nbytes = codec.encode(
+            collate_tree(samples, lazy=True) if lazy else collate_fn(samples)
+        )
     except Exception as err:
         return ("collate_error", epoch, step, slot, indices, f"{type(err).__name__}: {err}", None)
     size = shared.config.slot_bytes

@@ -1,17 +1,25 @@
 """Benchmark the data pipeline against torch.utils.data.DataLoader, measured in the same run.
 
-    python scripts/bench/data_bench.py                 # both figures, default sizes
-    python scripts/bench/data_bench.py --objects 200000 --samples 2000   # quicker
+    python scripts/bench/data_bench.py                            # all figures
+    python scripts/bench/data_bench.py --objects 200000 --rounds 3  # quicker
 
-1. Throughput: the same dataset (synthetic images with a fixed numpy transform cost), the
-   same batch size, `--workers` transform processes each (DataLoader workers vs producers;
-   the pipeline adds one collator and the feeder, both printed). Ratio: samples/s of the
-   pipeline ÷ DataLoader's (goal ≥ 1.5). A second row gives both the same total process
-   count (producers = workers - 1, one collator).
-2. Memory: a list of `--objects` Python tuples as the dataset; growth of the summed PSS of
-   the trainer and all its worker processes from the first batch to the end of the epoch.
-   Each loader runs in a fresh interpreter. Ratio: pipeline growth ÷ DataLoader growth
-   (goal ≤ 0.5; DataLoader workers copy the pages whose reference counts they touch).
+Both sides always get the same number of worker processes, counting every process of the
+pipeline: DataLoader(num_workers=W) against 1 feeder + (W - 1 - C) producers + C collators.
+The training process itself is not counted on either side.
+
+1. Throughput, CPU-bound: the same dataset (seeded 3×S×S images, normalised with `--cost`
+   rounds of float maths in `__getitem__`), batch size and shuffling. Each run is one epoch
+   of which the steady state is timed (`--warmup` batches at each end are not). The loaders
+   alternate for `--rounds` rounds (ABBA order); printed: every round, the medians, and the
+   ratio of each back-to-back pair with their median and spread. Also
+   printed: CPU time per sample summed over the trainer and all its worker processes, which
+   other jobs on a shared host disturb much less than wall-clock time.
+2. Throughput, read-latency-bound: the same images, plus `--latency-ms` of waiting per sample
+   (a ranged read from object storage); the pipeline overlaps reads with `fetch_threads`.
+3. Memory: a list of `--objects` Python tuples as the dataset; growth of the summed PSS of
+   the trainer and all its worker processes from the first batch to the end of the epoch,
+   each loader in a fresh interpreter. Ratio: pipeline ÷ DataLoader (goal ≤ 0.5).
+Goal for the throughput ratios: pipeline ÷ DataLoader ≥ 1.5.
 """
 
 from __future__ import annotations
@@ -22,63 +30,15 @@ import os
 import subprocess
 import sys
 import time
+import warnings
 
 import numpy as np
 
-
-class Images:
-    """Sample i: a seeded 3×S×S uint8 image, normalised with `cost` rounds of float maths."""
-
-    def __init__(self, count: int, side: int, cost: int):
-        self.count, self.side, self.cost = count, side, cost
-
-    def __len__(self) -> int:
-        return self.count
-
-    def __getitem__(self, index: int) -> dict:
-        rng = np.random.default_rng(index)
-        x = rng.integers(0, 255, (3, self.side, self.side), dtype=np.uint8).astype(np.float32)
-        for _ in range(self.cost):
-            x = np.sqrt(x * 0.5 + 1.0)
-        return {"image": x, "label": index % 1000}
+warnings.filterwarnings("ignore", message="This DataLoader will create")
 
 
-def run_dataloader(dataset, batch: int, workers: int, epochs: int) -> float:
-    import torch.utils.data as tud
-
-    loader = tud.DataLoader(
-        dataset, batch_size=batch, shuffle=True, num_workers=workers,
-        persistent_workers=True, prefetch_factor=2, drop_last=True,
-    )  # fmt: skip
-    return _timed(loader, epochs)
-
-
-def run_pipeline(dataset, batch: int, producers: int, epochs: int, task: int) -> float:
-    from driver.data import DataPipeline, PipelineConfig
-
-    sample = dataset[0]["image"]
-    cfg = PipelineConfig(
-        batch_size=batch, producers=producers, collators=1, prefetch_batches=4,
-        task_size=task, slot_bytes=batch * sample.nbytes + (1 << 20),
-    )  # fmt: skip
-    with DataPipeline(dataset, cfg) as data:
-        return _timed(data, epochs)
-
-
-def _timed(loader, epochs: int) -> float:
-    """Samples/s over the epochs after a warm-up epoch (workers started, caches warm)."""
-    for batch in loader:
-        float(batch["image"][0, 0, 0, 0])
-    count, start = 0, time.perf_counter()
-    for _ in range(epochs):
-        for batch in loader:
-            float(batch["image"][0, 0, 0, 0])
-            count += len(batch["label"])
-    return count / (time.perf_counter() - start)
-
-
-def pss_kib(root: int) -> int:
-    """Summed PSS (KiB) of `root` and all its descendants."""
+def _tree(root: int) -> list[int]:
+    """`root` and all its descendant process ids."""
     children: dict[int, list[int]] = {}
     for entry in os.listdir("/proc"):
         if entry.isdigit():
@@ -88,10 +48,18 @@ def pss_kib(root: int) -> int:
             except OSError:
                 continue
             children.setdefault(ppid, []).append(int(entry))
-    total, todo = 0, [root]
+    out, todo = [], [root]
     while todo:
         pid = todo.pop()
+        out.append(pid)
         todo += children.get(pid, [])
+    return out
+
+
+def pss_kib(root: int) -> int:
+    """Summed PSS (KiB) of `root` and all its descendants."""
+    total = 0
+    for pid in _tree(root):
         try:
             with open(f"/proc/{pid}/smaps_rollup") as handle:
                 total += next(int(line.split()[1]) for line in handle if line.startswith("Pss:"))
@@ -100,7 +68,115 @@ def pss_kib(root: int) -> int:
     return total
 
 
-def memory_run(kind: str, objects: int, batch: int, workers: int) -> dict:
+def cpu_seconds(root: int) -> float:
+    """CPU seconds (user + system) of `root` and its descendants, live or reaped."""
+    ticks = 0
+    for pid in _tree(root):
+        try:
+            with open(f"/proc/{pid}/stat") as handle:
+                fields = handle.read().rsplit(")", 1)[1].split()
+            ticks += sum(int(x) for x in fields[11:15])  # utime stime cutime cstime
+        except OSError:
+            pass
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+class Images:
+    """Sample i: a seeded 3×S×S image, normalised with `cost` rounds; optional read latency."""
+
+    def __init__(self, count: int, side: int, cost: int, latency_s: float = 0.0):
+        self.count, self.side, self.cost, self.latency_s = count, side, cost, latency_s
+
+    def __len__(self) -> int:
+        return self.count
+
+    def __getitem__(self, index: int) -> dict:
+        if self.latency_s:
+            time.sleep(self.latency_s)
+        rng = np.random.default_rng(index)
+        x = rng.integers(0, 255, (3, self.side, self.side), dtype=np.uint8).astype(np.float32)
+        for _ in range(self.cost):
+            x = np.sqrt(x * 0.5 + 1.0)
+        return {"image": x, "label": index % 1000}
+
+
+def split(workers: int, collators: int) -> int:
+    """Producers when the pipeline may use `workers` processes in all (feeder + collators)."""
+    return workers - 1 - collators
+
+
+def make_dataloader(dataset, batch: int, workers: int):
+    import torch.utils.data as tud
+
+    return tud.DataLoader(
+        dataset, batch_size=batch, shuffle=True, num_workers=workers, prefetch_factor=2,
+        drop_last=True,
+    )  # fmt: skip
+
+
+def make_pipeline(dataset, batch: int, workers: int, args: argparse.Namespace, threads: int):
+    from driver.data import DataPipeline, PipelineConfig
+
+    sample = dataset[0]["image"]
+    cfg = PipelineConfig(
+        batch_size=batch, producers=split(workers, args.collators), collators=args.collators,
+        task_size=args.task, fetch_threads=threads, seed=1,
+        slot_bytes=batch * sample.nbytes + (1 << 20),
+    )  # fmt: skip
+    return DataPipeline(dataset, cfg)
+
+
+def timed_epoch(loader, warmup: int, batches: int) -> tuple[float, float]:
+    """(samples/s, CPU ms per sample) in the steady state of one epoch of `batches` batches:
+    `warmup` batches at each end (start-up, tail) are consumed but not timed."""
+    count, start, cpu0, stop, cpu1 = 0, 0.0, 0.0, 0.0, 0.0
+    for i, batch in enumerate(loader):
+        float(batch["image"][0, 0, 0, 0])
+        if i == warmup - 1:
+            start, cpu0 = time.perf_counter(), cpu_seconds(os.getpid())
+        elif warmup <= i < batches - warmup:
+            count += len(batch["label"])
+            if i == batches - warmup - 1:
+                stop, cpu1 = time.perf_counter(), cpu_seconds(os.getpid())
+    return count / (stop - start), 1000 * (cpu1 - cpu0) / count
+
+
+def throughput(args: argparse.Namespace, title: str, dataset, threads: int) -> None:
+    """Alternate the loaders for `--rounds` rounds (ABBA order); compare the medians, and the
+    median of the per-round ratios (each pair ran back to back, under similar load)."""
+    w, batches = args.workers, len(dataset) // args.batch
+    runs: dict[str, list[tuple[float, float]]] = {"DataLoader": [], "pipeline": []}
+    for r in range(args.rounds):
+        order = ["DataLoader", "pipeline"] if r % 2 == 0 else ["pipeline", "DataLoader"]
+        for kind in order:
+            if kind == "DataLoader":
+                loader = make_dataloader(dataset, args.batch, w)
+                runs[kind].append(timed_epoch(loader, args.warmup, batches))
+            else:
+                with make_pipeline(dataset, args.batch, w, args, threads) as data:
+                    runs[kind].append(timed_epoch(data, args.warmup, batches))
+    p, c = split(w, args.collators), args.collators
+    procs = {"DataLoader": f"{w} workers", "pipeline": f"1 feeder + {p} prod. + {c} coll."}
+    print(f"\n{title}")
+    med = {}
+    for kind, values in runs.items():
+        rates = [v[0] for v in values]
+        med[kind] = float(np.median(rates)), float(np.median([v[1] for v in values]))
+        print(
+            f"  {kind:10s} {procs[kind]:28s} median {med[kind][0]:7.0f} samples/s "
+            f"(rounds: {', '.join(f'{x:.0f}' for x in rates)})  CPU {med[kind][1]:.3f} ms/sample"
+        )
+    paired = [a[0] / b[0] for a, b in zip(runs["pipeline"], runs["DataLoader"], strict=True)]
+    print(
+        f"  ratio pipeline ÷ DataLoader, {w} worker processes each: samples/s "
+        f"{med['pipeline'][0] / med['DataLoader'][0]:.2f} (medians); per round "
+        f"{', '.join(f'{x:.2f}' for x in paired)}, median {np.median(paired):.2f}, "
+        f"min {min(paired):.2f}, max {max(paired):.2f}; "
+        f"CPU per sample {med['pipeline'][1] / med['DataLoader'][1]:.2f}"
+    )
+
+
+def memory_run(kind: str, objects: int, batch: int, workers: int, collators: int) -> dict:
     """One epoch over a list of Python tuples; PSS growth from the first batch to the end."""
     records = [(i, f"record-{i:09d}") for i in range(objects)]
     if kind == "dataloader":
@@ -109,18 +185,20 @@ def memory_run(kind: str, objects: int, batch: int, workers: int) -> dict:
         loader = tud.DataLoader(
             records, batch_size=batch, shuffle=True, num_workers=workers, drop_last=True
         )
-        iterator = iter(loader)
     else:
         from driver.data import DataPipeline, PipelineConfig
 
-        cfg = PipelineConfig(batch_size=batch, producers=workers, collators=1, task_size=64)
+        cfg = PipelineConfig(
+            batch_size=batch, producers=split(workers, collators), collators=collators,
+            task_size=64,
+        )  # fmt: skip
         loader = DataPipeline(records, cfg)
-        iterator = iter(loader)
-    total = objects // batch  # both drop nothing but the tail batch is measured after
+    iterator = iter(loader)
+    total = objects // batch
     next(iterator)
     time.sleep(0.5)
     start = pss_kib(os.getpid())
-    for _ in range(total - 1):  # measure with the workers still alive, before the end
+    for _ in range(total - 1):  # measure with the workers still alive, at the last batch
         next(iterator)
     end = pss_kib(os.getpid())
     seen = total + sum(1 for _ in iterator)
@@ -129,74 +207,73 @@ def memory_run(kind: str, objects: int, batch: int, workers: int) -> dict:
     return {"start_kib": start, "end_kib": end, "growth_kib": end - start, "batches": seen}
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--samples", type=int, default=4096, help="images per epoch")
-    parser.add_argument("--side", type=int, default=64, help="image side in pixels")
-    parser.add_argument("--cost", type=int, default=6, help="transform rounds per image")
-    parser.add_argument("--batch", type=int, default=64)
-    parser.add_argument("--workers", type=int, default=2, help="transform processes")
-    parser.add_argument("--epochs", type=int, default=2, help="timed epochs after a warm-up")
-    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds (median)")
-    parser.add_argument("--task", type=int, default=8, help="pipeline samples per task")
-    parser.add_argument("--objects", type=int, default=1_000_000, help="memory: list length")
-    parser.add_argument("--mem-batch", type=int, default=512)
-    parser.add_argument("--skip", choices=["throughput", "memory"], action="append", default=[])
-    parser.add_argument(
-        "--memory-child", choices=["dataloader", "pipeline"], help=argparse.SUPPRESS
-    )
-    args = parser.parse_args(argv)
-    if args.memory_child:
-        print(json.dumps(memory_run(args.memory_child, args.objects, args.mem_batch, args.workers)))
-        return
-    if "throughput" not in args.skip:
-        throughput(args)
-    if "memory" not in args.skip:
-        memory(args)
-
-
-def throughput(args: argparse.Namespace) -> None:
-    """Interleave the loaders for `--rounds` rounds and compare medians (noisy hosts)."""
-    ds, w = Images(args.samples, args.side, args.cost), args.workers
-    runs: dict[str, list[float]] = {"dl": [], "same_workers": [], "same_procs": []}
-    for _ in range(args.rounds):
-        runs["dl"].append(run_dataloader(ds, args.batch, w, args.epochs))
-        runs["same_workers"].append(run_pipeline(ds, args.batch, w, args.epochs, args.task))
-        if w > 1:
-            runs["same_procs"].append(run_pipeline(ds, args.batch, w - 1, args.epochs, args.task))
-    med = {key: float(np.median(values)) for key, values in runs.items() if values}
-    rows = [
-        ("DataLoader", f"{w} workers", "dl"),
-        ("pipeline", f"{w} producers + 1 collator", "same_workers"),
-        ("pipeline", f"{w - 1} producers + 1 collator", "same_procs"),
-    ]
-    for name, procs, key in rows:
-        if key in med:
-            spread = ", ".join(f"{v:.0f}" for v in runs[key])
-            print(f"throughput  {name:10s} {procs:26s} median {med[key]:8.0f} samples/s ({spread})")
-    print(f"throughput ratio (pipeline {w} producers ÷ DataLoader {w} workers): "
-          f"{med['same_workers'] / med['dl']:.2f}")  # fmt: skip
-    if "same_procs" in med:
-        print(f"throughput ratio (same total worker processes, {w}): "
-              f"{med['same_procs'] / med['dl']:.2f}")  # fmt: skip
-
-
 def memory(args: argparse.Namespace) -> None:
+    print(f"\nmemory: one epoch over a list of {args.objects} tuples (int, str), "
+          f"{args.workers} worker processes each")  # fmt: skip
     results = {}
     for kind in ("dataloader", "pipeline"):
-        cmd = [sys.executable, __file__, "--memory-child", kind, "--objects", str(args.objects),
-               "--mem-batch", str(args.mem_batch), "--workers", str(args.workers)]  # fmt: skip
+        cmd = [sys.executable, os.path.abspath(__file__), "--memory-child", kind,
+               "--objects", str(args.objects), "--mem-batch", str(args.mem_batch),
+               "--workers", str(args.workers), "--collators", str(args.collators)]  # fmt: skip
         out = subprocess.run(cmd, check=True, capture_output=True, text=True)
-        results[kind] = json.loads(out.stdout.strip().splitlines()[-1])
-        r = results[kind]
+        results[kind] = r = json.loads(out.stdout.strip().splitlines()[-1])
         print(
-            f"memory      {kind:10s} PSS {r['start_kib'] / 1024:8.1f} → "
-            f"{r['end_kib'] / 1024:8.1f} MiB"
-            f"  growth {r['growth_kib'] / 1024:8.1f} MiB over {r['batches']} batches"
+            f"  {kind:10s} PSS of all processes {r['start_kib'] / 1024:7.1f} → "
+            f"{r['end_kib'] / 1024:7.1f} MiB, growth {r['growth_kib'] / 1024:7.1f} MiB "
+            f"over {r['batches']} batches"
         )
     dl, ours = results["dataloader"]["growth_kib"], results["pipeline"]["growth_kib"]
-    ratio = ours / dl if dl > 0 else float("nan")
-    print(f"memory growth ratio (pipeline ÷ DataLoader, {args.objects} objects): {ratio:.3f}")
+    print(f"  ratio pipeline ÷ DataLoader PSS growth: {ours / dl if dl > 0 else float('nan'):.3f}")
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    add = parser.add_argument
+    add("--samples", type=int, default=6144, help="images per epoch")
+    add("--side", type=int, default=64, help="image side in pixels")
+    add("--cost", type=int, default=6, help="transform rounds per image")
+    add("--latency-ms", type=float, default=5.0, help="read latency per sample (case 2)")
+    add("--latency-samples", type=int, default=2048, help="images per epoch (case 2)")
+    add("--fetch-threads", type=int, default=8, help="pipeline fetch threads (case 2)")
+    add("--batch", type=int, default=64)
+    add("--workers", type=int, default=4, help="worker processes of each loader")
+    add("--collators", type=int, default=1, help="pipeline collators (out of --workers)")
+    add("--task", type=int, default=8, help="pipeline samples per task")
+    add("--warmup", type=int, default=8, help="batches not timed at the start of each run")
+    add("--rounds", type=int, default=7, help="interleaved rounds (median)")
+    add("--objects", type=int, default=1_000_000, help="memory: list length")
+    add("--mem-batch", type=int, default=512)
+    add("--skip", choices=["cpu", "latency", "memory"], action="append", default=[])
+    add("--memory-child", choices=["dataloader", "pipeline"], help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.collators < 1 or split(args.workers, args.collators) < 1:
+        parser.error(f"--workers {args.workers} must leave a producer beside 1 feeder and "
+                     f"--collators {args.collators} (≥ 1)")  # fmt: skip
+    for name in ("samples", "latency_samples"):
+        if getattr(args, name) < (2 * args.warmup + 2) * args.batch:
+            parser.error(f"--{name.replace('_', '-')} must give 2 × --warmup + 2 batches or more")
+    if args.memory_child:
+        out = memory_run(
+            args.memory_child, args.objects, args.mem_batch, args.workers, args.collators
+        )
+        print(json.dumps(out))
+        return
+    load = os.getloadavg()
+    print(f"host: {os.cpu_count()} CPUs, load average {load[0]:.1f} / {load[1]:.1f} / "
+          f"{load[2]:.1f} (1/5/15 min) at start")  # fmt: skip
+    if "cpu" not in args.skip:
+        images = Images(args.samples, args.side, args.cost)
+        throughput(args, f"throughput, CPU-bound ({args.samples} images/epoch, "
+                   f"cost {args.cost}, batch {args.batch}):", images, threads=1)  # fmt: skip
+    if "latency" not in args.skip:
+        images = Images(args.latency_samples, args.side, args.cost, args.latency_ms / 1000)
+        title = (f"throughput, read-latency-bound ({args.latency_ms:g} ms per sample read, "
+                 f"pipeline fetch_threads={args.fetch_threads}):")  # fmt: skip
+        throughput(args, title, images, threads=args.fetch_threads)
+    if "memory" not in args.skip:
+        memory(args)
+    load = os.getloadavg()
+    print(f"\nload average at end: {load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f}")
 
 
 if __name__ == "__main__":

@@ -86,6 +86,27 @@ def test_shards_round_trip_and_feed_the_pipeline(where, tmp_path):
     assert sorted(mine + other) == list(range(23))
 
 
+def test_shards_are_plain_webdataset_tars(tmp_path):
+    import webdataset as wds
+
+    urls = write_shards(_records(12), f"{tmp_path}/w-%02d.tar", samples_per_shard=5)
+    read = list(wds.WebDataset(urls, shardshuffle=False))
+    ours = ShardedDataset(urls)
+    assert [s["__key__"] for s in read] == [ours[i]["__key__"] for i in range(12)]
+    assert [s["cls"] for s in read] == [ours[i]["cls"] for i in range(12)]
+    assert np.load(__import__("io").BytesIO(ours[11]["npy"])).tolist() == [11, 11, 11]
+
+
+def test_shards_written_by_webdataset_are_scanned(tmp_path):
+    import webdataset as wds
+
+    with wds.TarWriter(str(tmp_path / "plain.tar")) as sink:
+        for record in _records(4):
+            sink.write(record)
+    ds = ShardedDataset([str(tmp_path / "plain.tar")])  # no sidecar index: scans the headers
+    assert len(ds) == 4 and ds[2]["cls"] == b"2" and ds[3]["__key__"] == "s00003"
+
+
 def test_shards_without_index_are_scanned(tmp_path):
     urls = write_shards(_records(5), f"{tmp_path}/s-%02d.tar", samples_per_shard=5)
     (tmp_path / ("s-00.tar" + INDEX_SUFFIX)).unlink()

@@ -64,6 +64,13 @@ def test_producer_hang_names_the_stage_and_sample():
             ids_of(data)
 
 
+def test_hang_with_fetch_threads_names_the_sample():
+    cfg = _cfg(sample_timeout_s=0.5, fetch_threads=4)
+    with DataPipeline(IndexDataset(32), cfg, 0, 1, stages=[_sleep_on(6)]) as data:
+        with pytest.raises(StageHung, match=r"producer-\d .*sample 6 .*sample_timeout_s=0.5"):
+            ids_of(data)
+
+
 def test_collator_crash_names_the_step():
     def collate(samples):
         if samples[0]["id"] == 8:
@@ -189,4 +196,25 @@ def test_batch_timeout_describes_every_worker():
         with pytest.raises(
             PipelineError, match=r"batch_timeout_s=0.3: feeder .*producer-0 .*sample 0"
         ):
+            ids_of(data)
+
+
+def test_collator_error_before_every_worker_is_ready_is_not_lost(monkeypatch):
+    from driver.data import workers
+
+    prepare = workers._prepare
+
+    def slow_ready(shared, row):  # producer-1 reports ready after step 0 was collated
+        if row == 2:
+            time.sleep(1.5)
+        prepare(shared, row)
+
+    monkeypatch.setattr(workers, "_prepare", slow_ready)
+
+    def collate(samples):
+        raise ValueError("ragged batch")
+
+    cfg = _cfg(batch_timeout_s=5)
+    with DataPipeline(IndexDataset(32), cfg, 0, 1, collate_fn=collate) as data:
+        with pytest.raises(PipelineError, match=r"collator failed on step 0 .*ragged batch"):
             ids_of(data)

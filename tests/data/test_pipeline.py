@@ -90,6 +90,14 @@ def test_world_size_change_sees_every_sample_once(old, new, drop_last):
         assert sorted(seen) == list(range(size))
 
 
+def test_a_rank_with_no_sample_in_the_last_step_gets_no_batch():
+    cfg = _cfg(drop_last=False, batch_timeout_s=20)
+    ranks = _epoch(6, 4, cfg)  # 6 samples over 4 ranks of 4: 2, 2, 1, 1
+    ranks += _epoch(2, 3, cfg)  # 2 samples over 3 ranks: rank 2 gets nothing
+    assert [sum(len(b) for b in r) for r in ranks] == [2, 2, 1, 1, 1, 1, 0]
+    assert ranks[-1] == []
+
+
 def test_resume_after_the_last_batch_starts_the_next_epoch():
     with DataPipeline(IndexDataset(8), CFG, 0, 1) as data:
         ids_of(data, steps=2)
@@ -110,6 +118,12 @@ def test_load_rejects_a_state_of_another_schedule(change, message):
         state = {**data.state_dict(), **change}
         with pytest.raises(PipelineError, match=message):
             data.load_state_dict(state)
+
+
+def test_load_rejects_a_state_that_is_not_a_pipeline_state():
+    with DataPipeline(IndexDataset(16), CFG, 0, 1) as data:
+        with pytest.raises(PipelineError, match="lacks epoch, position"):
+            data.load_state_dict({"seed": 11})
 
 
 def test_state_records_in_flight_batches():
@@ -169,7 +183,33 @@ def test_spawn_start_method():
         assert sorted(sum(ids_of(data), [])) == list(range(12))
 
 
-@pytest.mark.parametrize(("task_size", "collators"), [(1, 2), (3, 1), (64, 2)])
-def test_task_size_and_collators_do_not_change_the_batches(task_size, collators):
-    cfg = _cfg(task_size=task_size, collators=collators, producers=3)
+@pytest.mark.parametrize(
+    ("task_size", "collators", "threads"), [(1, 2, 1), (3, 1, 1), (64, 2, 1), (5, 1, 4)]
+)
+def test_task_size_collators_and_threads_do_not_change_the_batches(task_size, collators, threads):
+    cfg = _cfg(task_size=task_size, collators=collators, producers=3, fetch_threads=threads)
     assert _epoch(40, 2, cfg) == _epoch(40, 2)
+
+
+class Ragged(IndexDataset):
+    """Sample i holds i × 700 bytes: small ones go through staging, big ones the queue."""
+
+    def __getitem__(self, index):
+        return {"id": index, "x": np.full(index * 700, index % 251, np.uint8), "t": torch.ones(2)}
+
+
+def _sums(samples):
+    return {
+        "id": np.array([s["id"] for s in samples]),
+        "sum": np.array([int(s["x"].sum()) for s in samples]),
+        "t": torch.stack([s["t"] for s in samples]),
+    }
+
+
+def test_staged_and_queued_samples_arrive_intact():
+    cfg = _cfg(slot_bytes=4 * 8192, shuffle=False)  # 8 KiB of staging per sample: ids < 12
+    with DataPipeline(Ragged(24), cfg, 0, 1, collate_fn=_sums) as data:
+        for batch in data:
+            ids = batch["id"].tolist()
+            assert batch["sum"].tolist() == [i * 700 * (i % 251) for i in ids]
+            assert batch["t"].tolist() == [[1.0, 1.0]] * 4

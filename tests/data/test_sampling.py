@@ -67,7 +67,44 @@ def test_permutation_is_deterministic_and_varies_by_epoch_and_seed():
     assert not np.array_equal(a, s.epoch_permutation(7, 1, 1000))
     assert not np.array_equal(a, s.epoch_permutation(8, 0, 1000))
     assert s.epoch_permutation(7, 0, 5, shuffle=False).tolist() == [0, 1, 2, 3, 4]
-    assert s.schedule_digest(a) == s.schedule_digest(a.copy())
+
+
+@pytest.mark.parametrize("size", [0, 1, 2, 3, 4, 5, 17, 255, 256, 1000, 4097])
+def test_schedule_is_a_permutation_and_slices_agree(size):
+    perm = s.epoch_permutation(4, 2, size)
+    assert sorted(perm.tolist()) == list(range(size))
+    for start, stop in [(0, size), (size // 3, size // 2), (size - 1, size)]:
+        if 0 <= start <= stop:
+            got = s.schedule_entries(4, 2, size, np.arange(start, stop))
+            assert got.tolist() == perm[start:stop].tolist()
+
+
+def test_schedule_of_a_huge_corpus_needs_no_epoch_array():
+    size = 3 * 10**12
+    got = s.schedule_entries(1, 0, size, np.arange(10**12, 10**12 + 50_000))
+    assert got.min() >= 0 and got.max() < size and len(set(got.tolist())) == 50_000
+
+
+def test_schedule_is_well_shuffled():
+    perm = s.epoch_permutation(9, 0, 20_000).astype(float)
+    rank_corr = np.corrcoef(perm, np.arange(20_000))[0, 1]
+    assert abs(rank_corr) < 0.05 and int((perm == np.arange(20_000)).sum()) < 10
+    first = {
+        tuple(s.epoch_permutation(seed, epoch, 1000)[:5]) for seed in range(5) for epoch in range(5)
+    }
+    assert len(first) == 25
+
+
+def test_schedule_digest_changes_with_the_schedule():
+    digest = s.schedule_digest(7, 0, 1000, True)
+    assert digest == s.schedule_digest(7, 0, 1000, True)
+    others = [(8, 0, 1000, True), (7, 1, 1000, True), (7, 0, 999, True), (7, 0, 1000, False)]
+    assert digest not in {s.schedule_digest(*args) for args in others}
+
+
+def test_schedule_positions_are_checked():
+    with pytest.raises(ValueError, match="positions must lie in 0..9"):
+        s.schedule_entries(0, 0, 10, np.arange(5, 11))
 
 
 def test_sample_seed_is_stable_and_distinct():
