@@ -1,25 +1,31 @@
 """The node check: the preflight suite as a Kubernetes Job pinned to one node.
 
 Warden runs it for ambiguous faults; `runner check NODE --cluster C` runs it by hand. The
-Job's success or failure is the verdict (the suite exits 1 on any FAIL).
+Job's success or failure is the verdict (the suite exits 1 on any FAIL). Its image is, by
+default, the `preflight` entry of the committed image list (`kustomize/images.yaml`, which
+the image cache pre-pulls on every GPU node) in the cluster's Artifact Registry.
 
-    from runner.nodecheck import check_job
-    job = check_job(load_cluster("ultra-usc1"), "gke-ultra-usc1-h200-main-5c1a-x7q2",
-                    "H200", image="us-docker.pkg.dev/.../train@sha256:...")
+    from runner.nodecheck import check_job, default_image
+    cluster = load_cluster("ultra-usc1")
+    job = check_job(cluster, "gke-ultra-usc1-h200-main-5c1a-x7q2", "H200", default_image(cluster))
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+from pathlib import Path
 
+from catalog import InputError, labels
 from catalog import accelerator as find_accelerator
-from catalog import labels
+from catalog.loader import read_yaml, repo_root
 from catalog.schema import Cluster
 from runner.render import GKE_DEFAULT_INTERFACE, GKE_INTERFACES, GPU_RESOURCE
 from runner.templating import render_template
 
 ROLE = "node-check"
+IMAGES_FILE = "kustomize/images.yaml"
+IMAGE_ENTRY = "preflight"  # the entry of IMAGES_FILE the node check runs (holds this package)
 DEADLINE_SECONDS = 1800
 TTL_SECONDS = 3600
 CPU_SHM = "1Gi"
@@ -37,6 +43,29 @@ def job_name(node: str) -> str:
         return name
     digest = hashlib.sha256(node.encode()).hexdigest()[:8]
     return f"{name[:54].rstrip('-')}-{digest}"
+
+
+def default_image(cluster: Cluster, entry_name: str = IMAGE_ENTRY, root: Path | None = None) -> str:
+    """The image named `entry_name` (default `preflight`) in `kustomize/images.yaml` for
+    `cluster`, `{registry}` expanded to the cluster's Artifact Registry.
+
+    Raises InputError naming the file and field when the list has no such entry.
+    """
+    from infra.derive import registry_url
+
+    data = read_yaml((root or repo_root()) / IMAGES_FILE, IMAGES_FILE)
+    entries = data.get("images") if isinstance(data, dict) else None
+    for i, entry in enumerate(entries if isinstance(entries, list) else []):
+        if not isinstance(entry, dict) or entry.get("name") != entry_name:
+            continue
+        if cluster.name not in entry.get("clusters", [cluster.name]):
+            continue
+        if not isinstance(entry.get("image"), str):
+            raise InputError(IMAGES_FILE, f"images[{i}].image", "required string")
+        return entry["image"].replace("{registry}", registry_url(cluster))
+    raise InputError(
+        IMAGES_FILE, "images", f"no {entry_name!r} entry for cluster {cluster.name}; pass --image"
+    )
 
 
 def _toleration(taint: dict) -> dict:
@@ -116,7 +145,7 @@ def check_job(
 
 
 def verdict(job: dict) -> str | None:
-    """ ""`passed`, `failed`, or None while the Job runs."""
+    """`passed`, `failed`, or None while the Job runs."""
     status = job.get("status", {})
     for condition in status.get("conditions", []) or []:
         if condition.get("status") != "True":
@@ -165,7 +194,10 @@ def run_node_check(
     from runner.kube import KubeError, NotFound
 
     sleep = sleep or time.sleep
-    accelerator = node_accelerator(kube.get("v1", "Node", None, node))
+    try:
+        accelerator = node_accelerator(kube.get("v1", "Node", None, node))
+    except NotFound:
+        raise NotFound(f"node {node} not found in cluster {cluster.name}") from None
     job = check_job(cluster, node, accelerator, image, namespace)
     name = job["metadata"]["name"]
     try:

@@ -13,6 +13,7 @@ from pathlib import Path
 import click
 
 from runner.commands._day2 import (
+    Day2Command,
     NotFoundError,
     client,
     cluster_option,
@@ -42,7 +43,7 @@ def find_pod(kube, namespace: str | None, name: str) -> str:
     return spaces[0]
 
 
-@click.command("cp")
+@click.command("cp", cls=Day2Command)
 @click.argument("source")
 @click.argument("destination")
 @namespace_option

@@ -11,6 +11,7 @@ from __future__ import annotations
 import click
 
 from runner.commands._day2 import (
+    Day2Command,
     client,
     cluster_option,
     find_run,
@@ -32,7 +33,7 @@ def argocd_managed(objects: list[dict]) -> bool:
     return False
 
 
-@click.command("delete")
+@click.command("delete", cls=Day2Command)
 @run_argument
 @namespace_option
 @cluster_option

@@ -8,19 +8,16 @@ from __future__ import annotations
 import click
 
 from runner.commands._day2 import (
+    Day2Command,
     client,
     cluster_option,
-    emit,
     find_run,
     kube_errors,
     namespace_option,
     output_option,
-    pod_row,
-    print_table,
     run_argument,
-    state_of,
-    summary,
 )
+from runner.commands._day2_views import emit, pod_row, print_table, state_of, summary
 
 
 def gather(kube, namespace: str, run: str, objects: list[dict], pods: list[dict]) -> dict:
@@ -46,7 +43,7 @@ def event_line(event: dict) -> list[str]:
     ]
 
 
-@click.command("describe")
+@click.command("describe", cls=Day2Command)
 @run_argument
 @namespace_option
 @cluster_option

@@ -20,6 +20,7 @@ import click
 import yaml
 
 from runner.commands._day2 import (
+    Day2Command,
     client,
     cluster_option,
     find_run,
@@ -27,8 +28,8 @@ from runner.commands._day2 import (
     namespace_option,
     pick_pod,
     run_argument,
-    summary,
 )
+from runner.commands._day2_views import summary
 from runner.kube import KubeError
 
 LOG_TAIL = 5000
@@ -73,7 +74,7 @@ def _add(tar: tarfile.TarFile, name: str, text: str) -> None:
     tar.addfile(info, io.BytesIO(data))
 
 
-@click.command("diagnose")
+@click.command("diagnose", cls=Day2Command)
 @run_argument
 @namespace_option
 @cluster_option

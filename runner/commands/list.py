@@ -9,16 +9,14 @@ import click
 
 from catalog import labels
 from runner.commands._day2 import (
-    age,
+    Day2Command,
     client,
     cluster_option,
-    emit,
     kube_errors,
     namespace_option,
     output_option,
-    print_table,
-    summary,
 )
+from runner.commands._day2_views import age, emit, print_table, summary
 from runner.kube.ops import RUN_KINDS
 
 
@@ -49,7 +47,7 @@ def collect(kube, namespace: str | None) -> list[dict]:
     ]
 
 
-@click.command("list")
+@click.command("list", cls=Day2Command)
 @namespace_option
 @cluster_option
 @output_option

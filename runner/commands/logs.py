@@ -10,6 +10,7 @@ from __future__ import annotations
 import click
 
 from runner.commands._day2 import (
+    Day2Command,
     client,
     cluster_option,
     find_run,
@@ -20,7 +21,7 @@ from runner.commands._day2 import (
 )
 
 
-@click.command("logs")
+@click.command("logs", cls=Day2Command)
 @run_argument
 @namespace_option
 @cluster_option

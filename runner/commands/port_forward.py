@@ -13,6 +13,7 @@ import time
 import click
 
 from runner.commands._day2 import (
+    Day2Command,
     client,
     cluster_option,
     find_run,
@@ -46,7 +47,7 @@ def wait() -> None:
         pass
 
 
-@click.command("port-forward")
+@click.command("port-forward", cls=Day2Command)
 @run_argument
 @click.argument("ports", nargs=-1)
 @namespace_option

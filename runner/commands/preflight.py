@@ -1,10 +1,11 @@
 """`runner preflight RUN`: check every pod of a placed run; `--local` checks this machine.
 
 Prints the table (pod, node, check, result, detail) and exits 1 on any FAIL. On a failure
-it names the failing nodes and offers to tear the run's RayCluster down (`--yes`/`--no`
-answer for scripts).
+it names the failing nodes and offers to tear the run down (`--yes`/`--no` answer for
+scripts). `conclude()` does that reporting for other commands (`runner submit --apply`).
 
     runner preflight tiny-lm -n research
+    runner preflight tiny-lm --wait 900         # first wait up to 15 min for placement
     runner preflight tiny-lm --no               # report only, never tear down
     runner preflight --local                    # CPU path here, 2-process gloo all-reduce
 """
@@ -16,6 +17,7 @@ import json
 import click
 
 from runner.commands._day2 import (
+    Day2Command,
     Failure,
     client,
     cluster_option,
@@ -26,10 +28,16 @@ from runner.commands._day2 import (
 
 
 def show(rows, output: str) -> None:
+    """Print rows as a table with a summary line, or as JSON/YAML."""
     from runner.preflight.rows import summary, table
 
+    data = [json.loads(r.to_json()) for r in rows]
     if output == "json":
-        click.echo(json.dumps([json.loads(r.to_json()) for r in rows], indent=2))
+        click.echo(json.dumps(data, indent=2))
+    elif output == "yaml":
+        import yaml
+
+        click.echo(yaml.safe_dump(data, sort_keys=False).rstrip())
     else:
         click.echo(table(rows))
         click.echo(summary(rows))
@@ -62,7 +70,33 @@ def offer_teardown(
         click.echo(f"deleted {obj['kind']}/{obj['metadata']['name']}", err=True)
 
 
-@click.command("preflight")
+def conclude(kube, namespace: str, run: str, rows, teardown: bool | None, output="table") -> bool:
+    """Print the rows; on a FAIL name the failing nodes and offer the teardown.
+
+    `teardown`: True tears down, False keeps, None asks on the terminal (no answer keeps).
+    Returns True when no check failed.
+    """
+    from runner.preflight.rows import failed, failing_nodes
+
+    show(rows, output)
+    if not failed(rows):
+        return True
+    nodes = failing_nodes(rows)
+    click.echo(f"failing node(s): {', '.join(nodes) or 'none named'}", err=True)
+    offer_teardown(kube, namespace, run, kube.objects_of_run(namespace, run), teardown)
+    return False
+
+
+def skip_groups(skip: str) -> set[str]:
+    from runner.preflight.suite import GROUPS
+
+    groups = {s for s in skip.split(",") if s}
+    if unknown := sorted(groups - set(GROUPS)):
+        raise click.BadParameter(f"unknown group(s) {unknown}", param_hint="'--skip'")
+    return groups
+
+
+@click.command("preflight", cls=Day2Command)
 @click.argument("run", required=False)
 @namespace_option
 @cluster_option
@@ -74,7 +108,20 @@ def offer_teardown(
     help="On failure, tear the run down (--yes) or keep it (--no) without asking.",
 )
 @click.option(
-    "-o", "--output", type=click.Choice(["table", "json"]), default="table", show_default=True
+    "-o",
+    "--output",
+    type=click.Choice(["table", "yaml", "json"]),
+    default="table",
+    show_default=True,
+    help="Output format.",
+)
+@click.option(
+    "--wait",
+    "wait_s",
+    type=click.FloatRange(min=0),
+    default=0,
+    show_default=True,
+    help="Seconds to wait for the run's pods to be placed and Running.",
 )
 @click.option(
     "--port",
@@ -97,17 +144,15 @@ def offer_teardown(
 )
 @kube_errors
 @click.pass_context
-def preflight(ctx, run, namespace, cluster, is_local, teardown, output, port, timeout, skip):
+def preflight(
+    ctx, run, namespace, cluster, is_local, teardown, output, wait_s, port, timeout, skip
+):
     """Check the machines of a placed run (or this machine with --local)."""
-    from runner.preflight.rows import failed, failing_nodes
+    from runner.preflight.rows import failed
 
     if is_local == bool(run):
         raise click.UsageError("give a RUN, or --local (not both)")
-    from runner.preflight.suite import GROUPS
-
-    groups = {s for s in skip.split(",") if s}
-    if unknown := sorted(groups - set(GROUPS)):
-        raise click.BadParameter(f"unknown group(s) {unknown}", param_hint="--skip")
+    groups = skip_groups(skip)
     if is_local:
         if failed(local(output, groups)):
             ctx.exit(1)
@@ -115,12 +160,9 @@ def preflight(ctx, run, namespace, cluster, is_local, teardown, output, port, ti
     from runner.preflight.remote import preflight_run
 
     kube = client(cluster)
-    namespace, objects, _ = find_run(kube, namespace, run)
-    rows = preflight_run(kube, namespace, run, port=port, timeout=timeout, skip=skip)
-    show(rows, output)
-    if not failed(rows):
-        return
-    nodes = failing_nodes(rows)
-    click.echo(f"failing node(s): {', '.join(nodes) or 'none named'}", err=True)
-    offer_teardown(kube, namespace, run, objects, teardown)
-    raise Failure(f"preflight of {run} failed on {len(nodes)} node(s)")
+    namespace, _, _ = find_run(kube, namespace, run)
+    rows = preflight_run(
+        kube, namespace, run, placement_timeout=wait_s, timeout=timeout, port=port, skip=skip
+    )
+    if not conclude(kube, namespace, run, rows, teardown, output):
+        raise Failure(f"preflight of {run} failed")

@@ -2,10 +2,11 @@
 
     runner shell tiny-lm --rank 2                      # bash in worker rank 2
     runner shell tiny-lm -- nvidia-smi                 # run one command
-    runner shell --dev --cluster ultra-usc1 -n research --image IMAGE --accelerator H200 --gpus 1
+    runner shell --dev --cluster ultra-usc1 -n research --accelerator H200 --gpus 1
 
 The dev Job (dev-job.yaml.j2) carries run labels, so `runner delete dev-<name>` removes it;
-it also ends by itself after `--hours`.
+it also ends by itself after `--hours`. Its image is `--image`, else the `trainer` entry of
+`kustomize/images.yaml` in the cluster's registry.
 """
 
 from __future__ import annotations
@@ -19,15 +20,18 @@ import click
 
 from catalog import labels
 from runner.commands._day2 import (
+    Day2Command,
     Failure,
     client,
     cluster_option,
+    cluster_spec,
     find_run,
     kube_errors,
     namespace_option,
     pick_pod,
 )
 
+DEV_IMAGE_ENTRY = "trainer"
 DEFAULT_SHELL = ["sh", "-c", "command -v bash >/dev/null && exec bash || exec sh"]
 POLL_SECONDS = 2.0
 
@@ -49,9 +53,9 @@ def dev_context(
 ) -> dict:
     """The values dev-job.yaml.j2 reads, from the cluster and accelerator catalogs."""
     from catalog import accelerator as find_accelerator
-    from catalog import load_cluster
+    from runner.spec import COMMAND_LINE
 
-    spec = load_cluster(cluster, field="--cluster")
+    spec = cluster_spec(cluster)
     tags = {
         **labels.run_labels(name, namespace, spec.name, "dev"),
         labels.ROLE: "dev",
@@ -73,7 +77,7 @@ def dev_context(
         "deadline_seconds": int(hours * 3600),
     }
     if accelerator:
-        acc = find_accelerator(accelerator, field="--accelerator")
+        acc = find_accelerator(accelerator, source=COMMAND_LINE, field="--accelerator")
         if accelerator not in spec.accelerators():
             raise click.BadParameter(
                 f"cluster {cluster} has no {accelerator} pools", param_hint="--accelerator"
@@ -92,6 +96,21 @@ def dev_context(
             shm="16Gi",
         )
     return ctx
+
+
+class ShellCommand(Day2Command):
+    """Everything after `--` is the command, so `runner shell --dev -- nvidia-smi` runs it in
+    the default dev Job instead of taking `nvidia-smi` for the Job's name."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if "--" in args:
+            at = args.index("--")
+            ctx.meta[AFTER_DASHES] = args[at + 1 :]
+            args = args[:at]
+        return super().parse_args(ctx, args)
+
+
+AFTER_DASHES = "runner.shell.command"
 
 
 def start_dev(kube, ctx: dict, timeout: float) -> str:
@@ -114,7 +133,7 @@ def start_dev(kube, ctx: dict, timeout: float) -> str:
         time.sleep(POLL_SECONDS)
 
 
-@click.command("shell", context_settings={"ignore_unknown_options": True})
+@click.command("shell", cls=ShellCommand, context_settings={"ignore_unknown_options": True})
 @click.argument("run", required=False)
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 @namespace_option
@@ -123,7 +142,7 @@ def start_dev(kube, ctx: dict, timeout: float) -> str:
 @click.option("--rank", type=click.IntRange(min=0), help="Worker rank.")
 @click.option("-c", "--container", help="Container (default: the pod's first).")
 @click.option("--dev", is_flag=True, help="Start (or reuse) a development Job and enter it.")
-@click.option("--image", help="Image of the dev Job.")
+@click.option("--image", help="Image of the dev Job; default: `trainer` in kustomize/images.yaml.")
 @click.option("--accelerator", help="GPU model of the dev Job (H100, H200); default CPU only.")
 @click.option("--gpus", type=click.IntRange(min=1, max=8), default=1, show_default=True)
 @click.option("--hours", type=click.FloatRange(min=0.1, max=72), default=8, show_default=True)
@@ -151,11 +170,19 @@ def shell(
     hours,
     wait_s,
 ) -> None:
-    """Open a shell (or run COMMAND) in a pod of RUN, or in a dev Job with --dev."""
-    argv = list(command) or DEFAULT_SHELL
+    """Open a shell (or run COMMAND) in a pod of RUN, or in a dev Job with --dev.
+
+    With --dev, RUN names the dev Job (default dev-<you>); COMMAND goes after `--`.
+    """
+    argv = list(command) + click.get_current_context().meta.get(AFTER_DASHES, [])
+    argv = argv or DEFAULT_SHELL
     if dev:
-        if not cluster or not namespace or not image:
-            raise click.UsageError("--dev needs --cluster, -n/--namespace and --image")
+        if not cluster or not namespace:
+            raise click.UsageError("--dev needs --cluster and -n/--namespace")
+        if not image:
+            from runner.nodecheck import default_image
+
+            image = default_image(cluster_spec(cluster), DEV_IMAGE_ENTRY)
         ctx = dev_context(dev_name(run), namespace, cluster, image, accelerator, gpus, hours)
         kube = client(cluster)
         target = start_dev(kube, ctx, wait_s)

@@ -8,22 +8,19 @@ from __future__ import annotations
 import click
 
 from runner.commands._day2 import (
-    age,
+    Day2Command,
     client,
     cluster_option,
-    emit,
     find_run,
     kube_errors,
     namespace_option,
     output_option,
-    pod_row,
-    print_table,
     run_argument,
-    summary,
 )
+from runner.commands._day2_views import age, emit, pod_row, print_table, summary
 
 
-@click.command("status")
+@click.command("status", cls=Day2Command)
 @run_argument
 @namespace_option
 @cluster_option

@@ -29,6 +29,11 @@ class NotFound(KubeError):
     """The object does not exist."""
 
 
+def describe(kind: str, namespace: str | None, name: str) -> str:
+    """How errors name an object: `RayJob research/tiny-lm`, `Node gke-n1`."""
+    return f"{kind} {namespace}/{name}" if namespace else f"{kind} {name}"
+
+
 @dataclass(frozen=True)
 class ExecResult:
     """What a command run inside a container returned."""

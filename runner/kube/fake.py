@@ -17,7 +17,7 @@ import subprocess
 import sys
 from collections.abc import Callable, Iterator
 
-from runner.kube import ExecResult, KubeError, NotFound, Object
+from runner.kube import ExecResult, KubeError, NotFound, Object, describe
 from runner.kube.ops import RunOps
 
 ExecHandler = Callable[[str, str, list[str], "str | None", "bytes | None"], ExecResult]
@@ -67,7 +67,7 @@ class FakeKube(RunOps):
         try:
             return copy.deepcopy(self.objects[(api_version, kind, namespace, name)])
         except KeyError:
-            raise NotFound(f"{kind} {namespace}/{name} not found") from None
+            raise NotFound(f"{describe(kind, namespace, name)} not found") from None
 
     def list(
         self,
@@ -90,7 +90,7 @@ class FakeKube(RunOps):
         self.calls.append(("delete", api_version, kind, namespace, name))
         obj = self.objects.pop((api_version, kind, namespace, name), None)
         if obj is None:
-            raise NotFound(f"{kind} {namespace}/{name} not found")
+            raise NotFound(f"{describe(kind, namespace, name)} not found")
         for reactor in list(self.reactors):
             reactor(self, "delete", obj)
 

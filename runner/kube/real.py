@@ -4,6 +4,7 @@ Core (`v1`) kinds go through `CoreV1Api`'s typed methods (`read_namespaced_pod`,
 every other group (ray.io, batch, apps, kueue, ...) through `CustomObjectsApi`, which
 speaks the same REST paths for built-in and custom resources and returns plain dicts.
 Apply is server-side apply (`application/apply-patch+yaml`, field manager `runner`).
+Pod streams (logs, exec, port-forward) and events live in `runner.kube.real_pods`.
 Imported only when `runner.kube.connect()` finds credentials.
 """
 
@@ -11,15 +12,14 @@ from __future__ import annotations
 
 import os
 import re
-import time
-from collections.abc import Iterator
 from typing import Any
 
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
-from runner.kube import ExecResult, KubeError, NotFound, Object
+from runner.kube import KubeError, Object, describe
 from runner.kube.ops import RunOps
+from runner.kube.real_pods import PodCalls, api_error
 
 FIELD_MANAGER = "runner"
 APPLY = "application/apply-patch+yaml"
@@ -46,14 +46,7 @@ def split_api_version(api_version: str) -> tuple[str, str]:
     return group, version
 
 
-def _error(err: ApiException, what: str) -> KubeError:
-    if err.status == 404:
-        return NotFound(f"{what} not found")
-    reason = (err.reason or "").strip() or "error"
-    return KubeError(f"{what}: the API answered {err.status} {reason}")
-
-
-class RealKube(RunOps):
+class RealKube(PodCalls, RunOps):
     """The `Kube` protocol on a live API server."""
 
     def __init__(self, api_client: client.ApiClient):
@@ -114,7 +107,7 @@ class RealKube(RunOps):
                 group, version, ns, plural(kind), name, obj, **common
             )
         except ApiException as err:
-            raise _error(err, f"{kind} {ns}/{name}") from None
+            raise api_error(err, describe(kind, ns, name)) from None
 
     def get(self, api_version: str, kind: str, namespace: str | None, name: str) -> Object:
         group, version = split_api_version(api_version)
@@ -129,7 +122,7 @@ class RealKube(RunOps):
                 group, version, namespace, plural(kind), name
             )
         except ApiException as err:
-            raise _error(err, f"{kind} {namespace}/{name}") from None
+            raise api_error(err, describe(kind, namespace, name)) from None
 
     def list(
         self,
@@ -158,7 +151,7 @@ class RealKube(RunOps):
                     group, version, namespace, plural(kind), label_selector=selector
                 )["items"]
         except ApiException as err:
-            raise _error(err, f"{kind} list in {namespace or 'all namespaces'}") from None
+            raise api_error(err, f"{kind} list in {namespace or 'all namespaces'}") from None
         for item in items:  # list items omit these; callers expect whole manifests
             item.setdefault("apiVersion", api_version)
             item.setdefault("kind", kind)
@@ -182,119 +175,4 @@ class RealKube(RunOps):
                     group, version, namespace, plural(kind), name, **policy
                 )
         except ApiException as err:
-            raise _error(err, f"{kind} {namespace}/{name}") from None
-
-    # --- pods -------------------------------------------------------------------------------
-
-    def logs(
-        self,
-        namespace: str,
-        pod: str,
-        container: str | None = None,
-        follow: bool = False,
-        tail: int | None = None,
-        previous: bool = False,
-    ) -> Iterator[str]:
-        try:
-            response = self.core.read_namespaced_pod_log(
-                pod,
-                namespace,
-                container=container,
-                follow=follow,
-                tail_lines=tail,
-                previous=previous,
-                _preload_content=False,
-            )
-        except ApiException as err:
-            raise _error(err, f"logs of {namespace}/{pod}") from None
-        return _lines(response)
-
-    def _ws_exec(self, namespace, pod, command, container, stdin: bool, tty: bool):
-        from kubernetes.stream import stream
-
-        try:
-            return stream(
-                self.core.connect_get_namespaced_pod_exec,
-                pod,
-                namespace,
-                command=command,
-                container=container,
-                stderr=not tty,
-                stdin=stdin,
-                stdout=True,
-                tty=tty,
-                _preload_content=False,
-                binary=True,
-            )
-        except ApiException as err:
-            raise _error(err, f"exec in {namespace}/{pod}") from None
-
-    def exec(
-        self,
-        namespace: str,
-        pod: str,
-        command: list[str],
-        container: str | None = None,
-        stdin: bytes | None = None,
-        timeout: float | None = None,
-    ) -> ExecResult:
-        ws = self._ws_exec(namespace, pod, command, container, stdin is not None, False)
-        if stdin is not None:
-            for start in range(0, len(stdin), 1 << 20):
-                ws.write_stdin(stdin[start : start + (1 << 20)])
-            ws.close_channel(0)
-        out, err = bytearray(), bytearray()
-        deadline = time.monotonic() + timeout if timeout else None
-        while ws.is_open():
-            ws.update(timeout=1)
-            out += ws.read_stdout(timeout=0) if ws.peek_stdout() else b""
-            err += ws.read_stderr(timeout=0) if ws.peek_stderr() else b""
-            if deadline and time.monotonic() > deadline:
-                ws.close()
-                raise KubeError(f"exec in {namespace}/{pod} timed out after {timeout:.0f}s")
-        out += ws.read_stdout(timeout=0) if ws.peek_stdout() else b""
-        err += ws.read_stderr(timeout=0) if ws.peek_stderr() else b""
-        return ExecResult(ws.returncode or 0, bytes(out), bytes(err))
-
-    def exec_interactive(
-        self, namespace: str, pod: str, command: list[str], container: str | None = None
-    ) -> int:
-        from runner.kube.terminal import attach
-
-        ws = self._ws_exec(namespace, pod, command, container, True, True)
-        return attach(ws)
-
-    def open_port(self, namespace: str, pod: str, port: int):
-        from kubernetes.stream import portforward
-
-        try:
-            forward = portforward(
-                self.core.connect_get_namespaced_pod_portforward, pod, namespace, ports=str(port)
-            )
-        except ApiException as err:
-            raise _error(err, f"port-forward to {namespace}/{pod}") from None
-        return forward.socket(port)
-
-    def events(self, namespace: str, name: str | None = None) -> list[Object]:
-        selector = f"involvedObject.name={name}" if name else None
-        try:
-            answer = self.core.list_namespaced_event(namespace, field_selector=selector)
-        except ApiException as err:
-            raise _error(err, f"events in {namespace}") from None
-        items = self._plain(answer).get("items") or []
-        return sorted(items, key=lambda e: str(e.get("lastTimestamp") or e.get("eventTime")))
-
-
-def _lines(response: Any) -> Iterator[str]:
-    """Split a streamed HTTP body into lines as they arrive."""
-    pending = b""
-    try:
-        for chunk in response.stream(4096):
-            pending += chunk
-            *complete, pending = pending.split(b"\n")
-            for line in complete:
-                yield line.decode(errors="replace")
-        if pending:
-            yield pending.decode(errors="replace")
-    finally:
-        response.release_conn()
+            raise api_error(err, describe(kind, namespace, name)) from None

@@ -104,23 +104,45 @@ def _rank(local_rank: int, rdzv: Rendezvous, size: int, pod: str, node: str, que
         everyone: list = [None] * rdzv.world_size
         dist.all_gather_object(everyone, asdict(mine))
         queue.put(("ok", [RankResult(**r) for r in everyone]))
-        dist.destroy_process_group()
     except Exception as err:  # noqa: BLE001 - reported as a FAIL row by the parent
         queue.put(("error", f"rank {rank}: {type(err).__name__}: {str(err).splitlines()[0]}"))
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
+def _forked_rank(local_rank: int, *args) -> None:
+    """A gloo rank in a forked child. The parent's OpenMP thread pool does not survive
+    fork (libgomp hangs at the next parallel region), so the child computes on one thread."""
+    import torch
+
+    torch.set_num_threads(1)
+    _rank(local_rank, *args)
 
 
 def run(rdzv: Rendezvous, pod: str = "", node: str = "", size: int | None = None):
-    """Run this pod's ranks; returns (all ranks' results, errors)."""
+    """Run this pod's ranks; returns (all ranks' results, errors, bytes per all-reduce).
+
+    NCCL: every rank in a spawned process (CUDA cannot be forked, and NCCL's watchdog may
+    abort a process that hangs). gloo: the first local rank runs in this process and the
+    others are forked, so no process starts an interpreter or imports torch again.
+    """
+    import torch  # noqa: F401 - imported before forking, so children inherit it
+
     size = size or (GPU_SIZE if rdzv.backend == "nccl" else CPU_SIZE)
-    ctx = multiprocessing.get_context("spawn")
+    gloo = rdzv.backend == "gloo"
+    ctx = multiprocessing.get_context("fork" if gloo else "spawn")
     queue = ctx.Queue()
     args = (rdzv, size, pod, node, queue)
-    procs = [ctx.Process(target=_rank, args=(i, *args)) for i in range(rdzv.local_procs)]
+    here, target = (1, _forked_rank) if gloo else (0, _rank)
+    procs = [ctx.Process(target=target, args=(i, *args)) for i in range(here, rdzv.local_procs)]
     for proc in procs:
         proc.start()
+    if here:
+        _rank(0, *args)
     answers = []
     deadline = time.monotonic() + rdzv.timeout_s + 120
-    while len(answers) < len(procs) and time.monotonic() < deadline:
+    while len(answers) < rdzv.local_procs and time.monotonic() < deadline:
         try:
             answers.append(queue.get(timeout=1))
         except Exception:  # noqa: BLE001 - queue.Empty: check the processes are alive
@@ -132,8 +154,8 @@ def run(rdzv: Rendezvous, pod: str = "", node: str = "", size: int | None = None
             proc.kill()
     errors = [a[1] for a in answers if a[0] == "error"]
     results = next((a[1] for a in answers if a[0] == "ok"), [])
-    if len(answers) < len(procs):
-        errors.append(f"{len(procs) - len(answers)} rank(s) died without an answer")
+    if len(answers) < rdzv.local_procs:
+        errors.append(f"{rdzv.local_procs - len(answers)} rank(s) died without an answer")
     return results, errors, size
 
 

@@ -33,6 +33,7 @@ XID: dict[int, tuple[str, str, str]] = {
     95: ("xid-ecc", FAIL, "uncontained ECC error"),
     119: ("xid", FAIL, "GSP RPC timeout"),
     120: ("xid", FAIL, "GSP error"),
+    140: ("xid-ecc", FAIL, "unrecovered ECC error"),
     154: ("xid", FAIL, "GPU recovery action: reset or reboot required"),
 }
 CATEGORIES = ["xid", "xid-ecc", "xid-row-remap", "nvlink", "sxid", "pcie-aer", "oom", "hung-task"]
@@ -51,7 +52,9 @@ _OOM = re.compile(
     r"\((?P<name>[^)]*)\)"
 )
 _HUNG = re.compile(r"INFO: task (?P<name>.+):(?P<pid>\d+) blocked for more than (?P<s>\d+) seconds")
-_PROCESS = re.compile(r"^(?:pid=\S+, name=\S+, )?(?:Ch [0-9a-f]+, )?", re.IGNORECASE)
+# What precedes the message: `pid=..., name=..., ` (driver 470+) or `pid=..., ` (older), and a
+# channel `Ch 00000008, ` on some codes.
+_PROCESS = re.compile(r"^(?:pid=[^,]*, )?(?:name=[^,]*, )?(?:Ch [0-9a-f]+, )?", re.IGNORECASE)
 
 
 @dataclass(frozen=True)

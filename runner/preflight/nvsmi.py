@@ -1,9 +1,13 @@
-"""GPU state from `nvidia-smi`: the `-q -x` XML report and `--query-gpu ... --format=csv`.
+"""GPU state from `nvidia-smi`: GPU count and driver/CUDA versions, ECC errors, remapped
+rows, retired pages, clock slowdowns and persistence mode.
 
-Checks: GPU count and driver/CUDA versions, ECC errors, remapped rows, retired pages,
-clock slowdowns and persistence mode. Parsers are pure; `check()` runs nvidia-smi.
+`check()` runs `nvidia-smi -q -x`, and falls back to the `--query-gpu` CSV when that fails
+or its XML does not parse; both become one `SmiReport` (parsers in
+`runner.preflight.smi_parse`), judged by the pure `rows()`.
 
     nvidia-smi -q -x | python -m runner.preflight.nvsmi
+    nvidia-smi --query-gpu=$(python -c 'from runner.preflight.smi_parse import QUERY; \
+        print(",".join(QUERY))') --format=csv | python -m runner.preflight.nvsmi --csv
 """
 
 from __future__ import annotations
@@ -12,119 +16,19 @@ import shutil
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
-from dataclasses import dataclass, field
 
 from runner.preflight.rows import FAIL, NO_GPU, PASS, SKIP, WARN, Row
+from runner.preflight.smi_parse import (  # noqa: F401 - re-exported for callers
+    QUERY,
+    Gpu,
+    SmiReport,
+    parse_csv,
+    parse_xml,
+    report_from_csv,
+)
 
 RETIRED_PAGES_LIMIT = 60  # NVIDIA's RMA threshold for retired pages per GPU
 HW_SLOWDOWNS = ("hw_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown")
-
-
-@dataclass
-class Gpu:
-    """One GPU as `nvidia-smi -q -x` reports it (None: not reported, N/A)."""
-
-    index: int
-    bus_id: str
-    name: str
-    persistence: bool | None = None
-    ecc_enabled: bool | None = None
-    volatile_uncorrectable: int = 0
-    volatile_correctable: int = 0
-    retired_pending: bool | None = None
-    retired_count: int | None = None
-    remap_pending: bool | None = None
-    remap_failure: bool | None = None
-    sm_clock: int | None = None
-    max_sm_clock: int | None = None
-    active_reasons: list[str] = field(default_factory=list)
-    """clock event (throttle) reasons that are Active, without the prefix"""
-
-
-@dataclass
-class SmiReport:
-    driver_version: str
-    cuda_version: str
-    gpus: list[Gpu]
-
-
-def _text(node: ET.Element, path: str) -> str | None:
-    value = node.findtext(path)
-    value = value.strip() if value is not None else None
-    return None if value in (None, "", "N/A", "[N/A]") else value
-
-
-def _int(value: str | None) -> int | None:
-    return int(value.split()[0]) if value and value.split()[0].isdigit() else None
-
-
-def _yes(value: str | None) -> bool | None:
-    return None if value is None else value in ("Yes", "Enabled")
-
-
-def _gpu(index: int, node: ET.Element) -> Gpu:
-    ecc = node.find("ecc_errors/volatile")
-    unc = corr = 0
-    for item in ecc if ecc is not None else []:
-        count = _int((item.text or "").strip()) or 0
-        if "uncorrectable" in item.tag:
-            unc += count
-        elif "correctable" in item.tag:
-            corr += count
-    retired = [
-        _int(_text(node, f"retired_pages/{k}/retired_count"))
-        for k in ("multiple_single_bit_retirement", "double_bit_retirement")
-    ]
-    reasons = node.find("clocks_event_reasons")
-    if reasons is None:
-        reasons = node.find("clocks_throttle_reasons")  # drivers before 535
-    active = []
-    for item in reasons if reasons is not None else []:
-        if (item.text or "").strip() == "Active":
-            active.append(item.tag.split("reason_", 1)[-1])
-    return Gpu(
-        index=index,
-        bus_id=node.get("id", ""),
-        name=_text(node, "product_name") or "",
-        persistence=_yes(_text(node, "persistence_mode")),
-        ecc_enabled=_yes(_text(node, "ecc_mode/current_ecc")),
-        volatile_uncorrectable=unc,
-        volatile_correctable=corr,
-        retired_pending=_yes(_text(node, "retired_pages/pending_retirement")),
-        retired_count=None if all(r is None for r in retired) else sum(r or 0 for r in retired),
-        remap_pending=_yes(_text(node, "remapped_rows/remapped_row_pending")),
-        remap_failure=_yes(_text(node, "remapped_rows/remapped_row_failure")),
-        sm_clock=_int(_text(node, "clocks/sm_clock")),
-        max_sm_clock=_int(_text(node, "max_clocks/sm_clock")),
-        active_reasons=active,
-    )
-
-
-def parse_xml(text: str) -> SmiReport:
-    """Parse `nvidia-smi -q -x` output."""
-    root = ET.fromstring(text.encode())
-    gpus = [_gpu(i, node) for i, node in enumerate(root.findall("gpu"))]
-    return SmiReport(_text(root, "driver_version") or "", _text(root, "cuda_version") or "", gpus)
-
-
-def parse_csv(text: str) -> list[dict[str, str | None]]:
-    """Parse `--query-gpu=... --format=csv`: field name (units dropped) -> value (units dropped,
-    `[N/A]` as None)."""
-    lines = [line for line in text.strip().splitlines() if line.strip()]
-    names = [h.strip().split(" [")[0] for h in lines[0].split(",")]
-    rows = []
-    for line in lines[1:]:
-        values = [v.strip() for v in line.split(", ")]
-        cells: dict[str, str | None] = {}
-        for name, value in zip(names, values, strict=True):
-            if value in ("[N/A]", "N/A", "[Not Supported]"):
-                cells[name] = None
-            elif " [" in value or value.endswith((" MHz", " MiB", " W", " %")):
-                cells[name] = value.split()[0]
-            else:
-                cells[name] = value
-        rows.append(cells)
-    return rows
 
 
 def _names(gpus: list[Gpu]) -> str:
@@ -140,7 +44,8 @@ def rows(report: SmiReport, expected_gpus: int | None = None) -> list[Row]:
         "cuda_version": report.cuda_version,
         "gpus": len(gpus),
     }
-    detail = f"driver {report.driver_version}, CUDA {report.cuda_version}, {len(gpus)} x {model}"
+    cuda = f"CUDA {report.cuda_version}" if report.cuda_version else "CUDA not reported"
+    detail = f"driver {report.driver_version}, {cuda}, {len(gpus)} x {model}"
     if expected_gpus is not None and len(gpus) < expected_gpus:
         out = [Row("nvidia-smi", FAIL, f"{detail}; expected {expected_gpus} GPUs", data=data)]
     else:
@@ -225,19 +130,47 @@ def _verdict(check: str, rules: list[tuple[str, list[Gpu], str]], ok: str) -> Ro
 CHECKS = ["nvidia-smi", "ecc", "remapped-rows", "retired-pages", "clocks", "persistence"]
 
 
+def _smi(args: list[str]) -> subprocess.CompletedProcess:
+    return subprocess.run(["nvidia-smi", *args], capture_output=True, text=True, timeout=120)
+
+
+def _first_line(done: subprocess.CompletedProcess) -> str:
+    return (done.stdout.strip() or done.stderr.strip() or "failed").splitlines()[0]
+
+
+def read_report() -> tuple[SmiReport | None, str]:
+    """This node's report: from `-q -x`, else from the `--query-gpu` CSV; (None, why)."""
+    done = _smi(["-q", "-x"])
+    problem = f"nvidia-smi -q -x exited {done.returncode}: {_first_line(done)}"
+    if done.returncode == 0:
+        try:
+            return parse_xml(done.stdout), "xml"
+        except ET.ParseError as err:
+            problem = f"nvidia-smi -q -x printed invalid XML ({err})"
+    done = _smi([f"--query-gpu={','.join(QUERY)}", "--format=csv"])
+    if done.returncode == 0:
+        try:
+            return report_from_csv(done.stdout), "csv"
+        except (KeyError, ValueError) as err:
+            return None, f"{problem}; --query-gpu output unreadable ({err})"
+    return None, f"{problem}; --query-gpu exited {done.returncode}: {_first_line(done)}"
+
+
 def check(expected_gpus: int | None = None) -> list[Row]:
-    """Run `nvidia-smi -q -x` here; SKIP rows when there is no GPU."""
+    """This node's rows; SKIP rows when there is no nvidia-smi (no GPU)."""
     if not shutil.which("nvidia-smi"):
         return [Row(c, SKIP, NO_GPU) for c in CHECKS]
-    done = subprocess.run(["nvidia-smi", "-q", "-x"], capture_output=True, text=True, timeout=120)
-    if done.returncode != 0:
-        first = (done.stdout.strip() or done.stderr.strip() or "failed").splitlines()[0]
-        return [Row("nvidia-smi", FAIL, f"nvidia-smi exited {done.returncode}: {first}")]
-    return rows(parse_xml(done.stdout), expected_gpus)
+    report, why = read_report()
+    if report is None:
+        return [Row("nvidia-smi", FAIL, why)]
+    return rows(report, expected_gpus)
 
 
-def main() -> None:
-    for row in rows(parse_xml(sys.stdin.read())):
+def main(argv: list[str] | None = None) -> None:
+    """Judge nvidia-smi output read from stdin (`--csv` for the --query-gpu table)."""
+    text = sys.stdin.read()
+    csv = "--csv" in (sys.argv[1:] if argv is None else argv)
+    for row in rows(report_from_csv(text) if csv else parse_xml(text)):
         print(f"{row.result}  {row.check}  {row.detail}")
 
 

@@ -2,15 +2,18 @@
 
 The pods are found by the run's identity labels; every pod runs `python -m runner.preflight`
 through the Kubernetes adapter at the same time, meeting at a rendezvous on the first pod.
-`runner submit --apply` calls `preflight_run` once the pods are placed.
+`runner preflight RUN` and `runner submit --apply` call `preflight_run`.
 
+    from runner import kube
     from runner.preflight.remote import preflight_run
-    rows = preflight_run(kube.connect("ultra-usc1"), "research", "tiny-lm")
+    rows = preflight_run(kube.connect("ultra-usc1"), "research", "tiny-lm", placement_timeout=900)
 """
 
 from __future__ import annotations
 
 import shlex
+import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -24,7 +27,34 @@ DEFAULT_PORT = 29533
 
 
 class NotPlaced(KubeError):
-    """The run has no worker pods, or some are not running yet."""
+    """The run has no worker pods, some are not running yet, or one has already ended."""
+
+    def __init__(self, message: str, final: bool = False):
+        super().__init__(message)
+        self.final = final
+        """True when waiting longer cannot help (a pod Succeeded or Failed)"""
+
+
+ENDED_PHASES = ("Succeeded", "Failed")
+
+
+def wait_for_pods(
+    kube,
+    namespace: str,
+    run: str,
+    timeout: float,
+    poll: float = 5.0,
+    sleep: Callable[[float], None] = time.sleep,
+) -> list[Object]:
+    """The run's worker pods once all are Running; NotPlaced after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return worker_pods(kube, namespace, run)
+        except NotPlaced as err:
+            if err.final or time.monotonic() + poll > deadline:
+                raise
+        sleep(poll)
 
 
 @dataclass(frozen=True)
@@ -71,6 +101,10 @@ def worker_pods(kube, namespace: str, run: str) -> list[Object]:
     ]
     if not pods:
         raise NotPlaced(f"run {run} has no worker pods in namespace {namespace}")
+    ended = [p for p in pods if p.get("status", {}).get("phase") in ENDED_PHASES]
+    if ended:
+        name, phase = ended[0]["metadata"]["name"], ended[0]["status"]["phase"]
+        raise NotPlaced(f"pod {name} of run {run} has already ended ({phase})", final=True)
     waiting = [p for p in pods if p.get("status", {}).get("phase") != "Running"]
     if waiting:
         first = waiting[0]
@@ -150,16 +184,30 @@ def preflight_run(
     kube,
     namespace: str,
     run: str,
-    port: int = DEFAULT_PORT,
+    *,
+    placement_timeout: float = 0.0,
     timeout: float = 900.0,
-    python: str = "python",
+    port: int = DEFAULT_PORT,
     skip: str = "",
+    python: str = "python",
+    poll: float = 5.0,
+    sleep: Callable[[float], None] = time.sleep,
 ) -> list[Row]:
     """Run the suite in every worker pod of `run`; rows of all pods plus cross-node rows.
 
-    `skip` is a comma-separated list of check groups not to run (see suite.GROUPS).
+    Needs: a `runner.kube.Kube` adapter, the run's namespace and name; the run's pods carry
+    its identity labels with role `worker` (or `job`) and an image with this package and
+    `python` on PATH. Waits up to `placement_timeout` seconds (polling every `poll`) for
+    every worker pod to be Running, then up to `timeout` seconds for the suite in each pod.
+    `skip` is a comma-separated list of check groups (see suite.GROUPS).
+
+    Returns the rows (`runner.preflight.rows.failed(rows)` says whether any FAILed,
+    `failing_nodes(rows)` names the nodes). A pod whose exec fails gives an `exec` FAIL row.
+    Raises NotPlaced when the pods are not all Running in time (or one has ended), and
+    runner.kube.KubeError when the API fails.
     """
-    plans = plan(worker_pods(kube, namespace, run), port, python, skip)
+    pods = wait_for_pods(kube, namespace, run, placement_timeout, poll, sleep)
+    plans = plan(pods, port, python, skip)
     with ThreadPoolExecutor(max_workers=len(plans)) as pool:
         futures = [pool.submit(_run_one, kube, namespace, p, timeout) for p in plans]
         rows = [row for f in futures for row in f.result()]

@@ -43,6 +43,22 @@ def test_status_yaml(fake):
     assert {p["pod"]: p["restarts"] for p in data["pods"]} == {"sweep-0-yy": 0, "sweep-1-zz": 2}
 
 
+@pytest.mark.parametrize(
+    ("args", "first"),
+    [
+        (["list"], "NAMESPACE   RUN       TEAM       TYPE     STATE     PODS   AGE"),
+        (["status", "sweep"], "run sweep in media: Job sweep Running"),
+        (["describe", "sweep"], "Run:        sweep"),
+    ],
+)
+def test_every_output_format(fake, args, first):
+    table = invoke([*args, "-o", "table"])
+    assert table.exit_code == 0 and table.stdout.startswith(first)
+    as_json = json.loads(invoke([*args, "-o", "json"]).stdout)
+    as_yaml = yaml.safe_load(invoke([*args, "--output", "yaml"]).stdout)
+    assert as_json == json.loads(json.dumps(as_yaml, default=str)) and as_json
+
+
 def test_describe_shows_events_of_the_run_only(fake):
     result = invoke(["describe", "tiny-lm", "-n", "research"])
     assert result.exit_code == 0
@@ -55,7 +71,8 @@ def test_describe_shows_events_of_the_run_only(fake):
 
 
 @pytest.mark.parametrize(
-    "command", ["status", "describe", "logs", "delete", "diagnose", "port-forward", "shell"]
+    "command",
+    ["status", "describe", "logs", "delete", "diagnose", "port-forward", "shell", "preflight"],
 )
 def test_missing_run_exits_4(fake, command):
     result = invoke([command, "nope", "-n", "research"])
@@ -101,13 +118,20 @@ def test_logs_follow_and_previous_reach_the_adapter(fake):
         (["logs", "tiny-lm", "--rank", "-1"], 2, "--rank"),
         (["list", "-o", "xml"], 2, "'xml' is not one of"),
         (["status"], 2, "Missing argument 'RUN'"),
+        (["describe", "tiny-lm", "--bogus"], 2, "No such option '--bogus'"),
+        (["delete", "tiny-lm", "extra"], 2, "Got unexpected extra argument (extra)"),
+        (["diagnose", "tiny-lm", "--tail", "0"], 2, "Invalid value for '--tail'"),
+        (["port-forward", "tiny-lm", "--rank", "x"], 2, "Invalid value for '--rank'"),
     ],
 )
 def test_bad_arguments(fake, args, code, message):
     result = invoke(args)
     assert result.exit_code == code
-    last = result.stderr.strip().splitlines()[-1]  # click may print a usage hint above it
-    assert message in last and last.lower().startswith("error: ")
+    assert result.stderr.startswith("error: ") and result.stderr.count("\n") == 1
+    assert message in result.stderr
+    if code == 2:
+        assert result.stderr.startswith("error: command line: ")
+        assert result.stderr.endswith(f"(see runner {args[0]} --help)\n")
 
 
 def test_no_credentials_is_one_line(monkeypatch, tmp_path):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import getpass
 import os
 import socket
 import subprocess
@@ -9,6 +10,7 @@ import sys
 import tarfile
 import threading
 
+import click
 import pytest
 
 from catalog import labels
@@ -126,10 +128,32 @@ def test_dev_job_passes_schema_validation():
         validate_manifests(docs, load_cluster("ultra-usc1").kubernetes_version, "dev-job.yaml.j2")
 
 
+def test_dev_job_image_defaults_to_the_trainer_image(fake, monkeypatch):
+    monkeypatch.setattr("runner.commands.shell.POLL_SECONDS", 0)
+    fake.reactors.append(dev_pod_reactor)
+    args = ["shell", "--dev", "--cluster", "ultra-usc1", "-n", "research", "--", "echo", "hi"]
+    result = invoke(args)
+    assert result.exit_code == 0 and result.stdout == "hi\n"
+    job = fake.objects[("batch/v1", "Job", "research", "dev-" + getpass.getuser())]
+    image = job["spec"]["template"]["spec"]["containers"][0]["image"]
+    assert image == "us-docker.pkg.dev/reve-train-ultra/training/trainer:2026.11.0"
+    assert job["spec"]["template"]["spec"]["nodeSelector"] == labels.cpu_node_labels()
+
+
+def test_dev_pod_that_never_runs_fails_in_time(fake, monkeypatch):
+    monkeypatch.setattr("runner.commands.shell.POLL_SECONDS", 0)
+    args = ["shell", "--dev", "bob", "--cluster", "ultra-usc1", "-n", "research", "--wait", "0"]
+    result = invoke(args + ["--image", IMAGE])
+    assert result.exit_code == 1
+    assert result.stderr == (
+        "error: dev pod of dev-bob not running after 0s (see `runner describe dev-bob`)\n"
+    )
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["shell", "--dev", "--cluster", "ultra-usc1", "-n", "research"], "--dev needs"),
+        (["shell", "--dev", "--cluster", "ultra-usc1"], "--dev needs --cluster and -n"),
         (["shell"], "give a RUN, or --dev"),
         (
             [
@@ -147,11 +171,14 @@ def test_dev_job_passes_schema_validation():
             ],
             "cluster mega-euw4 has no H200 pools",
         ),
+        (["shell", "--dev", "--cluster", "nowhere", "-n", "r"], "--cluster: unknown cluster"),
+        (["shell", "tiny-lm", "--gpus", "9"], "Invalid value for '--gpus'"),
     ],
 )
 def test_shell_bad_arguments(fake, args, message):
     result = invoke(args)
-    assert result.exit_code == 2 and message in result.stderr
+    assert result.exit_code == 2
+    assert message in result.stderr and result.stderr.count("\n") == 1
 
 
 def test_cp_both_ways(fake, tmp_path):
@@ -288,3 +315,25 @@ def test_shell_completion():
         {"_RUNNER_COMPLETE": "bash_complete", "COMP_WORDS": "runner logs x --fo", "COMP_CWORD": "3"}
     )
     assert "--follow" in options
+    assert "compdef" in completion({"_RUNNER_COMPLETE": "zsh_source"})
+
+
+def test_run_names_complete_from_the_cluster(fake):
+    from runner.commands._day2 import _complete_runs
+    from runner.commands.status import status
+
+    ctx = click.Context(status)
+    ctx.params = {"namespace": None, "cluster": None}
+    assert _complete_runs(ctx, None, "") == ["sweep", "tiny-lm"]
+    assert _complete_runs(ctx, None, "ti") == ["tiny-lm"]
+    ctx.params["namespace"] = "media"
+    assert _complete_runs(ctx, None, "") == ["sweep"]
+
+
+def test_completion_is_quiet_without_a_cluster(monkeypatch, tmp_path):
+    from runner.commands._day2 import _complete_runs
+    from runner.commands.status import status
+
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "none"))
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    assert _complete_runs(click.Context(status), None, "") == []

@@ -75,6 +75,30 @@ from tests.preflight.conftest import fixture_text
             13,
             "0000:c8:00",
         ),
+        (  # drivers before 470 print no name=
+            "[ 1433.262518] NVRM: Xid (PCI:0000:3b:00): 79, pid=0, GPU has fallen off the bus.",
+            "xid",
+            FAIL,
+            79,
+            "0000:3b:00",
+        ),
+        (  # dmesg -T
+            "[Mon Nov 30 10:52:11 2026] NVRM: Xid (PCI:0000:9b:00): 154, GPU recovery action "
+            "changed from 0x0 (None) to 0x2 (Node Reboot Required)",
+            "xid",
+            FAIL,
+            154,
+            "0000:9b:00",
+        ),
+        (  # journalctl -k -o short-iso
+            "2026-11-30T10:52:11+0000 gke-h200-1 kernel: NVRM: Xid (PCI:0000:9b:00): 140, "
+            "pid='<unknown>', name=<unknown>, An uncorrectable ECC error detected (possible "
+            "firmware handling failure) DRAM:-1840691462, LTC:0, MMU:0, PCIE:0",
+            "xid-ecc",
+            FAIL,
+            140,
+            "0000:9b:00",
+        ),
         (
             "NVRM: Xid (PCI:0000:c8:00): 999, pid=1, name=python, something new",
             "xid",
@@ -207,6 +231,20 @@ def test_detail_names_worst_finding_and_count():
     assert rows["xid-ecc"].detail.startswith("Xid 48: double-bit ECC error (DBE) on 0000:87:00")
     assert rows["xid-ecc"].detail.endswith("(+1 more)")
     assert "0000:b3:00" in rows["xid"].detail
+
+
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        ("NVRM: Xid (PCI:0000:c8:00): 999, pid=1, name=python, something new", "something new"),
+        ("NVRM: Xid (PCI:0000:3b:00): 32, pid=2123, Channel ID 00000010", "Channel ID 00000010"),
+        ("NVRM: Xid (PCI:0000:3b:00): 109, pid=9, name=py, Ch 00000008, CTX", "CTX"),
+        ("NVRM: Xid (PCI:0000:b3:00): 79, pid=0, fell off.", "GPU has fallen off the bus"),
+    ],
+)
+def test_message_names_code_and_meaning(line, message):
+    code = line.split("): ")[1].split(",")[0]
+    assert kernel.parse_line(line).message == f"Xid {code}: {message}"
 
 
 def test_unreadable_log_skips(monkeypatch):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from catalog import accelerator, labels, load_cluster
+from catalog import InputError, accelerator, labels, load_cluster
 from runner import nodecheck
 from runner.kube.fake import FakeKube
 from tests.preflight.conftest import invoke
@@ -115,7 +115,7 @@ def finishing(outcome: str, lines: str):
 def nodes(monkeypatch) -> FakeKube:
     fake = FakeKube([node(NODE, "nvidia-h200-141gb"), node("gke-cpu-1", None)])
     monkeypatch.setattr("runner.kube.connect", lambda cluster=None: fake)
-    monkeypatch.setattr("runner.commands.check.POLL_SECONDS", 0)
+    monkeypatch.setattr("runner.commands.check.POLL_SECONDS", 0.02)
     return fake
 
 
@@ -139,6 +139,59 @@ def test_check_fails_and_replaces_old_job(nodes):
     assert ("delete", "batch/v1", "Job", "warden", nodecheck.job_name(NODE)) in nodes.calls
 
 
+def test_check_defaults_to_the_preflight_image_of_the_image_list(nodes):
+    nodes.reactors.append(finishing("Complete", "20 PASS"))
+    result = invoke(["check", NODE, "--cluster", "ultra-usc1"])
+    assert result.exit_code == 0, result.stderr
+    job = nodes.objects[("batch/v1", "Job", "warden", nodecheck.job_name(NODE))]
+    want = "us-docker.pkg.dev/reve-train-ultra/training/preflight:2026.11.0"
+    assert container(job)["image"] == want
+    assert f"image {want}" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("cluster", "image"),
+    [
+        ("ultra-usc1", "us-docker.pkg.dev/reve-train-ultra/training/preflight:2026.11.0"),
+        ("mega-euw4", "europe-docker.pkg.dev/reve-train-mega/training/preflight:2026.11.0"),
+    ],
+)
+def test_default_image(cluster, image):
+    assert nodecheck.default_image(load_cluster(cluster)) == image
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (
+            "images:\n  - {name: trainer, image: '{registry}/trainer:1.0'}\n",
+            "kustomize/images.yaml: images: no 'preflight' entry for cluster ultra-usc1; "
+            "pass --image",
+        ),
+        (
+            "images:\n  - {name: preflight, image: 'x/preflight:1.0', clusters: [mega-euw4]}\n",
+            "no 'preflight' entry for cluster ultra-usc1",
+        ),
+        ("images:\n  - {name: preflight}\n", "images.yaml: images[0].image: required string"),
+        ("images: [\n", "kustomize/images.yaml: line 2: "),
+    ],
+)
+def test_default_image_errors_name_file_and_field(tmp_path, text, message):
+    (tmp_path / "kustomize").mkdir()
+    (tmp_path / "kustomize" / "images.yaml").write_text(text)
+    with pytest.raises(InputError) as err:
+        nodecheck.default_image(load_cluster("ultra-usc1"), root=tmp_path)
+    assert message in err.value.line()
+
+
+def test_missing_image_list_is_one_line(nodes, tmp_path, monkeypatch):
+    (tmp_path / "clusters").symlink_to(nodecheck.repo_root() / "clusters")
+    monkeypatch.setenv("PLATFORM_ROOT", str(tmp_path))
+    result = invoke(["check", NODE, "--cluster", "ultra-usc1"])
+    assert result.exit_code == 2
+    assert result.stderr == "error: kustomize/images.yaml: file not found\n"
+
+
 def test_check_times_out(nodes):
     result = invoke(
         ["check", "gke-cpu-1", "--cluster", "ultra-usc1", "--image", IMAGE, "--timeout", "1"]
@@ -152,13 +205,14 @@ def test_check_times_out(nodes):
         (
             ["check", "missing-node", "--cluster", "ultra-usc1", "--image", IMAGE],
             4,
-            "error: Node None/missing-node not found",
+            "error: node missing-node not found in cluster ultra-usc1",
         ),
-        (["check", NODE, "--cluster", "ultra-usc1"], 2, "Missing option '--image'"),
+        (["check", NODE], 2, "error: command line: Missing option '--cluster'."),
+        (["check", NODE, "--cluster", "ultra-usc1", "--timeout", "0"], 2, "'--timeout'"),
         (
             ["check", NODE, "--cluster", "nowhere", "--image", IMAGE],
             2,
-            "error: --cluster: unknown cluster 'nowhere'",
+            "error: command line: --cluster: unknown cluster 'nowhere'",
         ),
     ],
 )

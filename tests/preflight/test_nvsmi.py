@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+
 import pytest
 
 from runner.preflight import nvsmi
@@ -92,16 +94,73 @@ def test_persistence_disabled_warns(healthy):
     assert row.result == WARN and "GPU0" in row.detail
 
 
-def test_query_gpu_csv():
+def test_query_gpu_csv_cells():
     rows = nvsmi.parse_csv(fixture_text("nvidia-smi", "query-gpu-h100.csv"))
     assert len(rows) == 8
     assert rows[3]["ecc.errors.uncorrected.volatile.total"] == "2"
     assert rows[3]["remapped_rows.pending"] == "Yes"
-    assert rows[5]["clocks.current.sm"] == "1095"
+    assert rows[5]["clocks.current.sm"] == "1095"  # "1095 MHz" under "clocks.current.sm [MHz]"
     assert rows[5]["clocks_event_reasons.hw_slowdown"] == "Active"
-    assert rows[6]["persistence_mode"] == "Disabled"
-    assert rows[0]["retired_pages.pending"] is None
+    assert rows[0]["retired_pages.pending"] is None  # [N/A]
     assert rows[0]["driver_version"] == "550.90.07"
+    assert list(rows[0]) == nvsmi.QUERY
+
+
+def test_csv_and_xml_of_one_node_give_the_same_verdicts(faulty):
+    from_csv = nvsmi.report_from_csv(fixture_text("nvidia-smi", "query-gpu-h100.csv"))
+    assert from_csv.cuda_version is None  # the query has no CUDA version
+    xml_rows = [(r.check, r.result, r.detail) for r in nvsmi.rows(faulty, 8)[1:]]
+    csv_rows = [(r.check, r.result, r.detail) for r in nvsmi.rows(from_csv, 8)[1:]]
+    assert csv_rows == xml_rows
+    assert nvsmi.rows(from_csv, 8)[0].detail == (
+        "driver 550.90.07, CUDA not reported, 8 x NVIDIA H100 80GB HBM3"
+    )
+
+
+def test_csv_persistence_and_retired_pages():
+    text = fixture_text("nvidia-smi", "query-gpu-h100.csv").splitlines()
+    text[7] = (
+        text[7]
+        .replace("Enabled, Enabled", "Disabled, Enabled")
+        .replace("[N/A], [N/A], [N/A]", "61, 0, No")
+    )
+    rows = {r.check: r for r in nvsmi.rows(nvsmi.report_from_csv("\n".join(text)))}
+    assert rows["persistence"].result == WARN and "GPU6" in rows["persistence"].detail
+    assert rows["retired-pages"].result == FAIL and "60+ retired pages: GPU6" in (
+        rows["retired-pages"].detail
+    )
+
+
+def smi(answers: dict[str, tuple[int, str]]):
+    """Stand-in for nvidia-smi: (exit status, stdout) by the first argument."""
+
+    def run(args):
+        code, out = answers[args[0].split("=")[0]]
+        return subprocess.CompletedProcess(["nvidia-smi", *args], code, out, "")
+
+    return run
+
+
+@pytest.mark.parametrize(
+    ("xml", "csv", "result", "detail"),
+    [
+        ("q-x-h200-healthy.xml", None, PASS, "driver 570.133.20, CUDA 12.8"),
+        ("<nvidia_smi_log><gpu", "query-gpu-h100.csv", PASS, "driver 550.90.07, CUDA not"),
+        (None, "query-gpu-h100.csv", PASS, "driver 550.90.07, CUDA not"),
+        (None, None, FAIL, "nvidia-smi -q -x exited 9: No devices were found; --query-gpu"),
+    ],
+)
+def test_check_reads_xml_else_csv(monkeypatch, xml, csv, result, detail):
+    def answer(name):
+        if name is None:
+            return (9, "No devices were found")
+        return (0, fixture_text("nvidia-smi", name) if name.endswith((".xml", ".csv")) else name)
+
+    monkeypatch.setattr(nvsmi.shutil, "which", lambda name: "/usr/bin/nvidia-smi")
+    monkeypatch.setattr(nvsmi, "_smi", smi({"-q": answer(xml), "--query-gpu": answer(csv)}))
+    first = nvsmi.check(8)[0]
+    assert first.check == "nvidia-smi" and first.result == result
+    assert first.detail.startswith(detail)
 
 
 def test_no_nvidia_smi_skips(monkeypatch):

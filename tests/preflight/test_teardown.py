@@ -81,14 +81,53 @@ def test_pod_without_rows_is_an_exec_failure(cluster):
 @pytest.mark.parametrize(
     ("args", "code", "message"),
     [
-        (["preflight"], 2, "give a RUN, or --local"),
-        (["preflight", "tiny-lm", "--local"], 2, "give a RUN, or --local"),
+        (["preflight"], 2, "give a RUN, or --local (not both)"),
+        (["preflight", "tiny-lm", "--local"], 2, "give a RUN, or --local (not both)"),
         (["preflight", "nope"], 4, "error: run 'nope' not found in any namespace"),
-        (["preflight", "tiny-lm", "--port", "80"], 2, "--port"),
-        (["preflight", "--local", "--skip", "gpu"], 2, "Invalid value for --skip: unknown group"),
+        (["preflight", "tiny-lm", "--port", "80"], 2, "Invalid value for '--port'"),
+        (["preflight", "tiny-lm", "--wait", "-1"], 2, "Invalid value for '--wait'"),
+        (["preflight", "tiny-lm", "-o", "xml"], 2, "Invalid value for '-o' / '--output'"),
+        (
+            ["preflight", "--local", "--skip", "gpu"],
+            2,
+            "Invalid value for '--skip': unknown group(s) ['gpu']",
+        ),
     ],
 )
 def test_bad_arguments(cluster, args, code, message):
     result = invoke(args)
     assert result.exit_code == code
-    assert message in result.stderr
+    assert message in result.stderr and result.stderr.count("\n") == 1
+    if code == 2:
+        assert result.stderr.startswith("error: command line: ")
+        assert result.stderr.endswith("(see runner preflight --help)\n")
+
+
+def test_conclude_for_other_commands(failing, capsys):
+    """What `runner submit --apply` calls after preflight_run."""
+    from runner.commands.preflight import conclude
+    from runner.preflight.remote import preflight_run
+
+    rows = preflight_run(failing, "research", "tiny-lm")
+    assert conclude(failing, "research", "tiny-lm", rows, teardown=False) is False
+    out, err = capsys.readouterr()
+    assert "Xid 79" in out and "failing node(s): node-tiny-lm-worker-1" in err
+    assert "kept RayJob/tiny-lm" in err and rayjob_exists(failing)
+    assert conclude(failing, "research", "tiny-lm", rows, teardown=True) is False
+    assert not rayjob_exists(failing)
+    passing = [r for r in rows if r.result != FAIL]
+    assert conclude(failing, "research", "tiny-lm", passing, teardown=None) is True
+
+
+@pytest.mark.parametrize("output", ["json", "yaml"])
+def test_rows_as_data(failing, output):
+    import json
+
+    import yaml
+
+    result = invoke(["preflight", "tiny-lm", "--no", "-o", output])
+    rows = json.loads(result.stdout) if output == "json" else yaml.safe_load(result.stdout)
+    assert {(r["pod"], r["check"], r["result"]) for r in rows} >= {
+        ("tiny-lm-worker-1", "xid", FAIL),
+        ("tiny-lm-worker-0", "matmul", PASS),
+    }
