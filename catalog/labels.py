@@ -67,6 +67,7 @@ def gpu_node_labels(resource_group: str) -> dict[str, str]:
 def cpu_node_labels() -> dict[str, str]:
     return {POOL_ROLE: "cpu"}
 
+
 # Kubernetes service accounts bound to Google service accounts (Workload Identity).
 TRAINING_KSA = "training"  # in every team namespace; run pods use it for bucket access
 WARDEN_KSA = ("warden", "warden")  # (namespace, name)

@@ -261,6 +261,11 @@ class Cluster(Strict):
                 raise ValueError(f"gpu_pools[{i}].zone: {pool.zone} is not in {self.region}")
         return self
 
+    @property
+    def registry_url(self) -> str:
+        """Docker URL of the cluster's Artifact Registry repository."""
+        return f"{self.registry.location}-docker.pkg.dev/{self.project}/{self.registry.repository}"
+
     def accelerators(self) -> list[str]:
         """Accelerator keys this cluster has pools for, in pool order, without repeats."""
         return list(dict.fromkeys(p.accelerator for p in self.gpu_pools))

@@ -149,8 +149,7 @@ def primary_mtu(cluster: Cluster) -> int:
 
 def registry_url(cluster: Cluster) -> str:
     """Docker URL of the cluster's Artifact Registry repository."""
-    reg = cluster.registry
-    return f"{reg.location}-docker.pkg.dev/{cluster.project}/{reg.repository}"
+    return cluster.registry_url
 
 
 def workload_pool(cluster: Cluster) -> str:

@@ -16,16 +16,16 @@ import hashlib
 import json
 from pathlib import Path
 
-from catalog import InputError, labels
 from catalog import accelerator as find_accelerator
-from catalog.loader import read_yaml, repo_root
+from catalog import InputError, labels
+from catalog.loader import repo_root
 from catalog.schema import Cluster
 from runner.render import GKE_DEFAULT_INTERFACE, GKE_INTERFACES, GPU_RESOURCE
 from runner.templating import render_template
 
 ROLE = "node-check"
-IMAGES_FILE = "kustomize/images.yaml"
-IMAGE_ENTRY = "preflight"  # the entry of IMAGES_FILE the node check runs (holds this package)
+# The entry of catalog.images.IMAGES_FILE the node check runs (an image holding this package).
+IMAGE_ENTRY = "preflight"
 DEADLINE_SECONDS = 1800
 TTL_SECONDS = 3600
 CPU_SHM = "1Gi"
@@ -51,21 +51,14 @@ def default_image(cluster: Cluster, entry_name: str = IMAGE_ENTRY, root: Path | 
 
     Raises InputError naming the file and field when the list has no such entry.
     """
-    from infra.derive import registry_url
+    from catalog.images import image_named, load_entries
 
-    data = read_yaml((root or repo_root()) / IMAGES_FILE, IMAGES_FILE)
-    entries = data.get("images") if isinstance(data, dict) else None
-    for i, entry in enumerate(entries if isinstance(entries, list) else []):
-        if not isinstance(entry, dict) or entry.get("name") != entry_name:
-            continue
-        if cluster.name not in entry.get("clusters", [cluster.name]):
-            continue
-        if not isinstance(entry.get("image"), str):
-            raise InputError(IMAGES_FILE, f"images[{i}].image", "required string")
-        return entry["image"].replace("{registry}", registry_url(cluster))
-    raise InputError(
-        IMAGES_FILE, "images", f"no {entry_name!r} entry for cluster {cluster.name}; pass --image"
-    )
+    try:
+        return image_named(cluster, load_entries(root or repo_root()), entry_name)
+    except InputError as err:
+        if err.field != "images":
+            raise
+        raise InputError(err.source, err.field, f"{err.message}; pass --image") from None
 
 
 def _toleration(taint: dict) -> dict:

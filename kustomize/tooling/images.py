@@ -1,98 +1,23 @@
-"""The one committed image list (`kustomize/images.yaml`) and the rules every image obeys.
+"""Image pre-caching for kustomize: init containers that pull the committed image list.
 
-`cluster_images(cluster)` expands the list for one cluster (plus its accelerators' sidecar
-images from the catalog); `image_problem(ref)` says why a reference is not pinned.
+The list itself and its pinning rules live in `catalog.images` (read by runner too).
 """
 
 from __future__ import annotations
 
-import re
-from dataclasses import dataclass
-from pathlib import Path
-
-from catalog import Cluster, InputError, accelerator
-from catalog.loader import read_yaml
-
-IMAGES_FILE = "kustomize/images.yaml"
-DNS_LABEL = re.compile(r"^[a-z]([-a-z0-9]{0,40}[a-z0-9])?$")
-DIGEST = re.compile(r"@sha256:[0-9a-f]{64}$")
-# A release tag starts with a dotted version: v1.6.2, 16.4, 2.60.0-py311-gpu, 2026.11.0.
-RELEASE_TAG = re.compile(r"^v?\d+\.\d+")
-# A tag that names a moving target rather than a release.
-MUTABLE_TAGS = {"latest", "stable", "main", "master", "dev", "edge", "nightly", "head"}
+from catalog.images import (  # noqa: F401  (re-exported for the generator and tests)
+    IMAGES_FILE,
+    CachedImage,
+    cluster_images,
+    image_named,
+    image_problem,
+    load_entries,
+)
 
 
-@dataclass(frozen=True)
-class CachedImage:
-    """One image pre-pulled on GPU nodes."""
-
-    name: str
-    """Suffix of the init container that pulls it (pull-<name>)."""
-    image: str
-    """The full, pinned reference."""
-
-
-def image_problem(ref: str) -> str | None:
-    """Why `ref` is not pinned (None when it is): a digest, or a release tag, never latest."""
-    if DIGEST.search(ref):
-        return None
-    last = ref.rsplit("/", 1)[-1]
-    if ":" not in last:
-        return "has no tag or digest"
-    tag = last.split(":", 1)[1]
-    if tag.lower() in MUTABLE_TAGS or not RELEASE_TAG.match(tag):
-        return f"tag {tag!r} is not a release version"
-    return None
-
-
-def registry_url(cluster: Cluster) -> str:
-    """Docker URL of the cluster's Artifact Registry repository."""
-    reg = cluster.registry
-    return f"{reg.location}-docker.pkg.dev/{cluster.project}/{reg.repository}"
-
-
-def load_entries(root: Path) -> list[dict]:
-    """The entries of the image list, checked field by field."""
-    data = read_yaml(root / IMAGES_FILE, IMAGES_FILE)
-    if not isinstance(data, dict) or not isinstance(data.get("images"), list):
-        raise InputError(IMAGES_FILE, "images", "must be a list")
-    seen = set()
-    for i, entry in enumerate(data["images"]):
-        field = f"images[{i}]"
-        if not isinstance(entry, dict) or set(entry) - {"name", "image", "clusters"}:
-            raise InputError(IMAGES_FILE, field, "expected keys name, image, clusters")
-        name, image = entry.get("name"), entry.get("image")
-        if not isinstance(name, str) or not DNS_LABEL.match(name) or name in seen:
-            raise InputError(IMAGES_FILE, f"{field}.name", f"{name!r} is not a unique DNS label")
-        seen.add(name)
-        if not isinstance(image, str):
-            raise InputError(IMAGES_FILE, f"{field}.image", "required string")
-        problem = image_problem(image)
-        if problem:
-            raise InputError(IMAGES_FILE, f"{field}.image", f"{image!r} {problem}")
-    return data["images"]
-
-
-def cluster_images(cluster: Cluster, entries: list[dict]) -> list[CachedImage]:
-    """The images to cache on one cluster's GPU nodes, in list order, sidecars last."""
-    out = []
-    for entry in entries:
-        if cluster.name in entry.get("clusters", [cluster.name]):
-            ref = entry["image"].replace("{registry}", registry_url(cluster))
-            out.append(CachedImage(entry["name"], ref))
-    for key in cluster.accelerators():
-        for sidecar in accelerator(key).sidecars:
-            if all(c.image != sidecar.image for c in out):
-                out.append(CachedImage(sidecar.name, sidecar.image))
-    return out
-
-
-def image_named(cluster: Cluster, entries: list[dict], name: str) -> str:
-    """The cluster's reference of the list entry `name` (InputError when it is missing)."""
-    for image in cluster_images(cluster, entries):
-        if image.name == name:
-            return image.image
-    raise InputError(IMAGES_FILE, "images", f"no entry named {name!r} for cluster {cluster.name}")
+def registry_url(cluster) -> str:
+    """Docker URL of the cluster's Artifact Registry repository (see Cluster.registry_url)."""
+    return cluster.registry_url
 
 
 def init_container(image: CachedImage) -> dict:
