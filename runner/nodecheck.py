@@ -16,8 +16,8 @@ import hashlib
 import json
 from pathlib import Path
 
-from catalog import accelerator as find_accelerator
 from catalog import InputError, labels
+from catalog import accelerator as find_accelerator
 from catalog.loader import repo_root
 from catalog.schema import Cluster
 from runner.render import GKE_DEFAULT_INTERFACE, GKE_INTERFACES, GPU_RESOURCE
