@@ -74,7 +74,7 @@ _DELETE = object()
 
 BAD_CLUSTERS = [
     ("gpu_pools.0.accelerator", "B300", "gpu_pools[0].accelerator: unknown accelerator 'B300'"),
-    ("gpu_pools.0.reservation", _DELETE, "gpu_pools[0].reservation: required for a non-spot GPU pool"),
+    ("gpu_pools.0.reservation", _DELETE, "gpu_pools[0].reservation: required for a non-spot"),
     ("network.pods_cidr", "10.0.0.0/16", "network: primary_cidr 10.0.0.0/20 overlaps pods_cidr"),
     ("network.gpu_cidr", "999.0.0.0/8", "network.gpu_cidr: "),
     ("colour", "blue", "colour: unknown key"),
