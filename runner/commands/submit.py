@@ -58,6 +58,20 @@ def apply_run(client, manifests: list[dict]) -> list[str]:
     return applied
 
 
+def preflight_after_apply(client, spec: RunSpec, wait: float, teardown: bool | None) -> bool:
+    """Preflight the run once the cluster has placed its pods (docs/preflight.md).
+
+    Returns False when a check failed (after offering the teardown). Disable it with
+    `preflight: false` in the run definition or `--no-preflight`.
+    """
+    from runner.commands.preflight import conclude
+    from runner.preflight.remote import preflight_run
+
+    click.echo(f"preflight: waiting up to {wait:g}s for the pods of {spec.name} to be placed")
+    rows = preflight_run(client, spec.namespace, spec.name, placement_timeout=wait)
+    return conclude(client, spec.namespace, spec.name, rows, teardown)
+
+
 def run_file(spec: RunSpec) -> Path:
     return repo_root() / "runs" / spec.cluster / spec.namespace / f"{spec.name}.yaml"
 
@@ -138,9 +152,33 @@ def stage_or_write(spec: RunSpec, files: dict[str, str], totals: str, no_stage: 
 @click.option("--apply", "apply_", is_flag=True, help="apply through the Kubernetes API")
 @click.option("--dry-run", is_flag=True, help="render and validate; write and apply nothing")
 @click.option("--no-stage", is_flag=True, help="write the files but create no branch")
+@click.option(
+    "--yes/--no",
+    "teardown",
+    default=None,
+    help="with --apply, on a preflight failure tear the run down (--yes) or keep it (--no)",
+)
+@click.option(
+    "--preflight-wait",
+    type=click.FloatRange(min=0),
+    default=900,
+    show_default=True,
+    help="with --apply, seconds to wait for placement before preflight",
+)
 @run_options
 @click.pass_context
-def submit(ctx: click.Context, name, kind, file, apply_, dry_run, no_stage, **options) -> None:
+def submit(
+    ctx: click.Context,
+    name,
+    kind,
+    file,
+    apply_,
+    dry_run,
+    no_stage,
+    teardown,
+    preflight_wait,
+    **options,
+) -> None:
     """Submit run NAME of TYPE (rayjob|raycluster|job), from flags and/or -f RUN.yaml."""
     if not name and not file:
         raise InputError(COMMAND_LINE, "NAME", "give NAME TYPE and flags, or -f RUN.yaml")
@@ -155,12 +193,15 @@ def submit(ctx: click.Context, name, kind, file, apply_, dry_run, no_stage, **op
         from runner.kube import KubeError
 
         try:
-            applied = apply_run(get_kube(spec.cluster), rendered.manifests)
+            client = get_kube(spec.cluster)
+            applied = apply_run(client, rendered.manifests)
+            for line in applied:
+                click.echo(f"applied {line}")
+            if spec.preflight and not preflight_after_apply(client, spec, preflight_wait, teardown):
+                sys.exit(exitcodes.FAILURE)
         except KubeError as err:
             click.echo(f"error: {err}", err=True)
             sys.exit(exitcodes.FAILURE)
-        for line in applied:
-            click.echo(f"applied {line}")
         return
     spec, files, totals = gitops_files(spec)
     stage_or_write(spec, files, totals, no_stage)

@@ -178,6 +178,7 @@ def test_apply_through_the_adapter(repo, monkeypatch, capsys):
         "--image",
         IMAGE,
         "--apply",
+        "--no-preflight",
     ]
     code, out, _ = run_cli(argv, capsys)
     assert code == 0, out
@@ -243,3 +244,49 @@ def test_a_failing_git_is_one_line_and_exit_1(git_repo, capsys):
     assert code == exitcodes.FAILURE
     assert err.startswith("error: git update-ref refs/heads/run/my-run ") and err.count("\n") == 1
     assert not (git_repo / "apps/ultra-usc1/research/my-run.yaml").exists()
+
+
+def _applied_with_preflight(monkeypatch, rows, extra, capsys):
+    """`submit --apply` on a fake cluster whose preflight returns `rows`."""
+    from runner.preflight import remote
+
+    fake = FakeKube()
+    calls = []
+
+    def fake_preflight(kube, namespace, run, **kwargs):
+        calls.append((kube, namespace, run, kwargs))
+        return rows
+
+    monkeypatch.setattr(submit_module, "get_kube", lambda cluster: fake)
+    monkeypatch.setattr(remote, "preflight_run", fake_preflight)
+    code, out, err = run_cli(["submit", *FLAGS, "--apply", *extra], capsys)
+    return fake, calls, code, out, err
+
+
+def test_apply_runs_preflight_after_placement(repo, monkeypatch, capsys):
+    from runner.preflight.rows import PASS, Row
+
+    rows = [Row("matmul", PASS, "612 TFLOP/s", "my-run-worker-0", "gke-node-1")]
+    fake, calls, code, out, _ = _applied_with_preflight(
+        monkeypatch, rows, ["--preflight-wait", "60"], capsys
+    )
+    assert code == exitcodes.OK, out
+    assert calls == [(fake, "research", "my-run", {"placement_timeout": 60.0})]
+    assert "612 TFLOP/s" in out
+
+
+@pytest.mark.parametrize(("answer", "kept"), [("--no", True), ("--yes", False)])
+def test_failed_preflight_is_exit_1_and_offers_teardown(repo, monkeypatch, capsys, answer, kept):
+    from runner.preflight.rows import FAIL, Row
+
+    rows = [Row("xid", FAIL, "Xid 79: GPU has fallen off the bus", "my-run-worker-1", "gke-n7")]
+    fake, _, code, _, err = _applied_with_preflight(monkeypatch, rows, [answer], capsys)
+    assert code == exitcodes.FAILURE
+    assert "failing node(s): gke-n7" in err
+    left = fake.list("ray.io/v1", "RayJob", "research", {labels.RUN: "my-run"})
+    assert bool(left) is kept
+
+
+def test_no_preflight_skips_it(repo, monkeypatch, capsys):
+    fake, calls, code, _, _ = _applied_with_preflight(monkeypatch, [], ["--no-preflight"], capsys)
+    assert code == exitcodes.OK and calls == []
