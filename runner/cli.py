@@ -21,6 +21,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "submit": ("runner.commands.submit:submit", "Render a run and stage it or apply it."),
     "validate": ("runner.commands.render:validate", "Check run definitions without writing."),
     "catalog": ("runner.commands.catalog:catalog", "Show clusters and accelerators."),
+    "run": ("runner.commands.run:run", "Run a run definition locally on an embedded Ray."),
     "preflight": ("runner.commands.preflight:preflight", "Check the machines of a run."),
     "check": ("runner.commands.check:check", "Check one node with a pinned Job."),
     "list": ("runner.commands.list:list_runs", "List runs on a cluster."),

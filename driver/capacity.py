@@ -1,0 +1,164 @@
+"""Capacity planning: how many training workers and auxiliary-service replicas fit a cluster.
+
+Pure functions, no Ray. `plan(nodes, slots_per_node, services, ...)` returns a `Plan`;
+`format_plan(plan)` prints it as a table. A slot is one GPU (or one CPU slot on CPU runs).
+The rules, in order:
+
+1. Reserve what auxiliary services need whatever the run's size (singletons, fixed counts).
+2. Estimate training workers proportionally: each training worker costs its own slots plus,
+   for every service that scales with training, `gpus_per_worker / train_workers_per_worker`.
+3. Round training workers down to whole groups of the parallel layout (replica groups made
+   of FSDP groups), and to `max_workers` when the run asks for fewer.
+4. Replicas per service: singletons 1; scaling services ceil(training / ratio); never fewer
+   than `min_replicas`.
+5. Slots per service: on a single-node debug run several service types may share one
+   accelerator (fractions are pooled); on multi-node runs every service type gets whole
+   GPUs of its own, at least one.
+6. If training plus services exceed the cluster, drop one training group and repeat.
+
+Try it: `python -m driver.capacity 1250 8` prints the 10,000-GPU plan.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from dataclasses import dataclass, field
+
+
+class CapacityError(ValueError):
+    """The cluster cannot hold one training group next to the auxiliary services."""
+
+
+@dataclass(frozen=True)
+class Service:
+    name: str
+    """Service name (a key of `aux.services`)."""
+    gpus_per_worker: float = 1.0
+    """Slots one worker requests; fractions share a GPU on single-node runs."""
+    train_workers_per_worker: int = 0
+    """Training workers one service worker serves; 0 means a fixed count of min_replicas."""
+    min_replicas: int = 1
+    """Fewest workers of this service."""
+    singleton: bool = False
+    """Exactly one worker."""
+
+
+@dataclass(frozen=True)
+class Plan:
+    nodes: int
+    """Nodes in the cluster."""
+    slots_per_node: int
+    """GPUs (or CPU slots) per node."""
+    world_size: int
+    """Training workers (the PyTorch world size)."""
+    group_size: int
+    """Training workers are a whole number of these groups."""
+    replicas: dict[str, int] = field(default_factory=dict)
+    """Workers per auxiliary service."""
+    service_slots: dict[str, float] = field(default_factory=dict)
+    """Slots reserved per auxiliary service (a pooled share on single-node runs)."""
+
+    @property
+    def total_slots(self) -> int:
+        return self.nodes * self.slots_per_node
+
+    @property
+    def idle_slots(self) -> float:
+        return self.total_slots - self.world_size - _used(self.service_slots)
+
+
+def _used(service_slots: dict[str, float]) -> float:
+    return math.ceil(sum(service_slots.values()) - 1e-9)
+
+
+def replicas_for(service: Service, world_size: int) -> int:
+    """Workers of one service for a given number of training workers."""
+    if service.singleton:
+        return 1
+    if service.train_workers_per_worker > 0:
+        return max(service.min_replicas, math.ceil(world_size / service.train_workers_per_worker))
+    return service.min_replicas
+
+
+def service_slots(services: list[Service], replicas: dict[str, int], nodes: int) -> dict:
+    """Slots per service: pooled fractions on one node, whole GPUs per type on several."""
+    slots: dict[str, float] = {}
+    for svc in services:
+        want = replicas[svc.name] * svc.gpus_per_worker
+        if nodes > 1 and svc.gpus_per_worker > 0:
+            want = max(1, math.ceil(want - 1e-9))
+        slots[svc.name] = want
+    return slots
+
+
+def plan(
+    nodes: int,
+    slots_per_node: int,
+    services: list[Service] | None = None,
+    group_size: int = 1,
+    max_workers: int | None = None,
+) -> Plan:
+    """The training world size and replicas per service that fit; see the module docstring."""
+    services = list(services or [])
+    if nodes < 1 or slots_per_node < 1:
+        raise CapacityError(f"no capacity: {nodes} nodes x {slots_per_node} slots")
+    if group_size < 1:
+        raise CapacityError("group size must be at least 1")
+    total = nodes * slots_per_node
+    fixed = sum(
+        replicas_for(s, 0) * s.gpus_per_worker
+        for s in services
+        if s.singleton or s.train_workers_per_worker == 0
+    )
+    per_worker = 1.0 + sum(
+        s.gpus_per_worker / s.train_workers_per_worker
+        for s in services
+        if not s.singleton and s.train_workers_per_worker > 0
+    )
+    world = int((total - fixed) // per_worker)
+    if max_workers is not None:
+        world = min(world, max_workers)
+    world -= world % group_size
+    while world > 0:
+        replicas = {s.name: replicas_for(s, world) for s in services}
+        slots = service_slots(services, replicas, nodes)
+        if world + _used(slots) <= total:
+            return Plan(nodes, slots_per_node, world, group_size, replicas, slots)
+        world -= group_size
+    raise CapacityError(
+        f"{total} slots hold no training group of {group_size} next to the services "
+        f"({', '.join(s.name for s in services) or 'none'})"
+    )
+
+
+def format_plan(result: Plan) -> str:
+    """The plan as a fixed-width table, one row per role."""
+    rows = [("role", "replicas", "slots/worker", "slots")]
+    rows.append(("training", str(result.world_size), "1", str(result.world_size)))
+    for name, count in result.replicas.items():
+        per = result.service_slots[name] / count if count else 0
+        rows.append((name, str(count), f"{per:g}", f"{result.service_slots[name]:g}"))
+    rows.append(("idle", "", "", f"{result.idle_slots:g}"))
+    widths = [max(len(row[i]) for row in rows) for i in range(4)]
+    lines = [
+        f"capacity: {result.nodes} nodes x {result.slots_per_node} slots = "
+        f"{result.total_slots}; training in groups of {result.group_size}"
+    ]
+    for row in rows:
+        lines.append("  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row)).rstrip())
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """`python -m driver.capacity NODES SLOTS_PER_NODE [GROUP]`: the plan with the shipped
+    encode_eval services (an encoder per 16 trainers, one evaluator)."""
+    args = [int(a) for a in (argv if argv is not None else sys.argv[1:])] or [1250, 8]
+    nodes, slots = args[0], args[1] if len(args) > 1 else 8
+    group = args[2] if len(args) > 2 else 8
+    services = [Service("encoder", 1.0, 16), Service("evaluator", 1.0, singleton=True)]
+    print(format_plan(plan(nodes, slots, services, group_size=group)))
+
+
+if __name__ == "__main__":
+    main()

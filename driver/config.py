@@ -1,0 +1,160 @@
+"""Compose a run's driver config: shipped groups + the run's YAML + `key=value` overrides.
+
+`compose("runs/train/tiny-lm.yaml", ["train.steps=20"])` returns the typed `TrainConfig` and
+its YAML text. Hydra does the composition (the run YAML's defaults list picks one option per
+group from `driver/conf/`); the structured schemas in `driver.schema` reject unknown keys and
+wrong types. Every problem is a `catalog.InputError` naming the file and the key.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from catalog.errors import InputError
+from driver.schema import TrainConfig, register
+
+CONF_DIR = Path(__file__).parent / "conf"
+_CHOICES = {
+    "train.precision": ("auto", "bf16", "fp32"),
+    "optimizer.name": ("adamw",),
+    "optimizer.schedule": ("cosine", "constant"),
+    "parallelism.device": ("auto", "cpu", "gpu"),
+    "parallelism.backend": ("auto", "gloo", "nccl"),
+    "logging.format": ("auto", "progress", "json"),
+}
+_POSITIVE = (
+    "train.steps",
+    "train.micro_batch_size",
+    "train.grad_accum_steps",
+    "parallelism.fsdp_size",
+    "data.size",
+)
+
+
+def compose(path: str | Path, overrides: list[str] | None = None) -> tuple[TrainConfig, str]:
+    """The typed config and its YAML text; raises InputError on any problem."""
+    from omegaconf import OmegaConf
+
+    path = Path(path)
+    if not path.is_file():
+        raise InputError(path, None, "config file not found")
+    cfg = _hydra_compose(path, list(overrides or []))
+    try:
+        obj: TrainConfig = OmegaConf.to_object(cfg)
+    except InputError as err:  # a component's own check (__post_init__)
+        raise InputError(path, err.field, err.message) from None
+    except Exception as err:  # a missing mandatory value surfaces here
+        raise _one_line(path, err) from None
+    extra = _extra_key(
+        OmegaConf.to_container(cfg), OmegaConf.to_container(OmegaConf.structured(obj))
+    )
+    if extra:
+        raise InputError(path, extra, "unknown key")
+    fill_defaults(obj)
+    validate(obj, path)
+    return obj, OmegaConf.to_yaml(OmegaConf.structured(obj))
+
+
+def _hydra_compose(path: Path, overrides: list[str]):
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    register()
+    GlobalHydra.instance().clear()
+    searchpath = f"hydra.searchpath=[file://{CONF_DIR}]"
+    try:
+        with initialize_config_dir(config_dir=str(path.resolve().parent), version_base="1.3"):
+            return hydra_compose(config_name=path.stem, overrides=[searchpath, *overrides])
+    except Exception as err:
+        raise _one_line(path, err) from None
+    finally:
+        GlobalHydra.instance().clear()
+
+
+_FULL_KEY = re.compile(r"full_key: ([\w.\[\]]+)")
+_NOT_IN = re.compile(r"Key '(\w+)' not in '(\w+)'")
+_OVERRIDE = re.compile(r"Could not override '([\w.]+)'")
+_GROUP = re.compile(r"Could not find '(\w+)/")
+
+
+def _one_line(path: Path, err: Exception) -> InputError:
+    """Hydra's and OmegaConf's multi-line messages as one line naming the key."""
+    text = str(err)
+    cause = err.__cause__ or err.__context__
+    detail = str(cause) if cause is not None else text
+    key = None
+    for pattern, source in (
+        (_FULL_KEY, detail),
+        (_OVERRIDE, text),
+        (_FULL_KEY, text),
+        (_GROUP, text),
+    ):
+        found = pattern.search(source)
+        if found:
+            key = found.group(1)
+            break
+    first = next((line for line in detail.splitlines() if line.strip()), detail).strip()
+    if _NOT_IN.search(detail) or "not in struct" in detail.lower():
+        message = "unknown key"
+    elif "Value '" in first:
+        message = first.split(" (", 1)[0].strip()
+    else:
+        message = first.rstrip(".")
+    return InputError(path, key, message)
+
+
+def _extra_key(composed: object, typed: object, prefix: str = "") -> str | None:
+    """The first key present in the composed config but absent from the schema (`+key=...`)."""
+    if not isinstance(composed, dict) or not isinstance(typed, dict):
+        return None
+    for key, value in composed.items():
+        dotted = f"{prefix}{key}"
+        if key not in typed:
+            return dotted
+        found = _extra_key(value, typed[key], dotted + ".")
+        if found:
+            return found
+    return None
+
+
+def fill_defaults(cfg: TrainConfig) -> None:
+    """Values derived from others: the output folder and the replica group size."""
+    if not cfg.run.output_dir:
+        cfg.run.output_dir = f"outputs/{cfg.run.team}/{cfg.run.name}"
+    if cfg.parallelism.replica_group_size is None:
+        cfg.parallelism.replica_group_size = cfg.parallelism.fsdp_size
+
+
+def validate(cfg: TrainConfig, source: str | Path) -> None:
+    """Checks the schema cannot express: choices, positive counts, divisibility."""
+    for key, allowed in _CHOICES.items():
+        value = _get(cfg, key)
+        if value not in allowed:
+            raise InputError(source, key, f"{value!r} is not one of {', '.join(allowed)}")
+    for key in _POSITIVE:
+        if _get(cfg, key) < 1:
+            raise InputError(source, key, "must be at least 1")
+    par = cfg.parallelism
+    if par.workers is not None and par.workers < 1:
+        raise InputError(source, "parallelism.workers", "must be at least 1 (or null)")
+    if par.replica_group_size % par.fsdp_size:
+        raise InputError(
+            source, "parallelism.replica_group_size", "must be a multiple of fsdp_size"
+        )
+    if cfg.model.d_model % cfg.model.n_heads:
+        raise InputError(source, "model.n_heads", "must divide model.d_model")
+    pairs = {"lm": "text", "dit": "shapes"}
+    if pairs.get(cfg.model.kind) != cfg.data.kind:
+        raise InputError(source, "data", f"{cfg.model.kind} model needs {pairs[cfg.model.kind]}")
+    if cfg.model.kind == "dit" and cfg.data.image_size % cfg.model.patch_size:
+        raise InputError(source, "model.patch_size", "must divide data.image_size")
+    if cfg.optimizer.warmup_steps < 0:
+        raise InputError(source, "optimizer.warmup_steps", "must not be negative")
+
+
+def _get(cfg: object, dotted: str):
+    for part in dotted.split("."):
+        cfg = getattr(cfg, part)
+    return cfg

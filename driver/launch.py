@@ -1,0 +1,185 @@
+"""The driver's run on the Ray head: connect, plan capacity, start Ray Train, wait, report.
+
+`launch(cfg, config_yaml)` returns the end-of-run summary or raises `RunFailed` after
+writing a crash bundle. Ray: `address=auto` (or `run.address` / RAY_ADDRESS) joins a
+cluster; otherwise an embedded Ray starts with just the CPUs the training workers need.
+Workers: one per GPU with nccl, or one per CPU slot with gloo.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from pathlib import Path
+
+from catalog.errors import InputError
+from driver import capacity
+
+# Ray Train's controller polls workers every 2 s by default, and ray.train.report waits for
+# that poll. Per-step metrics bypass report (the metrics sink), so report only runs at the
+# end and at checkpoints; 0.5 s keeps those from stalling a short step without the
+# controller's polling eating into a small machine's CPUs.
+HEALTH_CHECK_ENV = "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S"
+HEALTH_CHECK_DEFAULT_S = "0.5"
+LOCAL_ENV = {"RAY_TRAIN_ENABLE_PREEMPTION_WATCHER": "0", "RAY_TRAIN_METRICS_ENABLED": "0"}
+
+
+class RunFailed(Exception):
+    """Training failed; `bundle` is the crash bundle's folder."""
+
+    def __init__(self, message: str, bundle: Path):
+        super().__init__(message)
+        self.bundle = bundle
+
+
+def cluster_shape(nodes: list[dict], device: str, cpus_per_worker: float) -> tuple[int, int, bool]:
+    """(nodes, slots per node, use GPU) from `ray.nodes()`: GPUs, or CPU slots per node."""
+    alive = [n for n in nodes if n.get("Alive", True)]
+    gpu_nodes = [int(n["Resources"].get("GPU", 0)) for n in alive]
+    gpu_nodes = [g for g in gpu_nodes if g >= 1]
+    use_gpu = device == "gpu" or (device == "auto" and bool(gpu_nodes))
+    if use_gpu:
+        if not gpu_nodes:
+            raise InputError(None, "parallelism.device", "gpu, but the Ray cluster has no GPUs")
+        return len(gpu_nodes), min(gpu_nodes), True
+    slots = [int(n["Resources"].get("CPU", 0) // cpus_per_worker) for n in alive]
+    slots = [s for s in slots if s >= 1]
+    if not slots:
+        raise InputError(None, "parallelism.cpus_per_worker", "no node has that many CPUs")
+    return len(slots), min(slots), False
+
+
+def services(cfg) -> list[capacity.Service]:
+    """The auxiliary services of the config as planner requests."""
+    return [
+        capacity.Service(
+            name, s.gpus_per_worker, s.train_workers_per_worker, s.min_replicas, s.singleton
+        )
+        for name, s in cfg.aux.services.items()
+    ]
+
+
+def connect(cfg) -> bool:
+    """Join the cluster or start an embedded Ray; True when local (no cluster address)."""
+    import ray
+
+    os.environ.setdefault(HEALTH_CHECK_ENV, HEALTH_CHECK_DEFAULT_S)
+    os.environ.setdefault("RAY_TRAIN_ENABLE_PRINT_PATCH", "0")
+    address = cfg.run.address or os.environ.get("RAY_ADDRESS")
+    if not address:  # nothing to preempt and no Prometheus here: fewer actors to start
+        for key, value in LOCAL_ENV.items():
+            os.environ.setdefault(key, value)
+    if ray.is_initialized():
+        return not address
+    if address:
+        ray.init(address=address, log_to_driver=True)
+        return False
+    par = cfg.parallelism
+    cpus = cfg.run.local_cpus or math.ceil((par.workers or 2) * par.cpus_per_worker)
+    ray.init(
+        num_cpus=cpus,
+        include_dashboard=True,
+        dashboard_host="127.0.0.1",
+        log_to_driver=False,
+        logging_level="WARNING",
+    )
+    return True
+
+
+def plan_capacity(cfg) -> tuple[capacity.Plan, bool]:
+    """The capacity plan for the connected cluster, and whether workers use GPUs."""
+    import ray
+
+    par = cfg.parallelism
+    nodes, slots, use_gpu = cluster_shape(ray.nodes(), par.device, par.cpus_per_worker)
+    try:
+        result = capacity.plan(
+            nodes, slots, services(cfg), par.replica_group_size, max_workers=par.workers
+        )
+    except capacity.CapacityError as err:
+        raise InputError(None, "parallelism", str(err)) from None
+    return result, use_gpu
+
+
+def trainer_for(cfg, world: int, use_gpu: bool, sink, output_dir: Path):
+    """The Ray Train TorchTrainer running `driver.loop.train_worker` on `world` workers."""
+    from ray.train import FailureConfig, RunConfig, ScalingConfig
+    from ray.train.torch import TorchConfig, TorchTrainer
+
+    from driver.loop import train_worker
+
+    par = cfg.parallelism
+    backend = par.backend if par.backend != "auto" else ("nccl" if use_gpu else "gloo")
+    resources = {"CPU": par.cpus_per_worker, **({"GPU": 1} if use_gpu else {})}
+    root = cfg.checkpoint.root
+    storage = f"{root}/{cfg.run.team}/{cfg.run.name}" if "://" in root else output_dir / "ray"
+    restarts = cfg.checkpoint.max_failures if cfg.checkpoint.interval_steps else 0
+    return TorchTrainer(
+        train_worker,
+        train_loop_config={"cfg": cfg, "sink": sink},
+        scaling_config=ScalingConfig(
+            num_workers=world, use_gpu=use_gpu, resources_per_worker=resources
+        ),
+        torch_config=TorchConfig(backend=backend),
+        run_config=RunConfig(
+            name=f"{cfg.run.team}-{cfg.run.name}",
+            storage_path=str(Path(storage).resolve()) if "://" not in str(storage) else storage,
+            failure_config=FailureConfig(max_failures=restarts),
+        ),
+    )
+
+
+def launch(cfg, config_yaml: str, fmt: str, say=print) -> dict:
+    """Run training to the end; the summary, or RunFailed after writing a crash bundle."""
+    import ray
+
+    from driver import crash
+    from driver.progress import Progress, summarize
+    from driver.telemetry import start_sink
+
+    started = time.monotonic()
+    output_dir = Path(cfg.run.output_dir)
+    embedded = connect(cfg)
+    result, use_gpu = plan_capacity(cfg)
+    say(capacity.format_plan(result))
+    sink = start_sink()
+    progress = Progress(cfg, sink, output_dir, fmt)
+    progress.log(f"ray {'embedded' if embedded else 'cluster'}: {ray.cluster_resources()}")
+    progress.log(f"starting {result.world_size} training workers ({'GPU' if use_gpu else 'CPU'})")
+    trainer = trainer_for(cfg, result.world_size, use_gpu, sink, output_dir)
+    progress.start()
+    try:
+        trainer.fit()
+    except Exception as err:
+        progress.close()
+        ranks = failed_ranks(err, ray.get(sink.get_failures.remote(), timeout=30))
+        bundle = crash.write_bundle(output_dir, config_yaml, err, ranks, list(progress.lines))
+        raise RunFailed(headline(err, ranks), bundle) from err
+    progress.close()
+    summary = summarize(progress.rows)
+    summary.update(
+        world_size=result.world_size,
+        wall_s=time.monotonic() - started,
+        output_dir=str(output_dir),
+        metrics=str(progress.path),
+    )
+    return summary
+
+
+def headline(err: BaseException, ranks: dict[int, dict]) -> str:
+    """The first failure in time (the root cause; other ranks often fail because of it)."""
+    if not ranks:
+        return f"{type(err).__name__}: {err}".splitlines()[0]
+    first = min(ranks, key=lambda rank: (ranks[rank].get("time", float("inf")), rank))
+    return ranks[first]["error"].splitlines()[0]
+
+
+def failed_ranks(err: BaseException, recorded: dict[int, dict]) -> dict[int, dict]:
+    """Per-rank failure records: what ranks sent, plus ranks Ray Train saw fail without one."""
+    ranks = {int(rank): record for rank, record in recorded.items()}
+    for rank, exc in getattr(err, "worker_failures", {}).items():
+        if int(rank) not in ranks:
+            text = f"{type(exc).__name__}: {exc}"
+            ranks[int(rank)] = {"error": text.splitlines()[0], "traceback": text}
+    return ranks

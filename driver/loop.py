@@ -1,0 +1,223 @@
+"""The training loop each Ray Train worker runs: `train_worker(args)`.
+
+Per rank: NUMA pinning, the reference workload, DDP (or FSDP2 when `parallelism.fsdp_size`
+> 1), AdamW with warm-up + cosine, gradient accumulation, clipping, bf16 autocast on GPU,
+and one metrics row per step pushed to the driver's sink by rank 0. Two hooks keep the
+loop independent of the data pipeline and checkpoint libraries: the batch source
+(`data.source`, an iterator with state_dict) and the checkpointer (`driver.checkpoint`,
+used when `checkpoint.interval_steps` or `checkpoint.resume` ask for it). A failing rank
+records its traceback and log tail in the sink, then re-raises.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import os
+import socket
+import time
+import traceback
+
+
+def import_object(path: str):
+    """`package.module:Name` -> the object."""
+    module, _, name = path.partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
+def train_worker(args: dict) -> None:
+    """Ray Train entry point: `args` holds `cfg` (TrainConfig) and `sink` (actor handle)."""
+    import ray.train
+
+    from driver.telemetry import worker_logger
+
+    cfg, sink = args["cfg"], args["sink"]
+    rank = ray.train.get_context().get_world_rank()
+    logger, tail = worker_logger(cfg.logging.tail_lines)
+    try:
+        final = run(cfg, sink, logger)
+    except BaseException as err:
+        record = {
+            "host": socket.gethostname(),
+            "pid": os.getpid(),
+            "time": time.time(),
+            "error": f"{type(err).__name__}: {err}",
+            "traceback": traceback.format_exc(),
+            "log_lines": list(tail.lines),
+        }
+        with contextlib.suppress(Exception):
+            ray.get(sink.fail.remote(rank, record), timeout=10)
+        raise
+    ray.train.report(final)
+
+
+def setup_device(cfg, ctx, logger):
+    """Pick the device, set threads and pin to the NUMA node; returns the torch device."""
+    import ray.train.torch
+    import torch
+
+    from driver.numa import pin_worker
+
+    device = ray.train.torch.get_device()
+    bus_id = None
+    if device.type == "cuda":
+        props = torch.cuda.get_device_properties(device)
+        if hasattr(props, "pci_bus_id"):
+            bus_id = f"{props.pci_domain_id:04x}:{props.pci_bus_id:02x}:{props.pci_device_id:02x}.0"
+    else:
+        torch.set_num_threads(max(1, int(cfg.parallelism.cpus_per_worker)))
+    if cfg.parallelism.numa_affinity:
+        cpus = pin_worker(ctx.get_local_rank(), ctx.get_local_world_size(), bus_id)
+        if cpus is not None:
+            logger.info("pinned to %d cpus of a NUMA node", len(cpus))
+    return device
+
+
+def wrap(model, cfg, device, world: int):
+    """DDP (fsdp_size 1) or FSDP2/HSDP over a (replicate, shard) mesh."""
+    import torch
+    from torch.nn.parallel import DistributedDataParallel
+
+    if world == 1:
+        return model
+    if cfg.parallelism.fsdp_size == 1:
+        ids = [device.index] if device.type == "cuda" else None
+        return DistributedDataParallel(model, device_ids=ids)
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    shard = cfg.parallelism.fsdp_size
+    mesh = init_device_mesh(device.type, (world // shard, shard), mesh_dim_names=("dp", "fsdp"))
+    for block in getattr(model, "blocks", []):
+        fully_shard(block, mesh=mesh)
+    fully_shard(model, mesh=mesh)
+    torch.distributed.barrier()
+    return model
+
+
+def run(cfg, sink, logger) -> dict:
+    """Build everything and train; returns the final metrics."""
+    import ray.train
+    import torch
+
+    from driver import optim
+    from driver.workloads import build
+
+    ctx = ray.train.get_context()
+    rank, world = ctx.get_world_rank(), ctx.get_world_size()
+    device = setup_device(cfg, ctx, logger)
+    torch.manual_seed(cfg.train.seed)
+    work = build(cfg.model, cfg.data)
+    model = wrap(work.model.to(device), cfg, device, world)
+    optimizer, scheduler = optim.build(model, cfg.optimizer, cfg.train.steps)
+    source = import_object(cfg.data.source)(
+        work.dataset, cfg.train.micro_batch_size, rank, world, cfg.train.seed
+    )
+    ckpt, state = checkpointing(cfg, model, optimizer, scheduler, source, rank, world)
+    resumed = ckpt.resume(state) if ckpt else None
+    start = resumed.step if resumed else 0
+    logger.info("rank %d/%d on %s starts at step %d", rank, world, device, start)
+    torch.manual_seed(cfg.train.seed + 1000 * rank + start)
+    loop = Loop(cfg, model, work, optimizer, scheduler, device, world)
+    try:
+        row = train_steps(cfg, loop, source, ckpt, state, start, sink, logger)
+    finally:
+        if hasattr(source, "close"):
+            source.close()
+    if ckpt:
+        if cfg.checkpoint.interval_steps and start < cfg.train.steps:
+            ckpt.save(cfg.train.steps, state)
+        ckpt.close()
+    return {"final_loss": row.get("loss"), "steps": cfg.train.steps}
+
+
+def train_steps(cfg, loop, source, ckpt, state, start: int, sink, logger) -> dict:
+    """Steps `start`..`train.steps`; rank 0 pushes each row to the sink. The last row."""
+    import ray.train
+
+    rank = ray.train.get_context().get_world_rank()
+    batches = iter(source)
+    row: dict = {}
+    for step in range(start, cfg.train.steps):
+        row = loop.step(step, batches)
+        logger.info("step %d loss %.4f", step, row["loss"])
+        if rank == 0:
+            sink.push.remote(row)
+        inject_failure(cfg, step, rank)
+        if ckpt and ckpt.due(step + 1):
+            ckpt.save(step + 1, state)
+    return row
+
+
+def inject_failure(cfg, step: int, rank: int) -> None:
+    """`debug.fail_at_step`: raise on the chosen rank (-1: all) to drill failure handling."""
+    at, who = cfg.debug.fail_at_step, cfg.debug.fail_rank
+    if at is not None and step == at and who in (-1, rank):
+        raise RuntimeError(f"debug.fail_at_step={at}: injected failure on rank {rank}")
+
+
+def checkpointing(cfg, model, optimizer, scheduler, source, rank, world):
+    """The checkpointer and the state it saves, or (None, None) when checkpoints are off."""
+    if not cfg.checkpoint.interval_steps and not cfg.checkpoint.resume:
+        return None, None
+    from driver.checkpoint import Checkpointer, TrainState
+
+    state = TrainState(model=model, optimizer=optimizer, lr_scheduler=scheduler, dataloader=source)
+    return Checkpointer(cfg.checkpoint, cfg.run.team, cfg.run.name, rank, world), state
+
+
+class Loop:
+    """One optimizer step: accumulate micro-batches, clip, step, measure."""
+
+    def __init__(self, cfg, model, work, optimizer, scheduler, device, world: int):
+        import torch
+
+        self.cfg, self.model, self.work, self.device = cfg, model, work, device
+        self.optimizer, self.scheduler, self.world = optimizer, scheduler, world
+        bf16 = cfg.train.precision == "bf16" or (
+            cfg.train.precision == "auto" and device.type == "cuda"
+        )
+        self.autocast = (
+            (lambda: torch.autocast(device.type, dtype=torch.bfloat16))
+            if bf16
+            else contextlib.nullcontext
+        )
+        per_step = cfg.train.micro_batch_size * cfg.train.grad_accum_steps * world
+        self.units_per_step = per_step * work.units_per_example
+
+    def step(self, step: int, batches) -> dict:
+        import torch
+
+        started = time.perf_counter()
+        accum, total = self.cfg.train.grad_accum_steps, 0.0
+        for micro in range(accum):
+            batch = to_device(next(batches), self.device)
+            sync = micro == accum - 1 or not hasattr(self.model, "no_sync")
+            with self.model.no_sync() if not sync else contextlib.nullcontext():
+                with self.autocast():
+                    loss = self.work.loss(self.model, batch) / accum
+                loss.backward()
+            total += loss.item()
+        clip = self.cfg.train.max_grad_norm
+        norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), clip if clip > 0 else 1e9)
+        lr = self.scheduler.get_last_lr()[0]
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.scheduler.step()
+        elapsed = time.perf_counter() - started
+        return {
+            "step": step + 1,
+            "loss": total,
+            "lr": lr,
+            "grad_norm": float(norm.full_tensor() if hasattr(norm, "full_tensor") else norm),
+            "step_time": elapsed,
+            f"{self.work.unit}_per_s": self.units_per_step / elapsed,
+            "time": time.time(),
+        }
+
+
+def to_device(batch, device):
+    """Move a tensor or a tuple of tensors to the device."""
+    if isinstance(batch, tuple | list):
+        return type(batch)(part.to(device, non_blocking=True) for part in batch)
+    return batch.to(device, non_blocking=True)

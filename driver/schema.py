@@ -1,0 +1,225 @@
+"""Typed configuration of the driver: one dataclass per component, a docstring per field.
+
+The dataclasses are registered as Hydra structured configs (`register()`), so an unknown key or
+a value of the wrong type in a YAML file or an override is an error naming the key. Shipped
+choices for each group live in `driver/conf/<group>/*.yaml`; `driver.config.compose` builds a
+`TrainConfig` from a run's YAML. Model and data have one schema per kind (`kind` field);
+the checkpoint group's schema is `driver.checkpoint.config.CheckpointConfig`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from omegaconf import MISSING
+
+from driver.checkpoint.config import CheckpointConfig
+
+
+@dataclass
+class RunConfig:
+    name: str = "local"
+    """Run name: part of the output folder, checkpoint paths and every label."""
+    team: str = "default"
+    """Team (Kubernetes namespace) that owns the run."""
+    cluster: str = "local"
+    """Cluster the run is on; `local` for an embedded Ray on this machine."""
+    output_dir: str | None = None
+    """Folder for config.yaml, metrics.jsonl and crash bundles; default outputs/<team>/<name>."""
+    address: str | None = None
+    """Ray address: null starts an embedded Ray unless RAY_ADDRESS is set; `auto` joins one."""
+    local_cpus: int = 0
+    """CPUs the embedded Ray may use; 0 means training workers + 1 (the controller)."""
+
+
+@dataclass
+class ModelConfig:
+    kind: str = MISSING
+    """Which reference workload the model belongs to: `lm` or `dit`."""
+
+
+@dataclass
+class LMModelConfig(ModelConfig):
+    kind: str = "lm"
+    """Decoder-only language model."""
+    d_model: int = 128
+    """Width of the residual stream."""
+    n_layers: int = 2
+    """Number of transformer blocks."""
+    n_heads: int = 4
+    """Attention heads per block; must divide d_model."""
+    mlp_ratio: int = 4
+    """Hidden width of the MLP as a multiple of d_model."""
+
+
+@dataclass
+class DiTModelConfig(ModelConfig):
+    kind: str = "dit"
+    """DiT-style denoiser over image patches."""
+    patch_size: int = 4
+    """Side of a square patch in pixels; must divide data.image_size."""
+    d_model: int = 128
+    """Width of the residual stream."""
+    n_layers: int = 2
+    """Number of transformer blocks (adaLN-conditioned on the noise level)."""
+    n_heads: int = 4
+    """Attention heads per block; must divide d_model."""
+
+
+@dataclass
+class DataConfig:
+    kind: str = MISSING
+    """Which dataset: `text` (generated corpus) or `shapes` (generated images)."""
+    source: str = "driver.batches:LocalBatchSource"
+    """`module:Class` of the batch source that feeds each worker from the map-style dataset."""
+    size: int = 4096
+    """Number of examples in the dataset."""
+    seed: int = 1234
+    """Seed of the generator that makes the dataset (the same on every worker)."""
+
+
+@dataclass
+class TextDataConfig(DataConfig):
+    kind: str = "text"
+    """Generated text corpus with learnable structure."""
+    seq_len: int = 64
+    """Tokens per training example (the model sees seq_len, predicts the next token)."""
+
+
+@dataclass
+class ImageDataConfig(DataConfig):
+    kind: str = "shapes"
+    """Procedurally generated images of shapes."""
+    image_size: int = 16
+    """Side of a square image in pixels."""
+    channels: int = 3
+    """Colour channels per image."""
+
+
+@dataclass
+class TrainLoopConfig:
+    steps: int = 100
+    """Optimizer steps to run."""
+    micro_batch_size: int = 16
+    """Examples per worker per forward/backward pass."""
+    grad_accum_steps: int = 1
+    """Micro-batches accumulated per optimizer step."""
+    max_grad_norm: float = 1.0
+    """Clip the global gradient norm to this; 0 disables clipping."""
+    precision: str = "auto"
+    """`auto` (bf16 autocast on GPU, fp32 on CPU), `bf16` or `fp32`."""
+    seed: int = 0
+    """Seed of model initialisation and data order."""
+
+
+@dataclass
+class OptimizerConfig:
+    name: str = "adamw"
+    """Optimizer; `adamw` is the one shipped."""
+    lr: float = 3e-3
+    """Peak learning rate."""
+    betas: list[float] = field(default_factory=lambda: [0.9, 0.95])
+    """AdamW beta1 and beta2."""
+    eps: float = 1e-8
+    """AdamW epsilon."""
+    weight_decay: float = 0.1
+    """Decoupled weight decay (not applied to biases and norms)."""
+    warmup_steps: int = 10
+    """Linear warm-up steps from 0 to lr."""
+    schedule: str = "cosine"
+    """After warm-up: `cosine` (decay to min_lr_ratio * lr at the last step) or `constant`."""
+    min_lr_ratio: float = 0.1
+    """Final learning rate as a fraction of lr (cosine schedule)."""
+
+
+@dataclass
+class ParallelismConfig:
+    workers: int | None = None
+    """Training workers; null: every slot left after auxiliary services (GPUs, or CPU slots)."""
+    device: str = "auto"
+    """`auto` (GPU when the cluster has GPUs), `cpu` or `gpu` (one worker per GPU)."""
+    cpus_per_worker: float = 1.0
+    """CPUs each training worker requests (a CPU slot)."""
+    fsdp_size: int = 1
+    """Workers that shard one model copy (an FSDP group); 1 replicates with DDP."""
+    replica_group_size: int | None = None
+    """Workers per replica group (a multiple of fsdp_size); the world is whole groups."""
+    backend: str = "auto"
+    """Process-group backend: `auto` (nccl on GPU, gloo on CPU), `gloo` or `nccl`."""
+    numa_affinity: bool = True
+    """Pin each worker to the CPUs of its GPU's NUMA node where the node reports NUMA."""
+
+
+@dataclass
+class LoggingConfig:
+    format: str = "auto"
+    """`auto` (progress bar locally, JSON lines in a cluster), `progress` or `json`."""
+    metrics_file: str = "metrics.jsonl"
+    """File under the output folder that receives one JSON line per step."""
+    tail_lines: int = 200
+    """Log lines each worker keeps for a crash bundle."""
+
+
+@dataclass
+class AuxServiceConfig:
+    gpus_per_worker: float = 1.0
+    """GPUs one worker of this service requests (fractions share a GPU on single-node runs)."""
+    cpus_per_worker: float = 1.0
+    """CPUs one worker of this service requests."""
+    train_workers_per_worker: int = 0
+    """Training workers one service worker serves; 0 means a fixed count of min_replicas."""
+    min_replicas: int = 1
+    """Fewest workers of this service."""
+    singleton: bool = False
+    """Exactly one worker, whatever the size of the run."""
+
+
+@dataclass
+class AuxConfig:
+    services: dict[str, AuxServiceConfig] = field(default_factory=dict)
+    """Auxiliary services (encoders, evaluators) by name; planned before training workers."""
+
+
+@dataclass
+class DebugConfig:
+    fail_at_step: int | None = None
+    """Raise an error at this step (to exercise failure handling and crash bundles)."""
+    fail_rank: int = 0
+    """Rank that raises at fail_at_step; -1 for every rank."""
+
+
+@dataclass
+class TrainConfig:
+    run: RunConfig = field(default_factory=RunConfig)
+    """Identity and placement of the run."""
+    model: Any = MISSING
+    """Model group (`driver/conf/model`)."""
+    data: Any = MISSING
+    """Data group (`driver/conf/data`)."""
+    train: TrainLoopConfig = field(default_factory=TrainLoopConfig)
+    """The training loop."""
+    optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
+    """Optimizer and learning-rate schedule."""
+    parallelism: ParallelismConfig = field(default_factory=ParallelismConfig)
+    """Workers, devices and the parallel layout."""
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    """Checkpoint location, cadence and resume (`driver.checkpoint.config`)."""
+    logging: LoggingConfig = field(default_factory=LoggingConfig)
+    """Progress display and metrics."""
+    aux: AuxConfig = field(default_factory=AuxConfig)
+    """Auxiliary services."""
+    debug: DebugConfig = field(default_factory=DebugConfig)
+    """Fault injection for tests and drills."""
+
+
+def register() -> None:
+    """Register the schemas with Hydra's ConfigStore (idempotent)."""
+    from hydra.core.config_store import ConfigStore
+
+    store = ConfigStore.instance()
+    store.store(name="train_schema", node=TrainConfig)
+    store.store(group="model", name="lm_schema", node=LMModelConfig)
+    store.store(group="model", name="dit_schema", node=DiTModelConfig)
+    store.store(group="data", name="text_schema", node=TextDataConfig)
+    store.store(group="data", name="shapes_schema", node=ImageDataConfig)

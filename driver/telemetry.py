@@ -1,0 +1,74 @@
+"""The light channel from training workers to the driver, and the log tail of each worker.
+
+Rank 0 pushes one metrics row per step to a `MetricsSink` actor (fire-and-forget, so a step
+never waits on the driver); the driver drains it a few times a second. Any rank that fails
+records its traceback and last log lines there before it re-raises, for the crash bundle.
+`ray.train.report` is still called at the end of the run (and could be at checkpoints), not
+per step: each call is a barrier across ranks.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import deque
+
+LOGGER_NAME = "driver.worker"
+
+
+class LogTail(logging.Handler):
+    """Keeps the last `capacity` formatted log lines of this process."""
+
+    def __init__(self, capacity: int):
+        super().__init__()
+        self.lines: deque[str] = deque(maxlen=max(1, capacity))
+        self.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(self.format(record))
+
+
+def worker_logger(capacity: int) -> tuple[logging.Logger, LogTail]:
+    """The worker's logger: every line into the tail, warnings also to stderr."""
+    logger = logging.getLogger(LOGGER_NAME)
+    logger.setLevel(logging.INFO)
+    logger.propagate = False
+    for handler in list(logger.handlers):
+        logger.removeHandler(handler)
+    tail = LogTail(capacity)
+    stderr = logging.StreamHandler()
+    stderr.setLevel(logging.WARNING)
+    logger.addHandler(tail)
+    logger.addHandler(stderr)
+    return logger, tail
+
+
+class Sink:
+    """Actor body: metrics rows and failure records, held until the driver drains them."""
+
+    def __init__(self):
+        self.rows: list[dict] = []
+        self.failures: dict[int, dict] = {}
+
+    def push(self, row: dict) -> None:
+        self.rows.append(row)
+
+    def drain(self) -> list[dict]:
+        rows, self.rows = self.rows, []
+        return rows
+
+    def fail(self, rank: int, record: dict) -> None:
+        self.failures[rank] = record
+
+    def get_failures(self) -> dict[int, dict]:
+        return dict(self.failures)
+
+
+def start_sink():
+    """A MetricsSink actor on this node (0 CPUs, so it never takes a training slot)."""
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    node = ray.get_runtime_context().get_node_id()
+    actor = ray.remote(num_cpus=0, max_concurrency=4)(Sink)
+    strategy = NodeAffinitySchedulingStrategy(node_id=node, soft=True)
+    return actor.options(scheduling_strategy=strategy).remote()

@@ -1,0 +1,90 @@
+"""Entry point of the training driver: `python -m driver.train CONFIG.yaml [key=value ...]`.
+
+Composes the config (driver/conf groups + the YAML + overrides), prints it and saves it as
+`<run.output_dir>/config.yaml`, then runs training on Ray (embedded locally, `address=auto`
+in a cluster) and ends with a summary. Exit codes: 0 done, 1 the run failed (a crash bundle
+was written), 2 bad config (one line naming the key).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import traceback
+from pathlib import Path
+
+from catalog.errors import InputError
+
+USAGE = "usage: python -m driver.train CONFIG.yaml [key=value ...]"
+
+
+def output_format(cfg) -> str:
+    """`progress` on an embedded Ray, `json` when joining a cluster, unless logging.format
+    says. (A local run of a cluster's run definition keeps its run.cluster, so the Ray
+    address decides, not the cluster name.)"""
+    if cfg.logging.format != "auto":
+        return cfg.logging.format
+    return "json" if cfg.run.address or os.environ.get("RAY_ADDRESS") else "progress"
+
+
+def format_summary(summary: dict) -> str:
+    """The closing lines of a run."""
+    lines = [f"done: {summary.get('steps', 0)} steps on {summary.get('world_size')} workers"]
+    if "final_loss" in summary:
+        lines.append(
+            f"  loss {summary['first_loss']:.4f} -> {summary['final_loss']:.4f}, "
+            f"{summary['steps_per_s']:.2f} steps/s, {summary['wall_s']:.0f} s wall"
+        )
+    lines.append(f"  outputs: {summary['output_dir']} (metrics: {summary['metrics']})")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the driver; returns the exit code (0, 1 or 2)."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    if not args or args[0] in ("-h", "--help"):
+        print(USAGE, file=sys.stderr if not args else sys.stdout)
+        return 2 if not args else 0
+    from driver.config import compose
+
+    try:
+        cfg, config_yaml = compose(args[0], args[1:])
+    except InputError as err:
+        print(f"error: {err.line()}", file=sys.stderr)
+        return 2
+    output_dir = Path(cfg.run.output_dir)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    (output_dir / "config.yaml").write_text(config_yaml)
+    fmt = output_format(cfg)
+    if fmt == "json":
+        print(json.dumps({"run": cfg.run.name, "team": cfg.run.team, "config": config_yaml}))
+    else:
+        print(config_yaml, end="", flush=True)
+    return _run(cfg, config_yaml, output_dir, fmt)
+
+
+def _run(cfg, config_yaml: str, output_dir: Path, fmt: str) -> int:
+    from driver import crash
+    from driver.launch import RunFailed, launch
+
+    try:
+        summary = launch(cfg, config_yaml, fmt)
+    except InputError as err:
+        print(f"error: {err.line()}", file=sys.stderr)
+        return 2
+    except RunFailed as err:
+        print(f"error: run failed: {err}\ncrash bundle: {err.bundle}", file=sys.stderr)
+        return 1
+    except Exception as err:  # the driver itself failed: still leave a bundle behind
+        bundle = crash.write_bundle(output_dir, config_yaml, err, {}, [traceback.format_exc()])
+        print(f"error: driver failed: {type(err).__name__}: {err}", file=sys.stderr)
+        print(f"crash bundle: {bundle}", file=sys.stderr)
+        return 1
+    (output_dir / "summary.json").write_text(json.dumps(summary, indent=1))
+    print(format_summary(summary), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

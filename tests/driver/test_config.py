@@ -1,0 +1,130 @@
+"""Config composition: groups + run YAML + overrides, typed, with one-line errors."""
+
+from __future__ import annotations
+
+import pytest
+
+from catalog.errors import InputError
+from driver.config import compose
+from driver.schema import DiTModelConfig, LMModelConfig
+from driver.train import main
+from tests.driver.conftest import TINY_DIT, TINY_LM
+
+
+def test_tiny_lm_composes_groups_and_run_values():
+    cfg, text = compose(TINY_LM)
+    assert isinstance(cfg.model, LMModelConfig)
+    assert cfg.data.kind == "text" and cfg.data.seq_len == 64
+    assert cfg.optimizer.name == "adamw" and cfg.optimizer.warmup_steps == 15
+    assert cfg.run.name == "tiny-lm" and cfg.run.output_dir == "outputs/default/tiny-lm"
+    assert cfg.checkpoint.root == "outputs/checkpoints" and cfg.checkpoint.resume is None
+    assert cfg.parallelism.workers == 2 and cfg.parallelism.replica_group_size == 1
+    assert "run:\n  name: tiny-lm" in text
+
+
+def test_tiny_dit_composes():
+    cfg, _ = compose(TINY_DIT)
+    assert isinstance(cfg.model, DiTModelConfig) and cfg.data.kind == "shapes"
+
+
+def test_runner_keys_override():
+    """The keys `runner.spec.entrypoint` passes (contracts.md)."""
+    cfg, _ = compose(
+        TINY_LM,
+        [
+            "run.name=exp1",
+            "run.team=research",
+            "run.cluster=ultra-usc1",
+            "checkpoint.root=gs://bucket",
+            "checkpoint.resume=gs://bucket/research/exp1/step-20",
+            "train.steps=7",
+        ],
+    )
+    assert cfg.run.output_dir == "outputs/research/exp1"
+    assert cfg.checkpoint.root == "gs://bucket"
+    assert cfg.checkpoint.resume == "gs://bucket/research/exp1/step-20"
+    assert cfg.train.steps == 7
+
+
+def test_group_swap_changes_schema():
+    cfg, _ = compose(TINY_LM, ["model=tiny_dit", "data=shapes"])
+    assert isinstance(cfg.model, DiTModelConfig) and cfg.model.patch_size == 4
+
+
+@pytest.mark.parametrize(
+    ("override", "field", "message"),
+    [
+        ("train.nope=1", "train.nope", "unknown key"),
+        ("+train.nope=1", "train.nope", "unknown key"),
+        ("model.depth=3", "model.depth", "unknown key"),
+        ("train.steps=many", "train.steps", "could not be converted to Integer"),
+        ("train.steps=0", "train.steps", "must be at least 1"),
+        ("optimizer.schedule=linear", "optimizer.schedule", "not one of cosine, constant"),
+        ("parallelism.device=tpu", "parallelism.device", "not one of"),
+        ("model.n_heads=3", "model.n_heads", "must divide model.d_model"),
+        ("model=nope", "model", "Could not find 'model/nope'"),
+        ("model=tiny_dit", "data", "dit model needs shapes"),
+        ("checkpoint.async_mode=later", "checkpoint.async_mode", "must be one of"),
+        ("parallelism.replica_group_size=3", "parallelism.replica_group_size", "multiple"),
+    ],
+)
+def test_bad_config_is_one_line_naming_the_key(override, field, message):
+    with pytest.raises(InputError) as caught:
+        extra = ["parallelism.fsdp_size=2"] if "replica" in override else []
+        compose(TINY_LM, [*extra, override])
+    assert caught.value.field == field
+    assert message in caught.value.message
+    assert "\n" not in caught.value.line()
+
+
+def test_unknown_key_in_yaml_file(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(open(TINY_LM).read().replace("  max_grad_norm: 1.0", "  stepz: 3"))
+    with pytest.raises(InputError) as caught:
+        compose(bad)
+    assert caught.value.field == "train.stepz" and caught.value.source == str(bad)
+
+
+def test_missing_file():
+    with pytest.raises(InputError, match="config file not found"):
+        compose("runs/train/nope.yaml")
+
+
+def test_main_bad_config_exits_2_with_one_line(capsys):
+    assert main([TINY_LM, "train.steps=abc"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("error: ") and "train.steps" in err
+    assert "Traceback" not in err
+
+
+def test_main_without_arguments_prints_usage(capsys):
+    assert main([]) == 2
+    assert "usage:" in capsys.readouterr().err
+
+
+def test_cluster_groups_compose():
+    cfg, _ = compose(TINY_LM, ["parallelism=cluster", "aux=encode_eval", "checkpoint=periodic"])
+    assert cfg.parallelism.workers is None and cfg.parallelism.fsdp_size == 8
+    assert cfg.aux.services["encoder"].train_workers_per_worker == 16
+    assert cfg.aux.services["evaluator"].singleton
+    assert cfg.checkpoint.interval_steps == 200 and cfg.checkpoint.resume == "auto"
+
+
+@pytest.mark.parametrize(
+    ("overrides", "env", "expected"),
+    [
+        ([], {}, "progress"),
+        (["run.cluster=ultra-usc1"], {}, "progress"),  # a local run of a cluster's run file
+        ([], {"RAY_ADDRESS": "auto"}, "json"),
+        (["run.address=auto"], {}, "json"),
+        (["logging.format=json"], {}, "json"),
+    ],
+)
+def test_output_format(monkeypatch, overrides, env, expected):
+    from driver.train import output_format
+
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    cfg, _ = compose(TINY_LM, overrides)
+    assert output_format(cfg) == expected

@@ -1,0 +1,163 @@
+"""Pure pieces of the driver: LR schedule, batch sharding, crash bundles, summaries,
+cluster shape and failure records."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from catalog.errors import InputError
+from driver.batches import LocalBatchSource, epoch_order, rank_indices
+from driver.crash import filter_env, write_bundle
+from driver.launch import cluster_shape, failed_ranks, headline
+from driver.optim import lr_factor
+from driver.progress import summarize
+
+
+@pytest.mark.parametrize(
+    ("step", "warmup", "total", "schedule", "expected"),
+    [
+        (0, 10, 100, "cosine", 0.1),
+        (9, 10, 100, "cosine", 1.0),
+        (10, 10, 100, "cosine", 1.0),
+        (99, 10, 100, "cosine", 0.1),  # the last step reaches min_lr_ratio
+        (10 + 89 / 2, 10, 100, "cosine", 0.55),  # half way: the mean of peak and floor
+        (50, 10, 100, "constant", 1.0),
+        (0, 0, 10, "cosine", 1.0),
+        (500, 10, 100, "cosine", 0.1),  # past the end stays at the floor
+    ],
+)
+def test_lr_factor(step, warmup, total, schedule, expected):
+    assert lr_factor(step, warmup, total, schedule, 0.1) == pytest.approx(expected)
+
+
+@pytest.mark.parametrize(("size", "world", "batch"), [(100, 2, 8), (64, 4, 4), (10, 1, 3)])
+def test_rank_indices_are_disjoint_whole_global_batches(size, world, batch):
+    order = epoch_order(size, 0, seed=3)
+    shares = [rank_indices(order, r, world, batch) for r in range(world)]
+    flat = np.concatenate(shares)
+    assert len(set(flat.tolist())) == len(flat)
+    assert len(flat) == size - size % (world * batch)
+    assert all(len(s) == len(shares[0]) for s in shares)
+
+
+def test_batch_source_resumes_where_it_stopped():
+    data = [np.full(2, i, dtype=np.int64) for i in range(20)]
+    first = LocalBatchSource(data, 3, 0, 2, seed=1)
+    it = iter(first)
+    seen = [next(it) for _ in range(5)]  # crosses an epoch (3 batches per epoch)
+    state = first.state_dict()
+    rest = [next(it) for _ in range(3)]
+    again = LocalBatchSource(data, 3, 0, 2, seed=1)
+    again.load_state_dict(state)
+    it2 = iter(again)
+    assert all(np.array_equal(a, next(it2)) for a in rest)
+    assert seen[0].shape == (3, 2)
+
+
+def test_batch_source_rejects_a_dataset_smaller_than_a_global_batch():
+    with pytest.raises(ValueError, match="smaller than one global batch"):
+        LocalBatchSource([np.zeros(1)] * 3, 2, 0, 2, seed=0)
+
+
+def test_filter_env_redacts_secrets():
+    env = {"HF_TOKEN": "x", "AWS_SECRET_ACCESS_KEY": "y", "PATH": "/bin", "DB_PASSWORD": "z"}
+    assert filter_env(env) == {
+        "AWS_SECRET_ACCESS_KEY": "<redacted>",
+        "DB_PASSWORD": "<redacted>",
+        "HF_TOKEN": "<redacted>",
+        "PATH": "/bin",
+    }
+
+
+def test_write_bundle(tmp_path, monkeypatch):
+    monkeypatch.setenv("MY_API_KEY", "hunter2")
+    try:
+        raise RuntimeError("boom")
+    except RuntimeError as err:
+        error = err
+    ranks = {1: {"error": "RuntimeError: boom", "traceback": "Traceback ...boom", "host": "h",
+                 "log_lines": ["step 1 loss 3.0"]}}  # fmt: skip
+    folder = write_bundle(tmp_path, "run:\n  name: x\n", error, ranks, ["driver line"])
+    names = sorted(p.name for p in folder.iterdir())
+    assert names == sorted(
+        ["config.yaml", "error.txt", "rank-1.txt", "driver.log", "environment.json",
+         "versions.json", "git.txt", "summary.json"]
+    )  # fmt: skip
+    assert "boom" in (folder / "error.txt").read_text()
+    assert "step 1 loss 3.0" in (folder / "rank-1.txt").read_text()
+    env = json.loads((folder / "environment.json").read_text())
+    assert env["MY_API_KEY"] == "<redacted>"
+    assert json.loads((folder / "versions.json").read_text())["torch"] != "missing"
+    assert json.loads((folder / "summary.json").read_text())["failed_ranks"] == [1]
+    assert write_bundle(tmp_path, "", error, {}, []) != folder  # never overwrites
+
+
+def test_summarize():
+    rows = [{"step": i + 1, "loss": 4.0 - i, "step_time": 0.5, "time": 10.0 + i} for i in range(4)]
+    summary = summarize(rows)
+    assert summary["steps"] == 4 and summary["first_loss"] == 4.0 and summary["final_loss"] == 1.0
+    assert summary["steps_per_s"] == pytest.approx(1.0)
+    assert summarize([]) == {"steps": 0}
+
+
+NODES = [
+    {"Alive": True, "Resources": {"CPU": 4.0}},  # a CPU-only head
+    {"Alive": True, "Resources": {"CPU": 208.0, "GPU": 8.0}},
+    {"Alive": True, "Resources": {"CPU": 208.0, "GPU": 8.0}},
+    {"Alive": False, "Resources": {"CPU": 208.0, "GPU": 8.0}},
+]
+
+
+@pytest.mark.parametrize(
+    ("nodes", "device", "cpus", "expected"),
+    [
+        (NODES, "auto", 8.0, (2, 8, True)),
+        (NODES, "cpu", 8.0, (2, 26, False)),  # the head holds no 8-CPU slot: left out
+        ([{"Resources": {"CPU": 2.0}}], "auto", 1.0, (1, 2, False)),
+        ([{"Resources": {"CPU": 3.0}}], "auto", 1.5, (1, 2, False)),
+    ],
+)
+def test_cluster_shape(nodes, device, cpus, expected):
+    assert cluster_shape(nodes, device, cpus) == expected
+
+
+def test_cluster_shape_gpu_without_gpus_is_input_error():
+    with pytest.raises(InputError, match="no GPUs"):
+        cluster_shape([{"Resources": {"CPU": 2.0}}], "gpu", 1.0)
+
+
+def test_failed_ranks_merges_sink_records_and_ray_failures():
+    class Failed(Exception):
+        worker_failures = {0: ValueError("bad"), 1: RuntimeError("x")}
+
+    recorded = {1: {"error": "RuntimeError: x", "traceback": "tb"}}
+    ranks = failed_ranks(Failed(), recorded)
+    assert ranks[1]["traceback"] == "tb"
+    assert ranks[0]["error"] == "ValueError: bad"
+    assert sorted(ranks) == [0, 1]
+
+
+def test_pipeline_source_crosses_epochs_and_keeps_its_position():
+    from driver.batches import PipelineSource
+    from driver.workloads.text import TextDataset
+
+    source = PipelineSource(TextDataset(16, 8, seed=1), 4, 0, 2, seed=0)
+    try:
+        it = iter(source)
+        shapes = [tuple(next(it)[0].shape) for _ in range(5)]  # 2 batches per epoch here
+        assert shapes == [(4, 8)] * 5  # batches are shared-memory views: none kept alive
+        assert source.state_dict()["epoch"] == 2
+    finally:
+        source.close()
+
+
+def test_headline_is_the_earliest_failure():
+    ranks = {
+        0: {"error": "DistBackendError: connection reset", "time": 12.0},
+        1: {"error": "RuntimeError: the cause\nmore", "time": 11.0},
+    }
+    assert headline(RuntimeError("x"), ranks) == "RuntimeError: the cause"
+    assert headline(RuntimeError("group failed\n..."), {}) == "RuntimeError: group failed"
