@@ -21,21 +21,20 @@ from temporalio.exceptions import ApplicationError
 
 from catalog import labels
 from warden import annotations as ann
-from warden import jobs, rules, workloads
+from warden import jobs, rules
 from warden.control import ControlActivities
+from warden.draining import DrainActivities
 from warden.gcp import Instance, WardenGcp, request_id
 from warden.kube import NotFound, Object, WardenKube, event_manifest, job_state
 from warden.model import (
     ActionResult,
     BootState,
     CordonResult,
-    DrainInput,
     JobInput,
     JobRef,
     JobState,
     NodeAction,
     RecordInput,
-    WorkloadReport,
 )
 from warden.prom import Prometheus
 from warden.telemetry import record
@@ -61,11 +60,21 @@ def _now() -> datetime:
     return datetime.now(UTC)
 
 
+def _version(node: Object) -> str | None:
+    """The node's resourceVersion: a patch with it fails (Conflict, retried) if another
+    attempt changed the node since this one read it."""
+    return node["metadata"].get("resourceVersion")
+
+
+def _boot_id(node: Object) -> str:
+    return node["status"].get("nodeInfo", {}).get("bootID", "")
+
+
 def _short(remediation_id: str) -> str:
     return hashlib.sha1(remediation_id.encode()).hexdigest()[:10]
 
 
-class WardenActivities(ControlActivities):
+class WardenActivities(ControlActivities, DrainActivities):
     """Activities bound to one cluster's adapters and a telemetry sink."""
 
     def __init__(self, kube: WardenKube, gcp: WardenGcp, prom: Prometheus | None, sink, settings):
@@ -121,7 +130,8 @@ class WardenActivities(ControlActivities):
                 ann.REASON: inp.reason,
             }
             patch |= {ann.REMEDIATION: inp.remediation_id, ann.REBOOT: None, ann.CLEARED: None}
-            node = self.kube.patch_node(inp.node, True, patch)
+            patch[ann.ESCALATED] = None
+            node = self.kube.patch_node(inp.node, True, patch, _version(node))
             changed = True
         self._emit(node, inp.remediation_id, "cordon", inp.reason, f"{recent} recent", True)
         return CordonResult(inp.node, changed, recent)
@@ -132,9 +142,9 @@ class WardenActivities(ControlActivities):
         have = node["metadata"].get("annotations") or {}
         changed = False
         if ann.REASON in have or node["spec"].get("unschedulable"):
-            clear = {ann.REASON: None, ann.REMEDIATION: None, ann.REBOOT: None}
+            clear = {ann.REASON: None, ann.REMEDIATION: None, ann.REBOOT: None, ann.ESCALATED: None}
             clear[ann.REPAIRED] = _now().isoformat()
-            node = self.kube.patch_node(inp.node, False, clear)
+            node = self.kube.patch_node(inp.node, False, clear, _version(node))
             changed = True
         self._emit(node, inp.remediation_id, "uncordon", inp.reason)
         return ActionResult(inp.node, changed)
@@ -168,68 +178,6 @@ class WardenActivities(ControlActivities):
     def job_status(self, ref: JobRef) -> JobState:
         return JobState(job_state(self.kube.get_job(ref.namespace, ref.name)))
 
-    # --- workloads and drain ---------------------------------------------------------------
-
-    @activity.defn
-    def inspect(self, inp: NodeAction) -> WorkloadReport:
-        pods = self.kube.list_pods(node=inp.node)
-        siblings: dict[workloads.Key, set[str]] = {}
-        for key in workloads.user_workloads(pods, self.settings.job_namespace):
-            namespace, kind, name = key
-            if kind == "Run":
-                found = self.kube.list_pods(namespace=namespace, labels={labels.RUN: name})
-            else:
-                found = [
-                    p
-                    for p in self.kube.list_pods(namespace=namespace)
-                    if workloads.owner_key(p) == key
-                ]
-            siblings[key] = {p["spec"].get("nodeName", "") for p in found}
-        return workloads.classify(inp.node, pods, siblings, self.settings.job_namespace)
-
-    def _workload_target(self, namespace: str, pod_names: list[str]) -> Object | None:
-        for pod in self.kube.list_pods(namespace=namespace):
-            if pod["metadata"]["name"] in pod_names:
-                for ref in pod["metadata"].get("ownerReferences") or []:
-                    meta = {"name": ref["name"], "namespace": namespace, "uid": ref.get("uid")}
-                    return {
-                        "apiVersion": ref.get("apiVersion", "v1"),
-                        "kind": ref["kind"],
-                        "metadata": meta,
-                    }
-                return pod
-        return None
-
-    @activity.defn
-    def notify(self, inp: DrainInput) -> ActionResult:
-        """Tell each preemptible job's owners (an Event on the workload) it will be evicted."""
-        for w in inp.workloads:
-            target = self._workload_target(w.namespace, w.pods)
-            if target is not None:
-                pods = ", ".join(w.pods)
-                reason = f"node {inp.node} needs repair; {pods} are evicted in {inp.grace_s:g}s"
-                self._emit(
-                    target, inp.remediation_id, "drain-notice", reason, warning=True, node=inp.node
-                )
-        node = self._node(inp.node)
-        names = ", ".join(f"{w.namespace}/{w.name}" for w in inp.workloads)
-        self._emit(
-            node, inp.remediation_id, "drain-scheduled", f"evicting {names} after {inp.grace_s:g}s"
-        )
-        return ActionResult(inp.node, True)
-
-    @activity.defn
-    def drain(self, inp: DrainInput) -> ActionResult:
-        evicted = [
-            f"{w.namespace}/{pod}" for w in inp.workloads for pod in w.pods
-            if self.kube.evict_pod(w.namespace, pod)
-        ]  # fmt: skip
-        node = self._node(inp.node)
-        self._emit(
-            node, inp.remediation_id, "drain", f"evicted {len(evicted)} pods", ", ".join(evicted)
-        )
-        return ActionResult(inp.node, bool(evicted), ", ".join(evicted))
-
     # --- reboot, escalation, records --------------------------------------------------------
 
     @activity.defn
@@ -240,10 +188,8 @@ class WardenActivities(ControlActivities):
             report = self.inspect(NodeAction(inp.node, inp.remediation_id))
             if report.blocking or report.drainable or report.terminating:
                 return ActionResult(inp.node, False, "busy")
-            boot = node["status"].get("nodeInfo", {}).get("bootID", "")
-            node = self.kube.patch_node(
-                inp.node, None, {ann.REBOOT: f"{inp.remediation_id} {boot}"}
-            )
+            marker = {ann.REBOOT: f"{inp.remediation_id} {_boot_id(node)}"}
+            node = self.kube.patch_node(inp.node, None, marker, _version(node))
         self.gcp.reset(self._instance(node), request_id(inp.remediation_id, "reset"))
         self._emit(node, inp.remediation_id, "reboot", inp.reason, warning=True)
         return ActionResult(inp.node, True)
@@ -253,7 +199,7 @@ class WardenActivities(ControlActivities):
         node = self._node(inp.node)
         marker = (node["metadata"].get("annotations") or {}).get(ann.REBOOT, "")
         before = marker.split(" ")[1] if " " in marker else ""
-        boot = node["status"].get("nodeInfo", {}).get("bootID", "")
+        boot = _boot_id(node)
         ready = any(
             c["type"] == "Ready" and c["status"] == "True"
             for c in node["status"].get("conditions", [])
@@ -262,15 +208,18 @@ class WardenActivities(ControlActivities):
 
     @activity.defn
     def escalate(self, inp: NodeAction) -> ActionResult:
+        """Hand the VM to GCP. The marker keeps the boot id from before the repair: once the
+        node boots anew (GCP moved or recreated it), the recovery sweep stress-tests it."""
         node = self._node(inp.node)
-        done = (node["metadata"].get("annotations") or {}).get(ann.ESCALATED) == inp.remediation_id
-        detail = self.gcp.repair(
-            self._instance(node), inp.reason, request_id(inp.remediation_id, "repair")
-        )
-        if not done:
-            node = self.kube.patch_node(inp.node, None, {ann.ESCALATED: inp.remediation_id})
+        marker = (node["metadata"].get("annotations") or {}).get(ann.ESCALATED, "")
+        changed = marker.split(" ")[0] != inp.remediation_id
+        if changed:
+            mark = {ann.ESCALATED: f"{inp.remediation_id} {_boot_id(node)}"}
+            node = self.kube.patch_node(inp.node, None, mark, _version(node))
+        repair_id = request_id(inp.remediation_id, "repair")
+        detail = self.gcp.repair(self._instance(node), inp.reason, repair_id)
         self._emit(node, inp.remediation_id, "escalate", inp.reason, detail, warning=True)
-        return ActionResult(inp.node, not done, detail)
+        return ActionResult(inp.node, changed, detail)
 
     @activity.defn
     def record(self, inp: RecordInput) -> ActionResult:

@@ -27,6 +27,13 @@ def cli() -> None:
     """Warden: automatic repair of GPU nodes with Temporal workflows."""
 
 
+def existing_fleet(path: str | None, field: str = "PATH") -> str | None:
+    """An on-disk fake cluster's path; a missing one is bad input."""
+    if path and not os.path.exists(path):
+        raise InputError(path, field, "no fake cluster here (create one with `warden fake-fleet`)")
+    return path
+
+
 @cli.command()
 @click.option("--config", "config_path", default=None, help="YAML settings (WARDEN_* override)")
 @click.option("--fake", default=None, help="on-disk fake cluster instead of Kubernetes and GCP")
@@ -37,6 +44,7 @@ def worker(config_path: str, fake: str | None, sweep: bool) -> None:
     from warden.worker import run
 
     config = load_config(config_path)
+    existing_fleet(fake, "--fake")
     click.echo(f"warden worker on {config.temporal.address} queue {config.temporal.task_queue}")
     asyncio.run(run(config, fake, sweep))
 
@@ -105,7 +113,7 @@ def dev_server(port: int, db: str | None) -> None:
 
 @cli.command("fake-fleet")
 @click.argument("path")
-@click.option("--nodes", default=16, show_default=True)
+@click.option("--nodes", default=16, show_default=True, type=click.IntRange(min=1))
 def fake_fleet(path: str, nodes: int) -> None:
     """Create an on-disk fake cluster of healthy GPU nodes (for `worker --fake`)."""
     from warden.fakefleet import FakeCluster
@@ -124,7 +132,8 @@ def inject(path: str, node: str, xid: tuple[int], condition: str | None, outcome
     """Inject a fault into an on-disk fake cluster."""
     from warden.fakefleet import FakeCluster
 
-    fleet = FakeCluster(path)
+    fleet = FakeCluster(existing_fleet(path))
+    fleet.node(node)  # NotFound for a node the fleet lacks
     if xid:
         fleet.set_metrics(node, xids=list(xid))
     if condition:
@@ -137,28 +146,39 @@ def inject(path: str, node: str, xid: tuple[int], condition: str | None, outcome
         fleet.set_outcome(node, kind, result)
 
 
-def main(argv: list[str] | None = None) -> None:
-    """Run the CLI; bad input becomes one line on stderr and exit code 2."""
-    from warden.report import NoWorkflow
+def run_cli(argv: list[str] | None) -> int:
+    """Run the CLI; the exit code (bad input: one line on stderr and 2)."""
+    from warden.kube import NotFound
+    from warden.report import NoWorkflow, Unreachable
 
     try:
         cli.main(args=argv, prog_name="warden", standalone_mode=False)
     except InputError as err:
         click.echo(f"error: {err.line()}", err=True)
-        sys.exit(exitcodes.USAGE)
-    except NoWorkflow as err:
+        return exitcodes.USAGE
+    except (NoWorkflow, NotFound) as err:
         click.echo(f"error: {err}", err=True)
-        sys.exit(exitcodes.NOT_FOUND)
+        return exitcodes.NOT_FOUND
+    except Unreachable as err:
+        click.echo(f"error: {err}", err=True)
+        return exitcodes.FAILURE
     except click.ClickException as err:
-        err.show()
-        sys.exit(exitcodes.USAGE if err.exit_code == 2 else err.exit_code)
-    except click.exceptions.Abort:
-        sys.exit(exitcodes.FAILURE)
+        click.echo(f"error: {err.format_message()}", err=True)
+        return exitcodes.USAGE if err.exit_code == 2 else err.exit_code
+    except (click.exceptions.Abort, KeyboardInterrupt):
+        return exitcodes.FAILURE
     except click.exceptions.Exit as err:
-        sys.exit(err.exit_code)
-    except KeyboardInterrupt:
-        sys.exit(exitcodes.FAILURE)
-    sys.exit(exitcodes.OK)
+        return err.exit_code
+    return exitcodes.OK
+
+
+def main(argv: list[str] | None = None) -> None:
+    """The `warden` entry point. It leaves through `os._exit`: the Temporal client's Rust
+    threads can abort a normal interpreter shutdown (temporalio/sdk-python#300)."""
+    code = run_cli(argv)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 if __name__ == "__main__":

@@ -29,6 +29,7 @@ from warden.model import (
     ShrinkResult,
     node_workflow_id,
 )
+from warden.prom import PromError
 
 NODE_WORKFLOW = "NodeWorkflow"
 PARALLEL_STARTS = 64
@@ -45,17 +46,27 @@ def node_inputs(inp: DispatchInput) -> list[NodeInput]:
 
 
 class ControlActivities:
+    def _telemetry(self) -> dict[str, rules.GpuTelemetry]:
+        """DCGM figures per node; none while Prometheus is down (conditions still count)."""
+        if not self.prom:
+            return {}
+        try:
+            return self.prom.gpu_telemetry()
+        except PromError as err:
+            activity.logger.warning("sweep without DCGM figures: %s", err)
+            return {}
+
     @activity.defn
     def detect(self, inp: DetectInput) -> DetectResult:
         """Classify every GPU node; list Warden-cordoned nodes for the recovery sweep."""
         now = datetime.now(UTC)
-        telemetry = self.prom.gpu_telemetry() if self.prom else {}
+        telemetry = self._telemetry()
         result = DetectResult()
         for node in self.kube.list_nodes():
             if not rules.is_gpu_node(node):
                 continue
             facts = rules.node_facts(node, now)
-            if rules.cordoned_by_warden(facts):
+            if facts.unschedulable:  # Warden's to recover, or a person's or GKE's: not ours
                 if rules.due_for_recovery(facts):
                     result.recover.append(facts.name)
                 continue

@@ -49,7 +49,7 @@ class DevServer:
     def command(self) -> list[str]:
         cmd = [temporal_binary(), "server", "start-dev", "--ip", "127.0.0.1"]
         cmd += ["--port", str(self.port), "--log-level", "error"]
-        cmd += ["--ui-port", str(free_port())] if self.ui else ["--headless"]
+        cmd += ["--ui-port", str(self.port + 1000)] if self.ui else ["--headless"]
         if self.db:
             cmd += ["--db-filename", self.db]
         return cmd
@@ -69,11 +69,12 @@ class DevServer:
         self.stop()
         raise TimeoutError(f"temporal dev server not listening on {self.address}")
 
-    def stop(self) -> None:
+    def stop(self, grace_s: float = 15.0) -> None:
+        """Stop the server: SIGTERM and up to `grace_s` to shut down, then SIGKILL."""
         if self.process and self.process.poll() is None:
-            self.process.terminate()
+            self.process.terminate() if grace_s > 0 else self.process.kill()
             try:
-                self.process.wait(timeout=15)
+                self.process.wait(timeout=grace_s or 15)
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait()

@@ -1,7 +1,8 @@
-"""An in-memory (or on-disk) fake cluster behind Warden's Kubernetes, GCP and Prometheus adapters.
+"""The fake cluster's store and its Kubernetes adapter (`FakeKube`), in memory or on disk.
 
-`FakeCluster()` keeps its state in memory; `FakeCluster(path)` keeps it in a JSON file under
-an exclusive file lock, so a worker subprocess and the test share one cluster. Every side
+`warden.fakefleet` adds the GCP and Prometheus fakes over the same store and the knobs tests
+turn. `FakeCluster()` keeps its state in memory; `FakeCluster(path)` keeps it in a JSON file
+under an exclusive file lock, so a worker subprocess and the test share one cluster. Every side
 effect is counted (`counts("cordon")`, `"reboot"`, `"evict"`, `"repair"`, `"uncordon"`) and
 logged with its time, which is what the tests assert on. Reboots and Jobs finish after
 `reboot_s` / `job_s` of wall time; Job verdicts come from `set_outcome`.
@@ -16,22 +17,11 @@ import json
 import os
 import threading
 import time
-import uuid
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from catalog import labels
 from warden import annotations
-from warden.gcp import Instance
-from warden.kube import NotFound, Object
-from warden.rules import GpuTelemetry
-
-ZONE_LABEL = "topology.kubernetes.io/zone"
-
-
-def _stamp(seconds_ago: float = 0.0) -> str:
-    moment = datetime.now(UTC) - timedelta(seconds=seconds_ago)
-    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+from warden.fakeobjects import _stamp, make_node, make_pod
+from warden.kube import Conflict, NotFound, Object
 
 
 def empty_state(reboot_s: float, job_s: float, latency_s: float = 0.0) -> dict:
@@ -77,6 +67,12 @@ class FakeStore:
             time.sleep(self.latency_s)
 
 
+def _touch(node: Object) -> None:
+    """A write to a node: a new resourceVersion, as the API server gives it."""
+    meta = node["metadata"]
+    meta["resourceVersion"] = str(int(meta.get("resourceVersion", "0")) + 1)
+
+
 def _refresh_node(state: dict, name: str) -> None:
     private = state["private"].get(name, {})
     ready_at = private.get("ready_at")
@@ -85,6 +81,7 @@ def _refresh_node(state: dict, name: str) -> None:
             if cond["type"] == "Ready":
                 cond.update(status="True", lastTransitionTime=_stamp())
         private.pop("ready_at")
+        _touch(state["nodes"][name])
 
 
 def _refresh_job(state: dict, key: str) -> None:
@@ -119,9 +116,12 @@ class FakeKube:
             _refresh_node(state, name)
             return copy.deepcopy(state["nodes"][name])
 
-    def patch_node(self, name, unschedulable, annotations) -> Object:
+    def patch_node(self, name, unschedulable, annotations, resource_version=None) -> Object:
         with self.store.txn() as state:
             node = state["nodes"][name]
+            if resource_version and resource_version != node["metadata"]["resourceVersion"]:
+                raise Conflict(f"node {name} changed since it was read")
+            _touch(node)
             was = bool(node["spec"].get("unschedulable"))
             if unschedulable is not None:
                 node["spec"]["unschedulable"] = unschedulable
@@ -205,84 +205,4 @@ class FakeKube:
         self.store.pause()
 
 
-class FakeGcp:
-    """WardenGcp over the fake store: a reset reboots the node (new boot id, Ready later)."""
-
-    def __init__(self, store: FakeStore):
-        self.store = store
-
-    def reset(self, instance: Instance, request_id: str) -> None:
-        with self.store.txn() as state:
-            if request_id in state["requests"]:
-                return
-            state["requests"][request_id] = ["reset", instance.name]
-            node = state["nodes"][instance.name]
-            node["status"]["nodeInfo"]["bootID"] = str(uuid.uuid4())
-            for cond in node["status"]["conditions"]:
-                if cond["type"] == "Ready":
-                    cond.update(status="Unknown", lastTransitionTime=_stamp())
-            state["metrics"].pop(instance.name, None)  # the exporter starts afresh
-            ready_at = time.time() + state["timing"]["reboot_s"]
-            state["private"].setdefault(instance.name, {})["ready_at"] = ready_at
-            self.store.count(state, "reboot", instance.name)
-        self.store.pause()
-
-    def repair(self, instance: Instance, reason: str, request_id: str) -> str:
-        with self.store.txn() as state:
-            if request_id not in state["requests"]:
-                state["requests"][request_id] = ["repair", instance.name]
-                self.store.count(state, "repair", instance.name)
-        self.store.pause()
-        return f"reported the host of {instance.name} as faulty"
-
-
-class FakePrometheus:
-    def __init__(self, store: FakeStore):
-        self.store = store
-
-    def gpu_telemetry(self) -> dict[str, GpuTelemetry]:
-        with self.store.txn() as state:
-            return {node: GpuTelemetry(**m) for node, m in state["metrics"].items()}
-
-
-def make_node(name: str, pool: str = "h200-main", zone: str = "us-central1-b") -> Object:
-    """A healthy, schedulable A3 Ultra node as GKE registers it."""
-    node_labels = {labels.GKE_ACCELERATOR: "nvidia-h200-141gb", labels.GKE_NODEPOOL: pool}
-    node_labels |= {
-        ZONE_LABEL: zone,
-        "kubernetes.io/hostname": name,
-        **labels.gpu_node_labels("pretrain"),
-    }
-    ready = {"type": "Ready", "status": "True", "lastTransitionTime": _stamp(86400)}
-    return {
-        "apiVersion": "v1",
-        "kind": "Node",
-        "metadata": {
-            "name": name,
-            "labels": node_labels,
-            "annotations": {},
-            "uid": str(uuid.uuid4()),
-        },
-        "spec": {},
-        "status": {"conditions": [ready], "nodeInfo": {"bootID": str(uuid.uuid4())}},
-    }
-
-
-def make_pod(
-    name: str, namespace: str, node: str, priority: str = labels.PRIORITY_DEFAULT,
-    run: str | None = None, owner: tuple[str, str] | None = None,
-) -> Object:  # fmt: skip
-    """A running pod; `run` sets the run label, `owner` a (kind, name) controller."""
-    meta: dict = {"name": name, "namespace": namespace, "labels": {}, "uid": str(uuid.uuid4())}
-    if run:
-        meta["labels"][labels.RUN] = run
-    if owner:
-        meta["ownerReferences"] = [{"kind": owner[0], "name": owner[1], "controller": True}]
-    spec = {"nodeName": node, "priorityClassName": priority}
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": meta,
-        "spec": spec,
-        "status": {"phase": "Running"},
-    }
+__all__ = ["FakeKube", "FakeStore", "empty_state", "make_node", "make_pod"]

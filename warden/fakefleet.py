@@ -1,5 +1,8 @@
 """A fake fleet to run Warden against: seed nodes and pods, inject faults, count side effects.
 
+`FakeGcp` and `FakePrometheus` serve Warden's GCP and Prometheus adapters from the fake
+store (`warden.fake`); `FakeCluster` bundles them with `FakeKube`.
+
     fleet = FakeCluster.create("state.json", nodes=16)    # on disk: `warden worker --fake`
     fleet.set_metrics("gpu-0003", xids=[79])              # a definite fault
     fleet.counts("cordon")                                 # {"gpu-0003": 1}
@@ -10,21 +13,66 @@
 from __future__ import annotations
 
 import json
+import time
+import uuid
 from dataclasses import asdict
 from pathlib import Path
 
-from warden.fake import (
-    FakeGcp,
-    FakeKube,
-    FakePrometheus,
-    FakeStore,
-    _stamp,
-    empty_state,
-    make_node,
-    make_pod,
-)
+from warden.fake import FakeKube, FakeStore, _touch, empty_state
+from warden.fakeobjects import _stamp, make_node, make_pod
+from warden.gcp import Instance
 from warden.kube import Object
 from warden.rules import GpuTelemetry
+
+
+def _restart(state: dict, name: str) -> None:
+    """The VM restarts: a new boot id, NotReady until `reboot_s` later; DCGM figures and
+    node-problem-detector conditions start afresh (a fault that persists comes back only
+    when injected again)."""
+    node = state["nodes"][name]
+    _touch(node)
+    node["status"]["nodeInfo"]["bootID"] = str(uuid.uuid4())
+    for cond in node["status"]["conditions"]:
+        if cond["type"] == "Ready":
+            cond.update(status="Unknown", lastTransitionTime=_stamp())
+        elif cond["status"] == "True":
+            cond.update(status="False", reason="NodeRebooted", lastTransitionTime=_stamp())
+    state["metrics"].pop(name, None)  # the exporter starts afresh
+    ready_at = time.time() + state["timing"]["reboot_s"]
+    state["private"].setdefault(name, {})["ready_at"] = ready_at
+
+
+class FakeGcp:
+    """WardenGcp over the fake store: a reset reboots the node; a repair moves the VM to a
+    healthy host (`report-faulty-host`), which restarts it too. Request ids deduplicate."""
+
+    def __init__(self, store: FakeStore):
+        self.store = store
+
+    def _once(self, kind: str, instance: Instance, request_id: str) -> None:
+        with self.store.txn() as state:
+            if request_id in state["requests"]:
+                return
+            state["requests"][request_id] = [kind, instance.name]
+            _restart(state, instance.name)
+            self.store.count(state, kind, instance.name)
+        self.store.pause()
+
+    def reset(self, instance: Instance, request_id: str) -> None:
+        self._once("reboot", instance, request_id)
+
+    def repair(self, instance: Instance, reason: str, request_id: str) -> str:
+        self._once("repair", instance, request_id)
+        return f"reported the host of {instance.name} as faulty"
+
+
+class FakePrometheus:
+    def __init__(self, store: FakeStore):
+        self.store = store
+
+    def gpu_telemetry(self) -> dict[str, GpuTelemetry]:
+        with self.store.txn() as state:
+            return {node: GpuTelemetry(**m) for node, m in state["metrics"].items()}
 
 
 class FakeCluster:
@@ -94,6 +142,7 @@ class FakeCluster:
     def set_condition(self, node: str, kind: str, reason: str, status: str = "True") -> None:
         """A node-problem-detector condition (or Ready, with status False/Unknown)."""
         with self.store.txn() as state:
+            _touch(state["nodes"][node])
             conditions = state["nodes"][node]["status"]["conditions"]
             conditions[:] = [c for c in conditions if c["type"] != kind]
             stamp = _stamp(3600)

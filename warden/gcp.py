@@ -3,7 +3,7 @@
 `RealGcp` calls the Compute Engine and GKE REST APIs with Application Default Credentials
 (`google.auth`); every mutating call carries a `requestId`, so a retried activity never
 resets or repairs twice (Compute Engine deduplicates requests by that id). The tests use
-`warden.fake.FakeGcp` and check `RealGcp`'s requests with a recording session.
+`warden.fakefleet.FakeGcp` and check `RealGcp`'s requests with a recording session.
 
 Escalation (repeated cordons) uses one of two repairs, chosen in the config:
 - `report-faulty-host` (default): `instances.reportHostAsFaulty` with disruption IMMEDIATE.

@@ -20,8 +20,12 @@ class NotFound(Exception):
     """The object does not exist."""
 
 
+class Refused(Exception):
+    """The API server refused for now (429: an eviction a PodDisruptionBudget forbids)."""
+
+
 class Conflict(Exception):
-    """The object already exists."""
+    """The object already exists, or changed since it was read (a failed precondition)."""
 
 
 class WardenKube(Protocol):
@@ -32,9 +36,17 @@ class WardenKube(Protocol):
     def get_node(self, name: str) -> Object: ...
 
     def patch_node(
-        self, name: str, unschedulable: bool | None, annotations: dict[str, str | None]
+        self,
+        name: str,
+        unschedulable: bool | None,
+        annotations: dict[str, str | None],
+        resource_version: str | None = None,
     ) -> Object:
-        """Set the unschedulable flag (None: leave it) and annotations (None: remove)."""
+        """Set the unschedulable flag (None: leave it) and annotations (None: remove).
+
+        With `resource_version` (the node as the caller read it) the patch applies only if
+        the node has not changed since; otherwise it raises Conflict. So two attempts of one
+        activity running at once (a timed-out attempt still finishing) never both act."""
         ...
 
     def list_pods(
@@ -42,7 +54,8 @@ class WardenKube(Protocol):
     ) -> list[Object]: ...
 
     def evict_pod(self, namespace: str, name: str) -> bool:
-        """Evict through the Eviction API; False when the pod is already gone."""
+        """Evict through the Eviction API; False when the pod is already gone or its
+        PodDisruptionBudget refuses the eviction now."""
         ...
 
     def create_event(self, event: Object) -> bool:
@@ -148,18 +161,23 @@ class RealKube:
                 return json.loads(data) if data else None
         if status == 404:
             raise NotFound(f"{method} {path}: not found")
+        if status == 429:
+            raise Refused(f"{method} {path}: refused for now (HTTP 429)")
         if status == 409:
-            raise Conflict(f"{method} {path}: already exists")
+            raise Conflict(f"{method} {path}: conflict (exists, or changed since read)")
         raise RuntimeError(f"{method} {path}: HTTP {status}")
 
     def list_nodes(self) -> list[Object]:
-        return self._call("GET", "/api/v1/nodes")["items"]
+        # resourceVersion=0: served from the API server's watch cache, cheap every sweep
+        return self._call("GET", "/api/v1/nodes?resourceVersion=0")["items"]
 
     def get_node(self, name: str) -> Object:
         return self._call("GET", f"/api/v1/nodes/{name}")
 
-    def patch_node(self, name, unschedulable, annotations) -> Object:
+    def patch_node(self, name, unschedulable, annotations, resource_version=None) -> Object:
         patch: Object = {"metadata": {"annotations": annotations}}
+        if resource_version:  # the API server's precondition: 409 when the node changed
+            patch["metadata"]["resourceVersion"] = resource_version
         if unschedulable is not None:
             patch["spec"] = {"unschedulable": unschedulable}
         kind = "application/strategic-merge-patch+json"
@@ -179,7 +197,7 @@ class RealKube:
         body["metadata"] = {"name": name, "namespace": namespace}
         try:
             self._call("POST", f"/api/v1/namespaces/{namespace}/pods/{name}/eviction", body)
-        except NotFound:
+        except (NotFound, Refused):
             return False
         return True
 

@@ -37,12 +37,16 @@ class Timings:
     """window of the cordon count on the node (`catalog.labels.WARDEN_CORDONS`)."""
     diag_level: int = 3
     """DCGM diagnostic level of the stress test (`dcgmi diag -r LEVEL`, 1 to 4)."""
+    busy_recheck_s: float = 300.0
+    """how long a node workflow that found user workloads blocking the reboot keeps the
+    node's workflow ID before it ends; the next sweep then looks again."""
     max_drain_rounds: int = 3
     """notify/evict rounds before a node whose pods keep returning counts as busy."""
     workflow_task_timeout_s: float = 10.0
     """workflow task timeout, and how long a dead worker's sticky queue holds a task."""
-    sweep_period_s: float = 60.0
-    """period of the detection and recovery sweep."""
+    sweep_period_s: float = 5.0
+    """period of the detection and recovery sweep: a fault visible in Prometheus or on the
+    node waits up to this long for its cordon (goal: 6 s)."""
     sweeps_per_run: int = 100
     """sweeps before the sweep workflow continues as new (keeps its history short)."""
 

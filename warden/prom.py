@@ -1,7 +1,7 @@
 """GPU telemetry from the DCGM exporter, read through Prometheus's HTTP query API.
 
 `HttpPrometheus(url).gpu_telemetry()` runs one instant PromQL query per signal and returns a
-`GpuTelemetry` per node; `warden.fake.FakePrometheus` serves the same from the fake store.
+`GpuTelemetry` per node; `warden.fakefleet.FakePrometheus` serves the same from the fake store.
 The node label is the one the DCGM exporter sets (`Hostname` by default, configurable).
 
     python -c "from warden.prom import HttpPrometheus; print(HttpPrometheus('http://prom:9090').gpu_telemetry())"

@@ -20,6 +20,10 @@ class NoWorkflow(Exception):
     """No remediation workflow exists for the node."""
 
 
+class Unreachable(Exception):
+    """The Temporal server does not answer at the address."""
+
+
 def _payload(payloads) -> str:
     values = [json.loads(p.data) if p.data else None for p in payloads]
     text = json.dumps(values[0] if len(values) == 1 else values, sort_keys=True)
@@ -76,12 +80,18 @@ def event_lines(events) -> list[str]:
     return lines
 
 
-async def _client(address: str, namespace: str) -> Client:
-    return await Client.connect(address, namespace=namespace)
+async def connect(address: str, namespace: str, runtime=None) -> Client:
+    """A Temporal client; an unreachable server is one `Unreachable` line, no traceback."""
+    try:
+        return await Client.connect(address, namespace=namespace, runtime=runtime)
+    except RuntimeError as err:  # the SDK's connect error: no server, or a wrong address
+        reason = str(err).split(":", 1)[0]
+        message = f"temporal.address {address}: {reason} (is the server running?)"
+        raise Unreachable(message) from None
 
 
 async def status_lines(address: str, namespace: str, node: str) -> list[str]:
-    client = await _client(address, namespace)
+    client = await connect(address, namespace)
     handle = client.get_workflow_handle(node_workflow_id(node))
     try:
         desc = await handle.describe()
@@ -112,7 +122,7 @@ async def status_lines(address: str, namespace: str, node: str) -> list[str]:
 
 
 async def history_lines(address: str, namespace: str, node: str) -> list[str]:
-    client = await _client(address, namespace)
+    client = await connect(address, namespace)
     query = f'WorkflowId = "{node_workflow_id(node)}"'
     runs = [run async for run in client.list_workflows(query)]
     if not runs:

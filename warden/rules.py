@@ -84,6 +84,8 @@ class NodeFacts:
     """type -> reason, for every condition other than Ready whose status is True."""
     unschedulable: bool = False
     annotations: dict[str, str] = field(default_factory=dict)
+    boot_id: str = ""
+    """`status.nodeInfo.bootID`: changes whenever the machine boots."""
 
 
 def xid_severity(code: int) -> str | None:
@@ -161,8 +163,15 @@ def cordoned_by_warden(facts: NodeFacts) -> bool:
 
 
 def due_for_recovery(facts: NodeFacts) -> bool:
-    """Cordoned by Warden and not handed to GCP: the recovery sweep takes it."""
-    return cordoned_by_warden(facts) and annotations.ESCALATED not in facts.annotations
+    """Cordoned by Warden, and not handed to GCP or back from GCP's repair (booted anew and
+    Ready): the recovery sweep takes it."""
+    if not cordoned_by_warden(facts):
+        return False
+    escalated = facts.annotations.get(annotations.ESCALATED)
+    if escalated is None:
+        return True
+    before = escalated.partition(" ")[2]
+    return facts.ready == "True" and bool(before) and before != facts.boot_id
 
 
 def node_facts(node: dict, now: datetime) -> NodeFacts:
@@ -172,6 +181,7 @@ def node_facts(node: dict, now: datetime) -> NodeFacts:
         name=meta["name"],
         unschedulable=bool(node.get("spec", {}).get("unschedulable")),
         annotations=dict(meta.get("annotations") or {}),
+        boot_id=node.get("status", {}).get("nodeInfo", {}).get("bootID", ""),
     )
     for cond in node.get("status", {}).get("conditions", []) or []:
         if cond.get("type") == "Ready":

@@ -4,11 +4,13 @@
 
 (same as `warden worker ...`). `build_worker` is what tests use with their own client and
 adapters; `run` connects to the configured Temporal server, builds the real (or, with
-`fake`, the on-disk fake) adapters, starts the sweep workflow once and serves until killed.
+`fake`, the on-disk fake) adapters, (re)starts the sweep workflow and serves until SIGTERM.
 """
 
 from __future__ import annotations
 
+import asyncio
+import signal
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 
@@ -19,6 +21,7 @@ from temporalio.worker import Worker
 from warden.activities import Settings, WardenActivities
 from warden.config import WardenConfig
 from warden.model import ShrinkInput, ShrinkResult, SweepInput, Timings
+from warden.report import connect
 from warden.telemetry import ClickHouseSink, JsonlSink, TeeSink
 from warden.workflows import NodeWorkflow, ShrinkWorkflow, StressTestWorkflow, SweepWorkflow
 
@@ -46,6 +49,7 @@ def build_worker(
         activity_executor=ThreadPoolExecutor(ACTIVITY_THREADS),
         max_concurrent_activities=ACTIVITY_THREADS,
         sticky_queue_schedule_to_start_timeout=timedelta(seconds=t.workflow_task_timeout_s),
+        graceful_shutdown_timeout=timedelta(seconds=t.activity_timeout_s),
     )
 
 
@@ -54,13 +58,14 @@ def sweep_workflow_id(cluster: str) -> str:
 
 
 async def start_sweep(client: Client, cluster: str, task_queue: str, t: Timings, sweeps=0):
-    """Start the periodic sweep unless it already runs (one per cluster)."""
+    """Start the periodic sweep (one per cluster), replacing a running one: the sweep holds
+    no state of its own, and a worker started with new settings brings them to it."""
     return await client.start_workflow(
         SweepWorkflow.run,
         SweepInput(t, task_queue, sweeps),
         id=sweep_workflow_id(cluster),
         task_queue=task_queue,
-        id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+        id_conflict_policy=WorkflowIDConflictPolicy.TERMINATE_EXISTING,
         task_timeout=timedelta(seconds=t.workflow_task_timeout_s),
     )
 
@@ -113,22 +118,31 @@ def activities_for(config: WardenConfig, fake: str | None = None) -> WardenActiv
     return WardenActivities(RealKube(), gcp, prom, sink, settings)
 
 
+async def serve_until_signalled(worker: Worker) -> None:
+    """Run the worker until SIGTERM (Kubernetes stopping the pod) or SIGINT, then stop
+    polling and let running activities finish (up to the graceful shutdown timeout)."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop.set)
+    async with worker:
+        await stop.wait()
+
+
 async def run(config: WardenConfig, fake: str | None = None, sweep: bool = True) -> None:
-    """Serve until cancelled: the worker, and (once per cluster) the periodic sweep."""
+    """Serve until signalled: the worker, and (once per cluster) the periodic sweep."""
     runtime = None
     if config.metrics_address:
         from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
 
         metrics = PrometheusConfig(bind_address=config.metrics_address)
         runtime = Runtime(telemetry=TelemetryConfig(metrics=metrics))
-    client = await Client.connect(
-        config.temporal.address, namespace=config.temporal.namespace, runtime=runtime
-    )
+    client = await connect(config.temporal.address, config.temporal.namespace, runtime)
     queue = config.temporal.task_queue
     worker = build_worker(client, queue, activities_for(config, fake), config.timings)
     if sweep:
         await start_sweep(client, config.cluster, queue, config.timings)
-    await worker.run()
+    await serve_until_signalled(worker)
 
 
 def main(argv: list[str] | None = None) -> None:

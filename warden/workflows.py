@@ -130,10 +130,13 @@ class NodeWorkflow:
         return self._done(node, "escalated")
 
     async def _busy(self, node: str, rid: str, reason: str) -> NodeResult:
-        """Leave the node cordoned for the next recovery sweep. Only a fresh cordon records
-        it: a sweep that finds the node still busy says so in its history alone."""
+        """Leave the node cordoned for a later recovery sweep: hold the node's workflow ID
+        for `busy_recheck_s`, so sweeps do not look again before. Only a fresh cordon
+        records it: a sweep that finds the node still busy says so in its history alone."""
         if self.mode == "respond":
             await self._do("busy", A.record, RecordInput(node, rid, "busy", reason))
+        self.phase = f"busy: {reason}"
+        await workflow.sleep(self.t.busy_recheck_s)
         return self._done(node, "busy")
 
     async def _wait_idle(self, node: str, rid: str) -> str | None:

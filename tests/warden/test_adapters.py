@@ -104,6 +104,8 @@ def kube_server():
     def route(method, path, body):
         if path.startswith("/api/v1/namespaces/default/events"):
             return 409, {"kind": "Status", "code": 409}
+        if path.endswith("/pods/guarded/eviction"):
+            return 429, {"kind": "Status", "code": 429, "reason": "TooManyRequests"}
         if path.endswith("/eviction"):
             return 404, {"kind": "Status", "code": 404}
         if path.startswith("/apis/ray.io") and method == "GET":
@@ -126,7 +128,7 @@ def real_kube(url: str) -> RealKube:
 
 def test_real_kube_requests(kube_server):
     kube = real_kube(kube_server.url)
-    kube.patch_node("n1", True, {"a": "1", "b": None})
+    kube.patch_node("n1", True, {"a": "1", "b": None}, "42")
     assert kube.list_pods(node="n1") == []
     assert kube.list_pods(namespace="research", labels={"platform.reve.dev/run": "r"}) == []
     node = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1"}}
@@ -134,12 +136,14 @@ def test_real_kube_requests(kube_server):
         kube.create_event(event_manifest("n1.warden-cordon-x", node, "WardenCordon", "m")) is False
     )
     assert kube.evict_pod("research", "gone") is False
+    assert kube.evict_pod("research", "guarded") is False  # a PodDisruptionBudget says no
     kube.set_worker_replicas("research", "lm", 0, 6)
+    assert kube.list_nodes() == []
     seen = [(m, p) for m, p, _, _ in kube_server.requests]
     assert seen[0] == ("PATCH", "/api/v1/nodes/n1")
     assert kube_server.requests[0][2]["Content-Type"] == "application/strategic-merge-patch+json"
     assert kube_server.requests[0][3] == {
-        "metadata": {"annotations": {"a": "1", "b": None}},
+        "metadata": {"annotations": {"a": "1", "b": None}, "resourceVersion": "42"},
         "spec": {"unschedulable": True},
     }
     assert seen[1] == ("GET", "/api/v1/pods?fieldSelector=spec.nodeName%3Dn1")
@@ -149,7 +153,9 @@ def test_real_kube_requests(kube_server):
     )
     assert seen[3] == ("POST", "/api/v1/namespaces/default/events")
     assert seen[4] == ("POST", "/api/v1/namespaces/research/pods/gone/eviction")
-    patch = kube_server.requests[-1]
+    assert kube_server.requests[5][3]["kind"] == "Eviction"
+    assert seen[-1] == ("GET", "/api/v1/nodes?resourceVersion=0")
+    patch = kube_server.requests[-2]
     assert patch[0] == "PATCH" and patch[2]["Content-Type"] == "application/json-patch+json"
     assert patch[3] == [
         {"op": "replace", "path": "/spec/workerGroupSpecs/0/replicas", "value": 6},

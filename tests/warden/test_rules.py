@@ -103,7 +103,9 @@ def test_node_facts_from_manifest():
     assert facts.ready == "False" and facts.ready_for_s == 600
     assert facts.conditions == {"KernelDeadlock": "Hung"}
     assert due_for_recovery(facts)
-    node["metadata"]["annotations"][annotations.ESCALATED] = "r1"
+    boot = node["status"]["nodeInfo"]["bootID"]
+    assert facts.boot_id == boot
+    node["metadata"]["annotations"][annotations.ESCALATED] = f"r1 {boot}"
     assert not due_for_recovery(node_facts(node, NOW))
 
 
@@ -120,3 +122,24 @@ def test_recent_repair_quiets_stale_dcgm_figures(repaired_ago_s, facts_condition
     facts = NodeFacts("n", conditions=facts_conditions, annotations={annotations.REPAIRED: stamp})
     finding = classify(facts, gpu, RuleConfig(repaired_quiet_s=600), NOW)
     assert (finding.severity if finding else None) == expect
+
+
+COPS = {annotations.REASON: "XID 79"}
+
+
+@pytest.mark.parametrize(
+    ("unschedulable", "notes", "ready", "boot", "due"),
+    [
+        (True, COPS, "True", "b1", True),  # cordoned by Warden: recover it
+        (False, COPS, "True", "b1", False),  # uncordoned by hand
+        (True, {}, "True", "b1", False),  # cordoned by someone else
+        (True, COPS | {annotations.ESCALATED: "r1 b1"}, "True", "b1", False),  # GCP has it
+        (True, COPS | {annotations.ESCALATED: "r1 b1"}, "True", "b2", True),  # back, new boot
+        (True, COPS | {annotations.ESCALATED: "r1 b1"}, "Unknown", "b2", False),  # not Ready yet
+        (True, COPS | {annotations.ESCALATED: "r1"}, "True", "b2", False),  # no boot id noted
+    ],
+)  # fmt: skip
+def test_due_for_recovery(unschedulable, notes, ready, boot, due):
+    facts = NodeFacts("n", ready=ready, unschedulable=unschedulable, annotations=notes)
+    facts.boot_id = boot
+    assert due_for_recovery(facts) is due

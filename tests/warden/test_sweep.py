@@ -12,10 +12,11 @@ from click.testing import CliRunner
 
 from catalog import labels
 from tests.warden.conftest import Harness
-from warden.cli import cli
+from warden import annotations as ann
+from warden.cli import cli, run_cli
 from warden.fakefleet import FakeCluster
-from warden.model import ShrinkInput, SweepInput, node_workflow_id
-from warden.worker import request_shrink
+from warden.model import ShrinkInput, SweepInput, Timings, node_workflow_id
+from warden.worker import request_shrink, start_sweep, sweep_workflow_id
 from warden.workflows import SweepWorkflow
 
 
@@ -73,6 +74,37 @@ def test_not_ready_node_is_cordoned_after_the_grace(harness):
     assert outcomes == {node: "uncordoned"}  # the reboot brought it back
 
 
+def ready(fleet, node: str, timeout_s: float = 20.0) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        conditions = fleet.node(node)["status"]["conditions"]
+        if any(c["type"] == "Ready" and c["status"] == "True" for c in conditions):
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_escalated_node_returns_through_the_recovery_sweep_after_gcp_repair(harness):
+    fleet = harness.fleet
+    node = fleet.node_name(2)
+    fleet.set_outcome(node, "diag", "failed")
+    fleet.set_metrics(node, xids=[79])
+    result, outcomes = harness.run(sweep_once)
+    assert outcomes == {node: "escalated"} and fleet.counts("repair") == {node: 1}
+    assert ann.ESCALATED in fleet.node(node)["metadata"]["annotations"]
+
+    # GCP moved the VM to a healthy host (the fake restarts it); once it is Ready with a new
+    # boot id, the recovery sweep reboots and stress-tests it again and puts it back.
+    fleet.set_outcome(node, "diag", "succeeded")
+    assert ready(fleet, node)
+    result, outcomes = harness.run(sweep_once)
+    assert result.started == 1 and outcomes == {node: "uncordoned"}
+    have = fleet.node(node)
+    assert not have["spec"]["unschedulable"]
+    assert ann.ESCALATED not in have["metadata"]["annotations"]
+    assert fleet.counts("repair") == {node: 1} and fleet.counts("reboot") == {node: 2}
+
+
 def test_shrink_request_lowers_worker_replicas_once(harness):
     fleet = harness.fleet
     fleet.add_raycluster("research", "lm", {"gpu-workers": 16, "aux": 2})
@@ -106,8 +138,34 @@ def test_status_and_history_read_the_workflow_history(harness, temporal_address)
     for step in ("cordon", "inspect", "reboot", "boot_state", "stress", "uncordon"):
         assert step in steps
     assert "double-bit ECC error" in history.output
-    missing = runner.invoke(cli, ["status", "no-such-node", "--address", temporal_address])
-    assert missing.exit_code != 0
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "message"),
+    [
+        (["status", "no-such-node"], 4, "no remediation workflow for node no-such-node"),
+        (["history", "no-such-node"], 4, "no remediation workflow for node no-such-node"),
+        (["status", "n1", "--address", "127.0.0.1:1"], 1, "temporal.address 127.0.0.1:1"),
+        (["inject", "{tmp}/none.json", "n1", "--xid", "79"], 2, "{tmp}/none.json: PATH: no fake"),
+        (["inject", "{tmp}/fleet.json", "gpu-9", "--xid", "79"], 4, "node gpu-9 not found"),
+        (["inject", "{tmp}/fleet.json", "gpu-0000", "--xid", "x"], 2, "'--xid': 'x' is not"),
+        (["inject", "{tmp}/fleet.json", "gpu-0000", "--outcome", "check=ok"], 2, "--outcome"),
+        (["fake-fleet", "{tmp}/other.json", "--nodes", "0"], 2, "'--nodes': 0 is not"),
+        (["worker", "--fake", "{tmp}/none.json", "--config", "{tmp}/w.yaml"], 2, "--fake: no"),
+    ],
+)
+def test_cli_errors_are_one_line_with_exit_codes(
+    tmp_path, capsys, temporal_address, args, code, message
+):
+    FakeCluster.create(tmp_path / "fleet.json", nodes=1)
+    (tmp_path / "w.yaml").write_text("cluster: ultra-usc1\njobs: {check_image: img}\n")
+    argv = [a.replace("{tmp}", str(tmp_path)) for a in args]
+    if argv[0] in ("status", "history") and "--address" not in argv:
+        argv += ["--address", temporal_address]
+    assert run_cli(argv) == code
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("error: ")
+    assert message.replace("{tmp}", str(tmp_path)) in err
 
 
 @pytest.mark.slow
@@ -160,3 +218,21 @@ def test_sweep_over_1250_nodes_detects_every_fault(harness):
         )
 
     harness.run(cleanup)
+
+
+def test_a_worker_started_with_new_settings_replaces_the_running_sweep(harness):
+    cluster = f"c-{harness.queue}"
+
+    async def twice(h):
+        first = await start_sweep(h.client, cluster, h.queue + "-idle", h.timings)
+        newer = Timings(**(vars(h.timings) | {"sweep_period_s": 7.0}))
+        second = await start_sweep(h.client, cluster, h.queue + "-idle", newer)
+        runs = [h.client.get_workflow_handle(x.id, run_id=x.result_run_id) for x in (first, second)]
+        described = [await run.describe() for run in runs]
+        await second.terminate()
+        return first, second, described
+
+    first, second, (old, new) = harness.run(twice)
+    assert first.id == second.id == sweep_workflow_id(cluster)
+    assert old.run_id != new.run_id and old.status.name == "TERMINATED"
+    assert new.status.name == "RUNNING"
