@@ -102,11 +102,12 @@ def plan_capacity(cfg) -> tuple[capacity.Plan, bool]:
     return result, use_gpu
 
 
-def trainer_for(cfg, world: int, use_gpu: bool, sink, output_dir: Path):
+def trainer_for(cfg, world: int, use_gpu: bool, sink, output_dir: Path, control=None):
     """The Ray Train TorchTrainer running `driver.loop.train_worker` on `world` workers."""
-    from ray.train import FailureConfig, RunConfig, ScalingConfig
+    from ray.train import RunConfig, ScalingConfig
     from ray.train.torch import TorchConfig, TorchTrainer
 
+    from driver.checkpoint import failure_config
     from driver.loop import train_worker
 
     par = cfg.parallelism
@@ -114,10 +115,9 @@ def trainer_for(cfg, world: int, use_gpu: bool, sink, output_dir: Path):
     resources = {"CPU": par.cpus_per_worker, **({"GPU": 1} if use_gpu else {})}
     root = cfg.checkpoint.root
     storage = f"{root}/{cfg.run.team}/{cfg.run.name}" if "://" in root else output_dir / "ray"
-    restarts = cfg.checkpoint.max_failures if cfg.checkpoint.interval_steps else 0
     return TorchTrainer(
         train_worker,
-        train_loop_config={"cfg": cfg, "sink": sink},
+        train_loop_config={"cfg": cfg, "sink": sink, "control": control},
         scaling_config=ScalingConfig(
             num_workers=world, use_gpu=use_gpu, resources_per_worker=resources
         ),
@@ -125,7 +125,7 @@ def trainer_for(cfg, world: int, use_gpu: bool, sink, output_dir: Path):
         run_config=RunConfig(
             name=f"{cfg.run.team}-{cfg.run.name}",
             storage_path=str(Path(storage).resolve()) if "://" not in str(storage) else storage,
-            failure_config=FailureConfig(max_failures=restarts),
+            failure_config=failure_config(cfg.checkpoint),
         ),
     )
 
@@ -135,6 +135,7 @@ def launch(cfg, config_yaml: str, fmt: str, say=print) -> dict:
     import ray
 
     from driver import crash
+    from driver.checkpoint.control import relay_sigterm, start_control
     from driver.progress import Progress, summarize
     from driver.telemetry import start_sink
 
@@ -147,15 +148,22 @@ def launch(cfg, config_yaml: str, fmt: str, say=print) -> dict:
     progress = Progress(cfg, sink, output_dir, fmt)
     progress.log(f"ray {'embedded' if embedded else 'cluster'}: {ray.cluster_resources()}")
     progress.log(f"starting {result.world_size} training workers ({'GPU' if use_gpu else 'CPU'})")
-    trainer = trainer_for(cfg, result.world_size, use_gpu, sink, output_dir)
+    control = start_control()  # attempts and preemption notices (driver.checkpoint.control)
+    trainer = trainer_for(cfg, result.world_size, use_gpu, sink, output_dir, control)
     progress.start()
+    stop_relay = relay_sigterm(control, progress.log) if cfg.checkpoint.active else lambda: None
     try:
         trainer.fit()
     except Exception as err:
+        stop_relay()
+        restarts = ray.get(control.restarts.remote(), timeout=30)
+        if restarts:
+            progress.log(f"the worker group was restarted {restarts} times")
         progress.close()
         ranks = failed_ranks(err, ray.get(sink.get_failures.remote(), timeout=30))
         bundle = crash.write_bundle(output_dir, config_yaml, err, ranks, list(progress.lines))
         raise RunFailed(headline(err, ranks), bundle) from err
+    stop_relay()
     progress.close()
     summary = summarize(progress.rows)
     summary.update(
@@ -163,7 +171,10 @@ def launch(cfg, config_yaml: str, fmt: str, say=print) -> dict:
         wall_s=time.monotonic() - started,
         output_dir=str(output_dir),
         metrics=str(progress.path),
+        restarts=ray.get(control.restarts.remote(), timeout=30),
     )
+    final = ray.get(control.final.remote(), timeout=30)
+    summary.update({k: v for k, v in final.items() if k.startswith(("ckpt_", "preempt"))})
     return summary
 
 

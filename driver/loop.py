@@ -4,9 +4,10 @@ Per rank: NUMA pinning, the reference workload, DDP (or FSDP2 when `parallelism.
 > 1), AdamW with warm-up + cosine, gradient accumulation, clipping, bf16 autocast on GPU,
 and one metrics row per step pushed to the driver's sink by rank 0. Two hooks keep the
 loop independent of the data pipeline and checkpoint libraries: the batch source
-(`data.source`, an iterator with state_dict) and the checkpointer (`driver.checkpoint`,
-used when `checkpoint.interval_steps` or `checkpoint.resume` ask for it). A failing rank
-records its traceback and log tail in the sink, then re-raises.
+(`data.source`, an iterator with state_dict) and the checkpoint session
+(`driver.checkpoint.session`: resume, periodic saves, preemption, the final save; used when
+`checkpoint.interval_steps` or `checkpoint.resume` ask for it). A failing rank records its
+traceback and log tail in the sink, then re-raises.
 """
 
 from __future__ import annotations
@@ -26,16 +27,18 @@ def import_object(path: str):
 
 
 def train_worker(args: dict) -> None:
-    """Ray Train entry point: `args` holds `cfg` (TrainConfig) and `sink` (actor handle)."""
+    """Ray Train entry point: `args` holds `cfg` (TrainConfig), `sink` (actor handle) and
+    `control` (the checkpoint control actor, driver.checkpoint.control)."""
     import ray.train
 
     from driver.telemetry import worker_logger
 
-    cfg, sink = args["cfg"], args["sink"]
+    cfg, sink, control = args["cfg"], args["sink"], args.get("control")
     rank = ray.train.get_context().get_world_rank()
     logger, tail = worker_logger(cfg.logging.tail_lines)
+    share_handlers(logger, "driver.checkpoint")
     try:
-        final = run(cfg, sink, logger)
+        final = run(cfg, sink, logger, control)
     except BaseException as err:
         record = {
             "host": socket.gethostname(),
@@ -48,6 +51,8 @@ def train_worker(args: dict) -> None:
         with contextlib.suppress(Exception):
             ray.get(sink.fail.remote(rank, record), timeout=10)
         raise
+    if rank == 0 and control is not None:  # the summary's checkpoint fields
+        ray.get(control.finish.remote(final), timeout=30)
     ray.train.report(final)
 
 
@@ -95,7 +100,17 @@ def wrap(model, cfg, device, world: int):
     return model
 
 
-def run(cfg, sink, logger) -> dict:
+def share_handlers(logger, name: str) -> None:
+    """Send the `name` logger's lines where the worker's go (log tail, stderr)."""
+    import logging
+
+    other = logging.getLogger(name)
+    other.handlers = list(logger.handlers)
+    other.setLevel(logging.INFO)
+    other.propagate = False
+
+
+def run(cfg, sink, logger, control=None) -> dict:
     """Build everything and train; returns the final metrics."""
     import ray.train
     import torch
@@ -113,26 +128,28 @@ def run(cfg, sink, logger) -> dict:
     source = import_object(cfg.data.source)(
         work.dataset, cfg.train.micro_batch_size, rank, world, cfg.train.seed
     )
-    ckpt, state = checkpointing(cfg, model, optimizer, scheduler, source, rank, world)
-    resumed = ckpt.resume(state) if ckpt else None
-    start = resumed.step if resumed else 0
+    session = checkpointing(cfg, model, optimizer, scheduler, source, rank, world, control)
+    start = session.resume() if session else 0
     logger.info("rank %d/%d on %s starts at step %d", rank, world, device, start)
-    torch.manual_seed(cfg.train.seed + 1000 * rank + start)
+    if not (session and session.rng_restored):  # else the checkpoint's RNG states go on
+        torch.manual_seed(cfg.train.seed + 1000 * rank + start)
     loop = Loop(cfg, model, work, optimizer, scheduler, device, world)
     try:
-        row = train_steps(cfg, loop, source, ckpt, state, start, sink, logger)
+        row = train_steps(cfg, loop, source, session, start, sink, logger)
+    except BaseException:
+        if session:
+            session.abandon()
+        raise
     finally:
         if hasattr(source, "close"):
             source.close()
-    if ckpt:
-        if cfg.checkpoint.interval_steps and start < cfg.train.steps:
-            ckpt.save(cfg.train.steps, state)
-        ckpt.close()
-    return {"final_loss": row.get("loss"), "steps": cfg.train.steps}
+    final = {"final_loss": row.get("loss"), "steps": cfg.train.steps}
+    return {**final, **(session.finish() if session else {})}
 
 
-def train_steps(cfg, loop, source, ckpt, state, start: int, sink, logger) -> dict:
-    """Steps `start`..`train.steps`; rank 0 pushes each row to the sink. The last row."""
+def train_steps(cfg, loop, source, session, start: int, sink, logger) -> dict:
+    """Steps `start`..`train.steps`, or until a preemption notice stops every rank; rank 0
+    pushes each row (with the checkpoint fields) to the sink. The last row."""
     import ray.train
 
     rank = ray.train.get_context().get_world_rank()
@@ -141,11 +158,13 @@ def train_steps(cfg, loop, source, ckpt, state, start: int, sink, logger) -> dic
     for step in range(start, cfg.train.steps):
         row = loop.step(step, batches)
         logger.info("step %d loss %.4f", step, row["loss"])
+        if session:
+            session.after_step(step + 1, row)
         if rank == 0:
             sink.push.remote(row)
         inject_failure(cfg, step, rank)
-        if ckpt and ckpt.due(step + 1):
-            ckpt.save(step + 1, state)
+        if session and session.should_stop(step + 1):
+            break
     return row
 
 
@@ -156,14 +175,15 @@ def inject_failure(cfg, step: int, rank: int) -> None:
         raise RuntimeError(f"debug.fail_at_step={at}: injected failure on rank {rank}")
 
 
-def checkpointing(cfg, model, optimizer, scheduler, source, rank, world):
-    """The checkpointer and the state it saves, or (None, None) when checkpoints are off."""
-    if not cfg.checkpoint.interval_steps and not cfg.checkpoint.resume:
-        return None, None
-    from driver.checkpoint import Checkpointer, TrainState
+def checkpointing(cfg, model, optimizer, scheduler, source, rank, world, control):
+    """The worker's CheckpointSession, or None when checkpoints are off."""
+    if not cfg.checkpoint.active:
+        return None
+    from driver.checkpoint import TrainState
+    from driver.checkpoint.session import CheckpointSession
 
     state = TrainState(model=model, optimizer=optimizer, lr_scheduler=scheduler, dataloader=source)
-    return Checkpointer(cfg.checkpoint, cfg.run.team, cfg.run.name, rank, world), state
+    return CheckpointSession(cfg, state, rank, world, control)
 
 
 class Loop:

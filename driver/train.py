@@ -3,7 +3,8 @@
 Composes the config (driver/conf groups + the YAML + overrides), prints it and saves it as
 `<run.output_dir>/config.yaml`, then runs training on Ray (embedded locally, `address=auto`
 in a cluster) and ends with a summary. Exit codes: 0 done, 1 the run failed (a crash bundle
-was written), 2 bad config (one line naming the key).
+was written), 2 bad config (one line naming the key), 143 stopped by SIGTERM (after a final
+checkpoint when it fitted `checkpoint.preemption_budget_s`; run again to resume).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from pathlib import Path
 from catalog.errors import InputError
 
 USAGE = "usage: python -m driver.train CONFIG.yaml [key=value ...]"
+PREEMPTED = 143  # 128 + SIGTERM: the run stopped early on a preemption notice
 
 
 def output_format(cfg) -> str:
@@ -36,12 +38,36 @@ def format_summary(summary: dict) -> str:
             f"  loss {summary['first_loss']:.4f} -> {summary['final_loss']:.4f}, "
             f"{summary['steps_per_s']:.2f} steps/s, {summary['wall_s']:.0f} s wall"
         )
+    lines += checkpoint_lines(summary)
     lines.append(f"  outputs: {summary['output_dir']} (metrics: {summary['metrics']})")
     return "\n".join(lines)
 
 
+def checkpoint_lines(summary: dict) -> list[str]:
+    """The summary's checkpoint lines: the newest committed checkpoint, failed saves,
+    worker-group restarts and a preemption."""
+    lines = []
+    if summary.get("restarts"):
+        lines.append(f"  worker group restarted {summary['restarts']} times")
+    if "ckpt_committed_step" in summary:
+        uri = summary.get("ckpt_uri") or "none"
+        lines.append(f"  newest committed checkpoint: {uri}")
+        if not summary.get("steps") and summary["ckpt_committed_step"] >= 0:
+            lines.append(
+                f"  resumed at step {summary['ckpt_committed_step']}: nothing left to train "
+                "(raise train.steps, or start over with checkpoint.resume=null)"
+            )
+    if summary.get("ckpt_failures"):
+        error = summary.get("ckpt_error", "")
+        lines.append(f"  checkpoint saves failed: {summary['ckpt_failures']} (last: {error})")
+    if summary.get("preempted_at") is not None:
+        reason = summary.get("preempt_reason", "")
+        lines.append(f"  stopped by SIGTERM after step {summary['preempted_at']} ({reason})")
+    return lines
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Run the driver; returns the exit code (0, 1 or 2)."""
+    """Run the driver; returns the exit code (0, 1, 2 or 143)."""
     args = list(sys.argv[1:] if argv is None else argv)
     if not args or args[0] in ("-h", "--help"):
         print(USAGE, file=sys.stderr if not args else sys.stdout)
@@ -50,6 +76,7 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         cfg, config_yaml = compose(args[0], args[1:])
+        check_resume(cfg, args[0])
     except InputError as err:
         print(f"error: {err.line()}", file=sys.stderr)
         return 2
@@ -62,6 +89,19 @@ def main(argv: list[str] | None = None) -> int:
     else:
         print(config_yaml, end="", flush=True)
     return _run(cfg, config_yaml, output_dir, fmt)
+
+
+def check_resume(cfg, source: str) -> None:
+    """An explicit `checkpoint.resume` URI must be a committed checkpoint (InputError)."""
+    if cfg.checkpoint.resume in (None, "auto"):
+        return
+    from driver.checkpoint import CheckpointError
+    from driver.checkpoint.loading import check_resume_uri
+
+    try:
+        check_resume_uri(cfg.checkpoint.resume)
+    except CheckpointError as err:
+        raise InputError(source, "checkpoint.resume", str(err)) from None
 
 
 def _run(cfg, config_yaml: str, output_dir: Path, fmt: str) -> int:
@@ -83,7 +123,7 @@ def _run(cfg, config_yaml: str, output_dir: Path, fmt: str) -> int:
         return 1
     (output_dir / "summary.json").write_text(json.dumps(summary, indent=1))
     print(format_summary(summary), flush=True)
-    return 0
+    return PREEMPTED if summary.get("preempted_at") is not None else 0
 
 
 if __name__ == "__main__":

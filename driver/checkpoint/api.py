@@ -18,6 +18,8 @@ class CheckpointRef:
 
     step: int
     uri: str
+    same_layout: bool = True
+    """Loaded by the world size that saved it: each rank got its own RNG states back."""
 
 
 def new_counters() -> dict[str, float]:
@@ -33,3 +35,15 @@ def new_counters() -> dict[str, float]:
         "last_blocked_s": 0.0,
         "last_write_s": 0.0,
     }
+
+
+def row_fields(counters: dict[str, float], last_error: str | None, reported: int) -> dict:
+    """The checkpoint fields of one metrics row: the newest committed step, the failed saves
+    so far and, when some failed since `reported` failures were last reported, the error."""
+    fields = {
+        "ckpt_committed_step": int(counters["last_committed_step"]),
+        "ckpt_failures": int(counters["saves_failed"]),
+    }
+    if counters["saves_failed"] > reported and last_error:
+        fields["ckpt_error"] = last_error
+    return fields

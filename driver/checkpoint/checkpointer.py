@@ -27,20 +27,19 @@ from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.staging import DefaultStager, StagingOptions
 from torch.distributed.checkpoint.state_dict_saver import AsyncSaveResponse
 
-from driver.checkpoint.api import CheckpointCallback, CheckpointRef, new_counters
+from driver.checkpoint.api import CheckpointCallback, new_counters
 from driver.checkpoint.config import CheckpointConfig
 from driver.checkpoint.errors import CheckpointError, summarize
 from driver.checkpoint.layout import (
     Marker,
-    newest_committed,
     run_uri,
     save_due,
     step_dir,
     to_delete,
 )
-from driver.checkpoint.loading import check_compatible, verified_marker
-from driver.checkpoint.state import TrainState, apply_dict, load_dict, save_dict
-from driver.checkpoint.storage import Storage, make_reader, make_writer
+from driver.checkpoint.loading import Loading
+from driver.checkpoint.state import TrainState, save_dict
+from driver.checkpoint.storage import Storage, make_writer
 
 log = logging.getLogger("driver.checkpoint")
 # Single-process runs save/load without a process group on purpose.
@@ -48,7 +47,7 @@ warnings.filterwarnings("ignore", message="torch.distributed is disabled, unavai
 FAILURES = (Exception, CheckpointException)
 
 
-class Checkpointer:
+class Checkpointer(Loading):
     """Saves and loads the training state of one rank."""
 
     def __init__(
@@ -82,8 +81,8 @@ class Checkpointer:
         # A separate gloo group: the background writer's collectives never interleave
         # with the training loop's, and async save needs a CPU backend.
         self._group = dist.new_group(backend="gloo") if self._owns_group else group
-        if self.writes and rank == 0:
-            self._clean(startup=True)
+        if self.writes and rank == 0:  # a destination we cannot clean is reported later
+            self._call(self._clean, True)
 
     # ---- saving -------------------------------------------------------------------------
 
@@ -99,6 +98,8 @@ class Checkpointer:
             return False
         started = time.perf_counter()
         self.wait()  # the staging buffers are reused: the previous write must be done
+        if step == self._last_saved and self._last_ok:
+            return True  # already saved (or loaded) at this step
         uri = self.storage.uri(step_dir(step))
         self.counters["saves_started"] += 1
         self._last_saved = step
@@ -224,70 +225,26 @@ class Checkpointer:
         """Whether a background write (or its commit) is still going on."""
         return self._pending is not None and not self._pending.done()
 
-    def wait(self) -> bool:
-        """Block until the last save is written and committed; whether it succeeded."""
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block until the last save is written and committed; whether it succeeded
+        (False too when `timeout` seconds pass first)."""
         self.staged()
         pending, self._pending = self._pending, None
         if pending is not None:
-            pending.result()
+            try:
+                pending.result(timeout)
+            except TimeoutError:
+                self._pending = pending
+                return False
         return self._last_ok
 
-    # ---- loading ------------------------------------------------------------------------
-
-    def latest(self) -> CheckpointRef | None:
-        """The newest committed checkpoint of this run."""
-        step = newest_committed(self.storage.step_dirs())
-        return None if step is None else CheckpointRef(step, self.storage.uri(step_dir(step)))
-
-    def resume(self, state: TrainState) -> CheckpointRef | None:
-        """Load what `config.resume` asks for: nothing, the newest committed, or a URI."""
-        if self.config.resume is None:
-            return None
-        if self.config.resume == "auto":
-            return self.load(state)
-        return self.load(state, self.config.resume)
-
-    def load(self, state: TrainState, uri: str | None = None) -> CheckpointRef | None:
-        """Load a committed checkpoint (default: the newest of this run) into `state`,
-        resharding to the current layout. Raises CheckpointError naming the checkpoint."""
-        if uri is None:
-            ref = self._agreed(self.latest())
-            if ref is None:
-                return None
-            uri = ref.uri
-        uri = uri.rstrip("/")
-        marker = verified_marker(uri)
-        source_rank = self.rank if marker.world_size == self.world_size else None
-        target = load_dict(state, source_rank)
-        check_compatible(uri, target)
-        error = self._call(
-            dcp.load,
-            target,
-            storage_reader=make_reader(uri),
-            process_group=self._group,
-            no_dist=not self._distributed,
-        )
-        if error is not None:
-            raise CheckpointError(uri, f"cannot be read (corrupt?): {summarize(error)}")
-        apply_dict(state, target, source_rank)
-        self.counters["loads"] += 1
-        self._last_saved = marker.step
-        return CheckpointRef(marker.step, uri)
-
-    def _agreed(self, ref: CheckpointRef | None) -> CheckpointRef | None:
-        """Rank 0's choice, so that every rank loads the same checkpoint."""
-        if not self._distributed:
-            return ref
-        box = [ref]
-        dist.broadcast_object_list(box, group=self._group, group_src=0)
-        return box[0]
-
-    def close(self) -> None:
-        """Wait for the last write, then release the staging buffers and threads."""
+    def close(self, timeout: float | None = None) -> None:
+        """Wait (up to `timeout` seconds) for the last write, then release the staging
+        buffers and threads."""
         try:
-            self.wait()
+            self.wait(timeout)
         finally:
-            self._finalizer.shutdown(wait=True)
+            self._finalizer.shutdown(wait=timeout is None)
             if self._stager is not None:
                 self._stager.close()
                 self._stager = None

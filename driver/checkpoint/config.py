@@ -76,6 +76,11 @@ class CheckpointConfig:
     def __post_init__(self) -> None:
         self.validate()
 
+    @property
+    def active(self) -> bool:
+        """Whether the training driver checkpoints at all: periodic saves or a resume."""
+        return self.interval_steps > 0 or self.resume is not None
+
     def validate(self, source: str | None = None) -> None:
         """Raise `InputError` naming `checkpoint.<field>` for the first bad value."""
         for name in ("interval_steps", "keep_last", "keep_every", "max_failures"):

@@ -1,17 +1,24 @@
-"""Checks before a checkpoint is loaded: committed, complete, and made for this model.
+"""Loading checkpoints: the checks before (committed, complete, made for this model) and
+the Checkpointer's loading half (`Loading`: latest, resume, load).
 
 Each failure is a one-line CheckpointError naming the checkpoint.
 """
 
 from __future__ import annotations
 
+import logging
+
 import torch
+import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint._nested_dict import flatten_state_dict
 from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.metadata import TensorStorageMetadata
 
+from driver.checkpoint.api import CheckpointRef
 from driver.checkpoint.errors import CheckpointError, summarize
-from driver.checkpoint.layout import Marker, file_problems
+from driver.checkpoint.layout import Marker, file_problems, newest_committed, step_dir
+from driver.checkpoint.state import TrainState, apply_dict, load_dict
 from driver.checkpoint.storage import Storage, make_reader
 
 
@@ -37,6 +44,24 @@ def verified_marker(uri: str) -> Marker:
     if problems:
         raise CheckpointError(uri, f"is truncated or corrupt: {_first(problems)}")
     return marker
+
+
+def check_resume_uri(uri: str | None) -> None:
+    """Before any worker starts: an explicit `checkpoint.resume` URI must name a committed,
+    complete checkpoint (`auto` and null pass). Raises CheckpointError."""
+    if uri in (None, "auto"):
+        return
+    quiet = logging.getLogger("gcsfs")  # it logs each failed retry with a traceback
+    level = quiet.level
+    quiet.setLevel(logging.CRITICAL)
+    try:
+        verified_marker(uri.rstrip("/"))
+    except CheckpointError:
+        raise
+    except Exception as exc:  # storage unreachable, no permission, bad bucket name ...
+        raise CheckpointError(uri, f"cannot be read: {summarize(exc)}") from None
+    finally:
+        quiet.setLevel(level)
 
 
 def check_compatible(uri: str, target: dict) -> None:
@@ -75,3 +100,63 @@ def compatibility_problems(
     extra = sorted(k for k in saved_tensors if k.startswith("model.") and k not in tensors)
     problems += [f"{key} is in the checkpoint but not in the model" for key in extra]
     return problems
+
+
+class Loading:
+    """The loading half of the Checkpointer (it supplies config, storage, rank, world_size,
+    counters and the process group)."""
+
+    def latest(self) -> CheckpointRef | None:
+        """The newest committed checkpoint of this run."""
+        step = newest_committed(self.storage.step_dirs())
+        return None if step is None else CheckpointRef(step, self.storage.uri(step_dir(step)))
+
+    def resume(self, state: TrainState, restarted: bool = False) -> CheckpointRef | None:
+        """Load what `config.resume` asks for: nothing, the newest committed, or a URI.
+        `restarted` (a restarted worker group): the newest committed checkpoint of this run
+        first, whatever `config.resume` says; the configured choice only if there is none."""
+        if restarted:
+            ref = self.load(state)
+            if ref is not None:
+                return ref
+        if self.config.resume is None:
+            return None
+        if self.config.resume == "auto":
+            return self.load(state)
+        return self.load(state, self.config.resume)
+
+    def load(self, state: TrainState, uri: str | None = None) -> CheckpointRef | None:
+        """Load a committed checkpoint (default: the newest of this run) into `state`,
+        resharding to the current layout. Raises CheckpointError naming the checkpoint."""
+        if uri is None:
+            ref = self._agreed(self.latest())
+            if ref is None:
+                return None
+            uri = ref.uri
+        uri = uri.rstrip("/")
+        marker = verified_marker(uri)
+        source_rank = self.rank if marker.world_size == self.world_size else None
+        target = load_dict(state, source_rank)
+        check_compatible(uri, target)
+        try:
+            dcp.load(
+                target,
+                storage_reader=make_reader(uri),
+                process_group=self._group,
+                no_dist=not self._distributed,
+            )
+        except (Exception, CheckpointException) as error:
+            raise CheckpointError(uri, f"cannot be read (corrupt?): {summarize(error)}") from None
+        apply_dict(state, target, source_rank)
+        self.counters["loads"] += 1
+        self.counters["last_committed_step"] = marker.step
+        self._last_saved = marker.step
+        return CheckpointRef(marker.step, uri, same_layout=source_rank is not None)
+
+    def _agreed(self, ref: CheckpointRef | None) -> CheckpointRef | None:
+        """Rank 0's choice, so that every rank loads the same checkpoint."""
+        if not self._distributed:
+            return ref
+        box = [ref]
+        dist.broadcast_object_list(box, group=self._group, group_src=0)
+        return box[0]

@@ -1,6 +1,6 @@
 """Preemption: on SIGTERM, save a final checkpoint when it can finish in time, then stop.
 
-guard = PreemptionGuard(checkpointer).install()
+guard = PreemptionGuard(checkpointer, poll=notice).install()   # poll: optional, see below
 for step in ...:
     train_step(...)
     if guard.on_step_end(step, state):   # SIGTERM arrived: final save done (or skipped)
@@ -13,6 +13,7 @@ import logging
 import signal
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 log = logging.getLogger("driver.checkpoint")
@@ -56,8 +57,18 @@ class PreemptionGuard:
     signum: int = signal.SIGTERM
     requested_at: float | None = None
     """Monotonic time of the signal; None until one arrives."""
+    poll: Callable[[], float | None] | None = None
+    """Another source of the notice, asked after every step: the wall-clock time of a
+    notice, or None (the training driver relays its own SIGTERM this way, because Ray Train
+    runs the loop outside the worker's main thread, where no signal handler can be set)."""
 
     def __post_init__(self) -> None:
+        self.stopped_at: int | None = None
+        """The step the loop stopped after, once a notice was handled."""
+        self.reason = ""
+        """Why the final checkpoint was (or was not) written."""
+        self.final_saved = False
+        """Whether the final checkpoint was written and committed."""
         self._previous = None
         self._group = None
         if getattr(self.checkpointer, "_distributed", False):
@@ -85,6 +96,10 @@ class PreemptionGuard:
 
     def on_step_end(self, step: int, state) -> bool:
         """After each step: False to go on; True (after a final checkpoint if it fits) to stop."""
+        if self.requested_at is None and self.poll is not None:
+            at = self.poll()
+            if at is not None:  # the notice's age counts against the budget
+                self.requested_at = time.monotonic() - max(0.0, time.time() - at)
         if not self._agree(self.requested_at is not None):
             return False
         ckpt = self.checkpointer
@@ -96,9 +111,8 @@ class PreemptionGuard:
         ok, why = final_save_decision(remaining, estimate_save_s(ckpt.write_durations), step, last)
         ok = self._from_rank0(ok)
         log.warning("preemption notice at step %d: %s", step, why)
-        if ok and ckpt.writes:
-            ckpt.save(step, state)
-            ckpt.wait()
+        self.stopped_at, self.reason = step, why
+        self.final_saved = bool(ok and ckpt.writes and ckpt.save(step, state) and ckpt.wait())
         return True
 
     def _agree(self, seen: bool) -> bool:

@@ -1,8 +1,9 @@
 """Worker-group restarts: Ray Train's FailureConfig from the checkpoint config.
 
-Ray Train restarts a failed worker group up to `checkpoint.max_failures` times; each new
-group's workers build their Checkpointer with `resume="auto"` and so start from the newest
-committed checkpoint of the run (staged or partial ones are never used).
+Ray Train restarts a failed worker group up to `checkpoint.max_failures` times when
+periodic checkpoints are on (without them there is nothing to restart from: 0). The
+workers of a restarted group resume from the newest committed checkpoint of the run
+(`driver.checkpoint.session`); staged or partial ones are never used.
 """
 
 from __future__ import annotations
@@ -10,8 +11,13 @@ from __future__ import annotations
 from driver.checkpoint.config import CheckpointConfig
 
 
+def allowed_restarts(config: CheckpointConfig) -> int:
+    """`max_failures` with periodic checkpoints, else 0."""
+    return config.max_failures if config.interval_steps > 0 else 0
+
+
 def failure_config(config: CheckpointConfig):
-    """`ray.train.FailureConfig` allowing `config.max_failures` worker-group restarts."""
+    """`ray.train.FailureConfig` allowing `allowed_restarts(config)` worker-group restarts."""
     import ray.train
 
-    return ray.train.FailureConfig(max_failures=config.max_failures)
+    return ray.train.FailureConfig(max_failures=allowed_restarts(config))

@@ -135,5 +135,7 @@ def test_preemption_skips_a_save_that_cannot_finish(root, checkpointers):
     assert ckpt.latest() is None
 
 
-def test_failure_config_for_worker_group_restarts():
-    assert failure_config(config("x", max_failures=4)).max_failures == 4
+@pytest.mark.parametrize("interval, want", [(3, 4), (0, 0)])
+def test_failure_config_for_worker_group_restarts(interval, want):
+    cfg = config("x", max_failures=4, interval_steps=interval)
+    assert failure_config(cfg).max_failures == want

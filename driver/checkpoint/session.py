@@ -1,0 +1,88 @@
+"""Checkpointing as the training driver's loop uses it, on each Ray Train worker.
+
+    session = CheckpointSession(cfg, state, rank, world, control)
+    start = session.resume()                 # the step to start after (0: fresh)
+    for step in range(start, cfg.train.steps):
+        row = train_one_step(...)
+        session.after_step(step + 1, row)    # periodic save + the metrics row's ckpt_* fields
+        if session.should_stop(step + 1):    # a preemption notice: final save done or skipped
+            break
+    final = session.finish()                 # final save, wait for the writes, final metrics
+
+On a failure the loop calls `session.abandon()`: a checkpoint staged before the failure may
+still commit (up to `checkpoint.preemption_budget_s`). A worker of a restarted worker group
+(the control actor counts the starts of each rank) resumes from the newest committed
+checkpoint of the run, whatever `checkpoint.resume` says.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from driver.checkpoint.api import CheckpointRef, row_fields
+from driver.checkpoint.checkpointer import Checkpointer
+from driver.checkpoint.control import NoticePoll
+from driver.checkpoint.listeners import RayListeners
+from driver.checkpoint.preemption import PreemptionGuard
+from driver.checkpoint.state import TrainState
+
+log = logging.getLogger("driver.checkpoint")
+
+
+class CheckpointSession:
+    """One worker's checkpointer, preemption guard and attempt number."""
+
+    def __init__(self, cfg, state: TrainState, rank: int, world: int, control=None):
+        import ray
+
+        self.config, self.steps, self.state = cfg.checkpoint, cfg.train.steps, state
+        listeners = (RayListeners(),)  # auxiliary workers' listener actors, called by rank 0
+        run = cfg.run
+        self.ckpt = Checkpointer(self.config, run.team, run.name, rank, world, callbacks=listeners)
+        poll = NoticePoll(control) if control is not None and rank == 0 else None
+        self.guard = PreemptionGuard(self.ckpt, poll=poll)
+        self.attempt = ray.get(control.start.remote(rank)) if control is not None else 0
+        self.resumed: CheckpointRef | None = None
+        self.start = 0
+        self._reported = 0
+
+    def resume(self) -> int:
+        """Load the checkpoint `checkpoint.resume` (or a restart) asks for; the start step."""
+        self.resumed = self.ckpt.resume(self.state, restarted=self.attempt > 0)
+        self.start = self.resumed.step if self.resumed else 0
+        if self.resumed:
+            log.warning("resumed from %s (attempt %d)", self.resumed.uri, self.attempt)
+        return self.start
+
+    @property
+    def rng_restored(self) -> bool:
+        """Whether the checkpoint gave this rank its own RNG states back (same world size)."""
+        return bool(self.resumed and self.resumed.same_layout)
+
+    def after_step(self, step: int, row: dict) -> None:
+        """Save when the interval says so; add the checkpoint fields to the metrics row."""
+        if self.ckpt.due(step) and self.ckpt.save(step, self.state):
+            row["ckpt_blocked_s"] = self.ckpt.counters["last_blocked_s"]
+        row.update(row_fields(self.ckpt.counters, self.ckpt.last_error, self._reported))
+        self._reported = row["ckpt_failures"]
+
+    def should_stop(self, step: int) -> bool:
+        """After each step, on every rank: whether a preemption notice stops the run here."""
+        return self.guard.on_step_end(step, self.state)
+
+    def abandon(self) -> None:
+        """The loop failed: give a staged checkpoint a bounded chance to commit."""
+        self.ckpt.close(timeout=self.config.preemption_budget_s)
+
+    def finish(self) -> dict:
+        """The final save (unless preempted), then the checkpoint part of the final metrics."""
+        stopped = self.guard.stopped_at
+        if stopped is None and self.config.interval_steps and self.start < self.steps:
+            self.ckpt.save(self.steps, self.state)
+        self.ckpt.close()
+        latest = self.ckpt.latest()
+        final = row_fields(self.ckpt.counters, self.ckpt.last_error, 0)
+        final["ckpt_uri"] = latest.uri if latest else None
+        if stopped is not None:
+            final.update(preempted_at=stopped, preempt_reason=self.guard.reason)
+        return final
