@@ -150,15 +150,20 @@ def format_plan(result: Plan) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> None:
-    """`python -m driver.capacity NODES SLOTS_PER_NODE [GROUP]`: the plan with the shipped
-    encode_eval services (an encoder per 16 trainers, one evaluator)."""
-    args = [int(a) for a in (argv if argv is not None else sys.argv[1:])] or [1250, 8]
-    nodes, slots = args[0], args[1] if len(args) > 1 else 8
-    group = args[2] if len(args) > 2 else 8
-    services = [Service("encoder", 1.0, 16), Service("evaluator", 1.0, singleton=True)]
-    print(format_plan(plan(nodes, slots, services, group_size=group)))
+def main(argv: list[str] | None = None) -> int:
+    """`python -m driver.capacity [NODES [SLOTS_PER_NODE [GROUP]]]`: the plan with the shipped
+    encode_eval services (an encoder per 16 trainers, one evaluator); 1250 x 8 by default."""
+    words = list(argv if argv is not None else sys.argv[1:])
+    try:
+        nodes, slots, group = [int(w) for w in words] + [1250, 8, 8][len(words) :]
+        services = [Service("encoder", 1.0, 16), Service("evaluator", 1.0, singleton=True)]
+        print(format_plan(plan(nodes, slots, services, group_size=group)))
+    except (ValueError, CapacityError) as err:
+        print(f"error: {err}\nusage: python -m driver.capacity [NODES [SLOTS [GROUP]]]",
+              file=sys.stderr)  # fmt: skip
+        return 2
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

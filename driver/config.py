@@ -8,10 +8,10 @@ wrong types. Every problem is a `catalog.InputError` naming the file and the key
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 from catalog.errors import InputError
+from driver.config_errors import check_overrides, one_line
 from driver.schema import TrainConfig, register
 
 CONF_DIR = Path(__file__).parent / "conf"
@@ -39,13 +39,17 @@ def compose(path: str | Path, overrides: list[str] | None = None) -> tuple[Train
     path = Path(path)
     if not path.is_file():
         raise InputError(path, None, "config file not found")
-    cfg = _hydra_compose(path, list(overrides or []))
+    overrides = list(overrides or [])
+    check_overrides(path, overrides)
+    cfg = _hydra_compose(path, overrides)
     try:
         obj: TrainConfig = OmegaConf.to_object(cfg)
     except InputError as err:  # a component's own check (__post_init__)
         raise InputError(path, err.field, err.message) from None
     except Exception as err:  # a missing mandatory value surfaces here
-        raise _one_line(path, err) from None
+        raise one_line(path, err) from None
+    if not isinstance(obj, TrainConfig):
+        raise InputError(path, "defaults", "not a driver config: list train_schema first")
     extra = _extra_key(
         OmegaConf.to_container(cfg), OmegaConf.to_container(OmegaConf.structured(obj))
     )
@@ -68,41 +72,9 @@ def _hydra_compose(path: Path, overrides: list[str]):
         with initialize_config_dir(config_dir=str(path.resolve().parent), version_base="1.3"):
             return hydra_compose(config_name=path.stem, overrides=[searchpath, *overrides])
     except Exception as err:
-        raise _one_line(path, err) from None
+        raise one_line(path, err) from None
     finally:
         GlobalHydra.instance().clear()
-
-
-_FULL_KEY = re.compile(r"full_key: ([\w.\[\]]+)")
-_NOT_IN = re.compile(r"Key '(\w+)' not in '(\w+)'")
-_OVERRIDE = re.compile(r"Could not override '([\w.]+)'")
-_GROUP = re.compile(r"Could not find '(\w+)/")
-
-
-def _one_line(path: Path, err: Exception) -> InputError:
-    """Hydra's and OmegaConf's multi-line messages as one line naming the key."""
-    text = str(err)
-    cause = err.__cause__ or err.__context__
-    detail = str(cause) if cause is not None else text
-    key = None
-    for pattern, source in (
-        (_FULL_KEY, detail),
-        (_OVERRIDE, text),
-        (_FULL_KEY, text),
-        (_GROUP, text),
-    ):
-        found = pattern.search(source)
-        if found:
-            key = found.group(1)
-            break
-    first = next((line for line in detail.splitlines() if line.strip()), detail).strip()
-    if _NOT_IN.search(detail) or "not in struct" in detail.lower():
-        message = "unknown key"
-    elif "Value '" in first:
-        message = first.split(" (", 1)[0].strip()
-    else:
-        message = first.rstrip(".")
-    return InputError(path, key, message)
 
 
 def _extra_key(composed: object, typed: object, prefix: str = "") -> str | None:
@@ -150,6 +122,9 @@ def validate(cfg: TrainConfig, source: str | Path) -> None:
         raise InputError(source, "data", f"{cfg.model.kind} model needs {pairs[cfg.model.kind]}")
     if cfg.model.kind == "dit" and cfg.data.image_size % cfg.model.patch_size:
         raise InputError(source, "model.patch_size", "must divide data.image_size")
+    if par.workers and cfg.data.size < cfg.train.micro_batch_size * par.workers:
+        need = cfg.train.micro_batch_size * par.workers
+        raise InputError(source, "data.size", f"must hold one global batch ({need} examples)")
     if cfg.optimizer.warmup_steps < 0:
         raise InputError(source, "optimizer.warmup_steps", "must not be negative")
 

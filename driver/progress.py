@@ -34,7 +34,7 @@ def summarize(rows: list[dict], skip: int = 1) -> dict:
 class Progress:
     """Polls the sink in a thread until `close()`; keeps every row for the summary."""
 
-    def __init__(self, cfg, sink, output_dir: Path, fmt: str, interval_s: float = 0.5):
+    def __init__(self, cfg, sink, output_dir: Path, fmt: str, interval_s: float = 1.0):
         self.cfg, self.sink, self.fmt, self.interval_s = cfg, sink, fmt, interval_s
         self.path = output_dir / cfg.logging.metrics_file
         self.file = self.path.open("w")
@@ -72,30 +72,39 @@ class Progress:
             self.lines.append(f"metrics sink unreachable: {err}")
             self._stop.set()
             return
+        self.take(rows)
+
+    def take(self, rows: list[dict]) -> None:
+        """Record a batch of rows: metrics file, log tail, and the bar or JSON lines."""
         for row in rows:
             self._handle(row)
+        if rows and self.fmt == "progress":
+            self._show(rows[-1])  # once per batch: rows arrive in bursts
         self.file.flush()
 
     def _handle(self, row: dict) -> None:
         self.rows.append(row)
         self.file.write(json.dumps(row) + "\n")
         self.lines.append(f"step {row['step']} loss {row['loss']:.4f} lr {row['lr']:.2e}")
-        if self.fmt == "progress":
-            self._show(row)
-        elif self.fmt == "json":
+        if self.fmt == "json":
             print(json.dumps({**self.identity, **row}), flush=True)
 
     def _show(self, row: dict) -> None:
-        """Advance the bar (made at the first step, so start-up does not skew its rate)."""
+        """Advance the bar (made at the first rows, so start-up does not skew its rate)."""
         if self.bar is None:
             from tqdm import tqdm
 
-            steps = self.cfg.train.steps
-            self.bar = tqdm(total=steps, desc=self.cfg.run.name, unit="step", file=sys.stderr)
-            self.bar.update(row["step"] - 1)
-        rate = next((v for k, v in row.items() if k.endswith("_per_s")), 0.0)
-        self.bar.update(row["step"] - self.bar.n)
-        self.bar.set_postfix(loss=f"{row['loss']:.3f}", lr=f"{row['lr']:.1e}", rate=f"{rate:.0f}")
+            self.bar = tqdm(
+                total=self.cfg.train.steps, initial=row["step"], desc=self.cfg.run.name,
+                unit="step", file=sys.stderr,
+            )  # fmt: skip
+        else:
+            self.bar.update(row["step"] - self.bar.n)
+        postfix = {"loss": f"{row['loss']:.3f}", "lr": f"{row['lr']:.1e}"}
+        for key, value in row.items():
+            if key.endswith("_per_s"):
+                postfix[key.replace("_per_s", "/s")] = f"{value:.0f}"
+        self.bar.set_postfix(postfix)
 
     def close(self) -> None:
         """Stop polling, take what is left, close the bar and the file."""

@@ -1,7 +1,7 @@
 """The light channel from training workers to the driver, and the log tail of each worker.
 
 Rank 0 pushes one metrics row per step to a `MetricsSink` actor (fire-and-forget, so a step
-never waits on the driver); the driver drains it a few times a second. Any rank that fails
+never waits on the driver); the driver drains it once a second. Any rank that fails
 records its traceback and last log lines there before it re-raises, for the crash bundle.
 `ray.train.report` is still called at the end of the run (and could be at checkpoints), not
 per step: each call is a barrier across ranks.
@@ -51,6 +51,10 @@ class Sink:
 
     def push(self, row: dict) -> None:
         self.rows.append(row)
+
+    def push_many(self, rows: list[dict]) -> None:
+        """Several rows in one call (one actor call per batch of steps, not per step)."""
+        self.rows.extend(rows)
 
     def drain(self) -> list[dict]:
         rows, self.rows = self.rows, []

@@ -1,140 +1,278 @@
 """Driver overhead: steady-state steps/s of the Ray-driven loop ÷ a plain torch.distributed
-(gloo) loop with the same model, batch and number of workers, measured in the same run.
+(gloo) loop with the same model, batch, steps and number of workers, measured in one run.
 
-    .venv/bin/python scripts/bench/driver_overhead.py [--steps 80] [--skip 20] [--repeats 2]
+    .venv/bin/python scripts/bench/driver_overhead.py [--steps 120] [--skip 20] [--rounds 3]
+        [--workers 2] [--config runs/train/tiny-lm.yaml] [key=value ...]
 
-The driver run is `driver.train.main` on an embedded Ray (its per-step rows come from
-metrics.jsonl); the peer is torch.multiprocessing + init_process_group("gloo") + DDP +
-AdamW running the same workload with one thread per worker. Steady state skips the first
-`--skip` steps; runs alternate and the best of `--repeats` counts, since other load on the
-machine comes and goes. Start-up (launch to the end of the first step) is printed apart.
-Goal: ratio >= 0.95.
+Each side is its own process tree, started from here, one at a time, alternating which goes
+first in each round so that load drifting on the machine hits both alike:
+- driver: `python -m driver.train CONFIG ...` on an embedded Ray (Ray Train workers, metrics
+  sink, progress thread); its per-step times come from metrics.jsonl.
+- plain: torch.multiprocessing workers + init_process_group("gloo") + DDP + AdamW with the
+  same composed config, batch source, accumulation and clipping.
+Fairness: both use the same composed config and the same batch source class, whose
+constructor records each worker's intra-op threads, OMP_NUM_THREADS, CPU affinity and
+niceness; the script prints them and refuses a ratio when they differ. Both get one
+intra-op thread per `parallelism.cpus_per_worker` (the driver's loop calls
+torch.set_num_threads; Ray sets OMP_NUM_THREADS; the plain workers get both before torch
+starts). Neither side pins CPUs. Ray runs its workers at niceness 15 (RAY_worker_niceness),
+so the plain workers renice themselves to match: on a shared machine, a worker at niceness 0
+and one at 15 do not get the same share of the CPUs. Ray's daemons, the driver process and
+its progress thread are the driver's overhead and count against it.
+Steady state skips the first `--skip` steps. The ratio is the median of the rounds' ratios.
+Start-up (process launch to the end of the first step) is printed apart. Goal: ratio >= 0.95.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
-import io
 import json
 import os
 import socket
+import statistics
+import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))
+HERE = Path(__file__).resolve().parent
+PROBE_ENV = "DRIVER_BENCH_PROBE"
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from driver.batches import LocalBatchSource  # noqa: E402
+
+
+class ProbeSource(LocalBatchSource):
+    """The default batch source, plus one JSON line of this worker's threading conditions."""
+
+    def __init__(self, dataset, batch_size: int, rank: int, world_size: int, seed: int):
+        import torch
+
+        super().__init__(dataset, batch_size, rank, world_size, seed)
+        probe = {
+            "rank": rank,
+            "threads": torch.get_num_threads(),
+            "omp": os.environ.get("OMP_NUM_THREADS"),
+            "cpus": len(os.sched_getaffinity(0)),
+            "nice": os.nice(0),
+        }
+        if os.environ.get(PROBE_ENV):
+            with open(os.environ[PROBE_ENV], "a") as out:
+                out.write(json.dumps(probe) + "\n")
 
 
 def steady_rate(times: list[float], skip: int) -> float:
     """Steps per second between the end of step `skip` and the end of the last step."""
-    span = times[-1] - times[skip]
-    return (len(times) - 1 - skip) / span
+    if len(times) < skip + 2:
+        raise ValueError(f"{len(times)} steps are too few to skip {skip}")
+    return (len(times) - 1 - skip) / (times[-1] - times[skip])
 
 
-def plain_worker(rank: int, world: int, port: int, config: str, overrides: list, result) -> None:
-    """One rank of the plain loop; rank 0 puts (start-up s, step end times) on `result`."""
-    started = time.time()
-    os.environ["OMP_NUM_THREADS"] = "1"  # what Ray gives a 1-CPU worker
+def conditions(probes: list[dict]) -> set[tuple]:
+    """The distinct (threads, OMP_NUM_THREADS, CPUs, niceness) the workers ran under."""
+    return {(p["threads"], p["omp"], p["cpus"], p["nice"]) for p in probes}
+
+
+def ray_worker_niceness() -> int:
+    """The niceness Ray gives its worker processes (RAY_worker_niceness, 15 by default)."""
+    return int(os.environ.get("RAY_worker_niceness", "15"))
+
+
+def plain_worker(rank: int, world: int, port: int, config: str, overrides: list, out: str):
+    """One rank of the plain loop; rank 0 writes one {step, time, loss} row per step."""
     import torch
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel
 
     from driver import optim
-    from driver.batches import LocalBatchSource
     from driver.config import compose
     from driver.workloads import build
 
-    torch.set_num_threads(1)
+    os.nice(ray_worker_niceness() - os.nice(0))  # as Ray's workers run
+    cfg, _ = compose(config, overrides)
+    torch.set_num_threads(max(1, int(cfg.parallelism.cpus_per_worker)))  # as the driver does
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
                             world_size=world)  # fmt: skip
-    cfg, _ = compose(config, overrides)
     torch.manual_seed(cfg.train.seed)
     work = build(cfg.model, cfg.data)
     model = DistributedDataParallel(work.model)
     opt, sched = optim.build(model, cfg.optimizer, cfg.train.steps)
-    batches = iter(LocalBatchSource(work.dataset, cfg.train.micro_batch_size, rank, world, 0))
-    ends = []
-    for _ in range(cfg.train.steps):
-        loss = work.loss(model, next(batches))
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.train.max_grad_norm)
+    source = ProbeSource(work.dataset, cfg.train.micro_batch_size, rank, world, cfg.train.seed)
+    batches, accum, rows = iter(source), cfg.train.grad_accum_steps, []
+    for step in range(cfg.train.steps):
+        total = 0.0
+        for micro in range(accum):
+            with model.no_sync() if micro < accum - 1 else _nothing():
+                loss = work.loss(model, next(batches)) / accum
+                loss.backward()
+            total += loss.item()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.train.max_grad_norm or 1e9)
         opt.step()
         opt.zero_grad(set_to_none=True)
         sched.step()
-        loss.item()
-        ends.append(time.time())
+        rows.append({"step": step + 1, "time": time.time(), "loss": total})
     if rank == 0:
-        result.put((ends[0] - started, ends))
+        Path(out).write_text("".join(json.dumps(row) + "\n" for row in rows))
     dist.destroy_process_group()
 
 
-def run_plain(config: str, overrides: list, workers: int) -> tuple[float, list[float]]:
+def _nothing():
+    import contextlib
+
+    return contextlib.nullcontext()
+
+
+def plain_main(out: str, workers: int, config: str, overrides: list[str]) -> None:
+    """`--plain`: spawn the plain workers (OMP_NUM_THREADS set before torch starts)."""
     import torch.multiprocessing as mp
 
-    ctx = mp.get_context("spawn")
-    result = ctx.Queue()
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
+    mp.start_processes(plain_worker, args=(workers, port, config, overrides, out),
+                       nprocs=workers, start_method="spawn")  # fmt: skip
+
+
+def run_side(side: str, args, overrides: list[str], probe: Path) -> dict:
+    """Run one side to the end in its own session: its steady rate, start-up and CPU cost."""
+    out = Path(tempfile.mkdtemp(prefix=f"driver-bench-{side}-"))
+    env = {**os.environ, PROBE_ENV: str(probe), "OMP_NUM_THREADS": str(args.threads)}
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(HERE), env.get("PYTHONPATH", "")])
+    env.pop("RAY_ADDRESS", None)
+    every = [*overrides, "data.source=driver_overhead:ProbeSource"]
+    if side == "driver":
+        cmd = [sys.executable, "-m", "driver.train", args.config, *every,
+               f"run.output_dir={out}", "run.name=bench", "logging.format=json"]  # fmt: skip
+        metrics = out / "metrics.jsonl"
+    else:
+        metrics = out / "plain.jsonl"
+        cmd = [sys.executable, __file__, "--plain", str(metrics), "--workers",
+               str(args.workers), "--config", args.config, *every]  # fmt: skip
     launched = time.time()
-    procs = [
-        ctx.Process(target=plain_worker, args=(r, workers, port, config, overrides, result))
-        for r in range(workers)
-    ]
-    for proc in procs:
-        proc.start()
-    _, ends = result.get(timeout=600)
-    for proc in procs:
-        proc.join()
-    return ends[0] - launched, ends
+    with open(out / "log.txt", "w") as log:
+        proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                start_new_session=True)  # fmt: skip
+        samples = []  # (time, CPU seconds used so far by every process of the run's session)
+        while proc.poll() is None:
+            samples.append((time.time(), session_cpu(proc.pid)))
+            time.sleep(0.25)
+    settle(proc.pid)
+    if proc.returncode:
+        raise SystemExit(f"{side} run failed ({proc.returncode}); see {out / 'log.txt'}")
+    ends = [json.loads(line)["time"] for line in metrics.read_text().splitlines()]
+    return {
+        "rate": steady_rate(ends, args.skip),
+        "start": ends[0] - launched,
+        "cpu": cpu_per_step(samples, ends, args.skip),
+    }
 
 
-def run_driver(config: str, overrides: list, workers: int) -> tuple[float, list[float]]:
-    from driver.train import main
+def session_cpu(session: int) -> float:
+    """CPU seconds (user + system) of the live processes of a session, from /proc."""
+    total = 0
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            text = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            continue
+        fields = text[text.rindex(")") + 2 :].split()
+        if int(fields[3]) == session:
+            total += int(fields[11]) + int(fields[12])
+    return total / os.sysconf("SC_CLK_TCK")
 
-    out = Path(tempfile.mkdtemp(prefix="driver-bench-"))
-    args = [config, *overrides, f"parallelism.workers={workers}", f"run.output_dir={out}"]
-    launched = time.time()
-    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-        code = main([*args, "logging.format=json", "run.name=bench"])
-    import ray
 
-    ray.shutdown()  # an idle Ray (raylet, dashboard) must not slow the plain loop down
-    if code:
-        raise SystemExit(f"driver run failed with exit code {code}")
-    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
-    ends = [row["time"] for row in rows]
-    return ends[0] - launched, ends
+def cpu_per_step(samples: list[tuple[float, float]], ends: list[float], skip: int) -> float:
+    """CPU seconds the whole run used per steady-state step (samples interpolated)."""
+    import numpy as np
+
+    times, cpu = zip(*samples, strict=True)
+    used = np.interp(ends[-1], times, cpu) - np.interp(ends[skip], times, cpu)
+    return float(used) / (len(ends) - 1 - skip)
+
+
+def settle(session: int, timeout_s: float = 60.0) -> None:
+    """Wait until every process left over from a run's session (Ray's daemons) has exited."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and any(
+        _sid(int(pid)) == session for pid in os.listdir("/proc") if pid.isdigit()
+    ):
+        time.sleep(0.5)
+
+
+def _sid(pid: int) -> int | None:
+    try:
+        return os.getsid(pid)
+    except OSError:
+        return None
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--config", default=str(ROOT / "runs/train/tiny-lm.yaml"))
-    parser.add_argument("--steps", type=int, default=80)
+    parser.add_argument("--steps", type=int, default=120)
     parser.add_argument("--skip", type=int, default=20)
     parser.add_argument("--workers", type=int, default=2)
-    parser.add_argument("--repeats", type=int, default=2, help="alternating runs of each")
+    parser.add_argument("--rounds", type=int, default=3, help="alternating runs of each")
+    parser.add_argument("--plain", metavar="OUT", help=argparse.SUPPRESS)
     parser.add_argument("overrides", nargs="*", help="driver config overrides for both loops")
     args = parser.parse_args(argv)
-    overrides = [f"train.steps={args.steps}", "optimizer.warmup_steps=5", *args.overrides]
-    driver, plain = [], []
-    for _ in range(args.repeats):  # alternate, and keep the best of each: load comes and goes
-        start, ends = run_driver(args.config, overrides, args.workers)
-        driver.append((steady_rate(ends, args.skip), start))
-        start, ends = run_plain(args.config, overrides, args.workers)
-        plain.append((steady_rate(ends, args.skip), start))
-    driver_rate, plain_rate = max(r for r, _ in driver), max(r for r, _ in plain)
-    driver_start, plain_start = driver[0][1], plain[0][1]  # cold: includes starting Ray
+    if args.plain:
+        return plain_main(args.plain, args.workers, args.config, args.overrides)
+    from driver.config import compose
+
+    overrides = [f"train.steps={args.steps}", "optimizer.warmup_steps=5",
+                 f"parallelism.workers={args.workers}", *args.overrides]  # fmt: skip
+    cfg, _ = compose(args.config, overrides)
+    args.threads = max(1, int(cfg.parallelism.cpus_per_worker))
+    report(args, [measure_round(args, overrides, i) for i in range(args.rounds)])
+
+
+def measure_round(args, overrides: list[str], index: int) -> dict:
+    """One driver run and one plain run, in alternating order; rates, start-ups, probes."""
+    order = ("driver", "plain") if index % 2 == 0 else ("plain", "driver")
+    result: dict = {}
+    for side in order:
+        probe = Path(tempfile.mkstemp(prefix=f"probe-{side}-", suffix=".jsonl")[1])
+        got = run_side(side, args, overrides, probe)
+        got["probes"] = [json.loads(line) for line in probe.read_text().splitlines()]
+        result[side] = got
+        print(f"round {index + 1} {side:6s}: {got['rate']:6.2f} steps/s, "
+              f"{got['cpu'] * 1000:6.1f} CPU ms/step, start-up {got['start']:5.1f} s",
+              flush=True)  # fmt: skip
+    return result
+
+
+def report(args, rounds: list[dict]) -> None:
+    """Print the conditions, the rates, the start-ups and the ratio."""
+    seen = {side: conditions([p for r in rounds for p in r[side]["probes"]]) for side in rounds[0]}
+    for side, found in seen.items():
+        described = ", ".join(
+            f"{t} intra-op threads, OMP_NUM_THREADS={o}, {c} CPUs allowed, nice {n}"
+            for t, o, c, n in sorted(found, key=str)
+        )
+        print(f"{side:6s} workers ran with {described}")
+    if seen["driver"] != seen["plain"] or len(seen["driver"]) != 1:
+        raise SystemExit("the two loops ran under different conditions: no fair ratio")
+    med = {
+        key: {s: statistics.median(r[s][key] for r in rounds) for s in ("driver", "plain")}
+        for key in ("rate", "start", "cpu")
+    }
+    ratios = [r["driver"]["rate"] / r["plain"]["rate"] for r in rounds]
+    cpu_ratios = [r["plain"]["cpu"] / r["driver"]["cpu"] for r in rounds]
     print(f"workers {args.workers}, steps {args.steps} (steady state after {args.skip}), "
-          f"best of {args.repeats}")  # fmt: skip
-    print(f"driver (Ray Train) : {driver_rate:7.2f} steps/s   cold start-up {driver_start:6.1f} s")
-    print(f"plain gloo loop    : {plain_rate:7.2f} steps/s   cold start-up {plain_start:6.1f} s")
-    print(f"ratio driver/plain : {driver_rate / plain_rate:7.3f}   (goal >= 0.95)")
-    print("all runs (steps/s): driver " + ", ".join(f"{r:.2f}" for r, _ in driver)
-          + "; plain " + ", ".join(f"{r:.2f}" for r, _ in plain))  # fmt: skip
+          f"{args.rounds} rounds, medians")  # fmt: skip
+    for side, name in (("driver", "driver (Ray Train)"), ("plain", "plain gloo loop   ")):
+        print(f"{name} : {med['rate'][side]:7.2f} steps/s  {med['cpu'][side] * 1000:6.1f} "
+              f"CPU ms/step  start-up {med['start'][side]:5.1f} s")  # fmt: skip
+    print(f"ratio driver/plain : {statistics.median(ratios):7.3f} steps/s (goal >= 0.95; "
+          "rounds: " + ", ".join(f"{x:.3f}" for x in ratios) + ")")  # fmt: skip
+    print(f"CPU per step       : {statistics.median(cpu_ratios):7.3f} plain/driver (rounds: "
+          + ", ".join(f"{x:.3f}" for x in cpu_ratios) + ")")  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -83,3 +83,14 @@ def test_table_lists_every_role():
     assert lines[0].startswith("capacity: 1250 nodes x 8 slots = 10000")
     assert [line.split()[0] for line in lines[2:]] == ["training", "encoder", "evaluator", "idle"]
     assert lines[2].split()[1] == "9408"
+
+
+def test_command_prints_the_10k_table_and_rejects_bad_input(capsys):
+    from driver.capacity import main
+
+    assert main([]) == 0
+    assert "training   9408" in capsys.readouterr().out
+    assert main(["1", "1"]) == 2  # the evaluator takes the only GPU
+    assert main(["x"]) == 2
+    err = capsys.readouterr().err
+    assert "no training group" in err and "usage:" in err

@@ -17,7 +17,7 @@ def test_tiny_lm_composes_groups_and_run_values():
     assert cfg.data.kind == "text" and cfg.data.seq_len == 64
     assert cfg.optimizer.name == "adamw" and cfg.optimizer.warmup_steps == 15
     assert cfg.run.name == "tiny-lm" and cfg.run.output_dir == "outputs/default/tiny-lm"
-    assert cfg.checkpoint.root == "outputs/checkpoints" and cfg.checkpoint.resume is None
+    assert cfg.checkpoint.root == "outputs/checkpoints" and cfg.checkpoint.resume == "auto"
     assert cfg.parallelism.workers == 2 and cfg.parallelism.replica_group_size == 1
     assert "run:\n  name: tiny-lm" in text
 
@@ -62,7 +62,12 @@ def test_group_swap_changes_schema():
         ("optimizer.schedule=linear", "optimizer.schedule", "not one of cosine, constant"),
         ("parallelism.device=tpu", "parallelism.device", "not one of"),
         ("model.n_heads=3", "model.n_heads", "must divide model.d_model"),
-        ("model=nope", "model", "Could not find 'model/nope'"),
+        ("model=nope", "model", "no option 'nope' (available: tiny_dit, tiny_lm)"),
+        ("aux=big", "aux", "no option 'big' (available: encode_eval, none)"),
+        ("train.steps", "train.steps", "override 'train.steps' is not key=value"),
+        ("run.name=[a", "run.name", "cannot parse override 'run.name=[a'"),
+        ("optimizer.betas=3", "optimizer.betas", "not a ListConfig"),
+        ("data.size=20", "data.size", "must hold one global batch (32 examples)"),
         ("model=tiny_dit", "data", "dit model needs shapes"),
         ("checkpoint.async_mode=later", "checkpoint.async_mode", "must be one of"),
         ("parallelism.replica_group_size=3", "parallelism.replica_group_size", "multiple"),
@@ -83,6 +88,23 @@ def test_unknown_key_in_yaml_file(tmp_path):
     with pytest.raises(InputError) as caught:
         compose(bad)
     assert caught.value.field == "train.stepz" and caught.value.source == str(bad)
+
+
+@pytest.mark.parametrize(
+    ("text", "field", "message"),
+    [
+        ("", "defaults", "not a driver config"),  # empty
+        ("name: x\ntype: rayjob\n", "defaults", "not a driver config"),  # a run definition
+        ("run: [\n", None, "invalid YAML at line 2, column 1"),
+    ],
+)
+def test_files_that_are_not_driver_configs(tmp_path, text, field, message):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(text)
+    with pytest.raises(InputError) as caught:
+        compose(bad)
+    assert caught.value.field == field and message in caught.value.message
+    assert "\n" not in caught.value.line()
 
 
 def test_missing_file():

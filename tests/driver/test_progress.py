@@ -1,0 +1,58 @@
+"""Driver-side progress without Ray: a progress bar locally, JSON lines in a cluster, and
+every row in the metrics file either way."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from driver.config import compose
+from driver.progress import Progress
+from tests.driver.conftest import TINY_LM
+
+
+def rows(count: int) -> list[dict]:
+    return [
+        {"step": i + 1, "loss": 4.0 - i / 10, "lr": 1e-3, "step_time": 0.1,
+         "tokens_per_s": 2048.0, "time": 100.0 + i / 10}
+        for i in range(count)
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize("fmt", ["progress", "json"])
+def test_rows_reach_the_metrics_file_and_the_terminal(tmp_path, capsys, fmt):
+    cfg, _ = compose(TINY_LM, ["run.name=p", "run.team=t", "run.cluster=c", "train.steps=6"])
+    progress = Progress(cfg, sink=None, output_dir=tmp_path, fmt=fmt)
+    progress.log("starting")
+    progress.take(rows(2))
+    progress.take(rows(6)[2:])
+    if progress.bar is not None:
+        progress.bar.close()
+    progress.file.close()
+    written = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [row["step"] for row in written] == [1, 2, 3, 4, 5, 6]
+    out, err = capsys.readouterr()
+    if fmt == "json":  # one line per message and per step, with the run's identity
+        lines = [json.loads(line) for line in out.splitlines()]
+        assert lines[0] == {"run": "p", "team": "t", "cluster": "c", "message": "starting"}
+        assert [line["step"] for line in lines[1:]] == [1, 2, 3, 4, 5, 6]
+        assert all(line["run"] == "p" and "lr" in line for line in lines[1:])
+        assert err == ""
+    else:  # a bar on stderr with loss, lr and throughput; nothing on stdout
+        assert out == ""
+        assert "starting" in err and "6/6" in err
+        assert "loss=3.500" in err and "tokens/s=2048" in err and "lr=1.0e-03" in err
+    assert list(progress.lines)[-1] == "step 6 loss 3.5000 lr 1.00e-03"
+
+
+def test_sink_keeps_rows_until_drained_and_failures_by_rank():
+    from driver.telemetry import Sink
+
+    sink = Sink()
+    sink.push({"step": 1})
+    sink.push_many([{"step": 2}, {"step": 3}])
+    assert [row["step"] for row in sink.drain()] == [1, 2, 3]
+    assert sink.drain() == []
+    sink.fail(1, {"error": "RuntimeError: x"})
+    assert sink.get_failures() == {1: {"error": "RuntimeError: x"}}
