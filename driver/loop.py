@@ -147,6 +147,9 @@ def run(cfg, sink, logger, control=None) -> dict:
     return {**final, **(session.finish() if session else {})}
 
 
+PUSH_EVERY_S = 0.25  # how often rank 0 sends its metric rows to the driver's sink
+
+
 def train_steps(cfg, loop, source, session, start: int, sink, logger) -> dict:
     """Steps `start`..`train.steps`, or until a preemption notice stops every rank; rank 0
     pushes each row (with the checkpoint fields) to the sink. The last row."""
@@ -155,16 +158,25 @@ def train_steps(cfg, loop, source, session, start: int, sink, logger) -> dict:
     rank = ray.train.get_context().get_world_rank()
     batches = iter(source)
     row: dict = {}
-    for step in range(start, cfg.train.steps):
-        row = loop.step(step, batches)
-        logger.info("step %d loss %.4f", step, row["loss"])
-        if session:
-            session.after_step(step + 1, row)
-        if rank == 0:
-            sink.push.remote(row)
-        inject_failure(cfg, step, rank)
-        if session and session.should_stop(step + 1):
-            break
+    pending: list[dict] = []  # rank 0's rows not yet sent: one actor call per PUSH_EVERY_S
+    pushed = time.monotonic()
+    try:
+        for step in range(start, cfg.train.steps):
+            row = loop.step(step, batches)
+            logger.info("step %d loss %.4f", step, row["loss"])
+            if session:
+                session.after_step(step + 1, row)
+            if rank == 0:
+                pending.append(row)
+                if time.monotonic() - pushed >= PUSH_EVERY_S:
+                    sink.push_many.remote(pending)
+                    pending, pushed = [], time.monotonic()
+            inject_failure(cfg, step, rank)
+            if session and session.should_stop(step + 1):
+                break
+    finally:
+        if pending:
+            sink.push_many.remote(pending)
     return row
 
 

@@ -13,6 +13,7 @@ Exit codes are the driver's: 0 done, 1 the run failed (see its crash bundle), 2 
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 
@@ -67,6 +68,16 @@ def run(run_file, local, sets, steps, dry_run) -> None:
     click.echo("$ " + " ".join(command), err=True)
     if dry_run:
         return
-    done = subprocess.run(command, cwd=repo_root(), env=local_env(spec.env, dict(os.environ)))
-    if done.returncode:  # the driver's code (1 failed, 2 bad config), not click's
-        raise SystemExit(done.returncode)
+    child = subprocess.Popen(command, cwd=repo_root(), env=local_env(spec.env, dict(os.environ)))
+    # A SIGTERM to `runner run` (a preemption notice) goes to the driver, which saves a final
+    # checkpoint when it fits and exits 143; Ctrl-C reaches it through the process group.
+    previous = signal.signal(signal.SIGTERM, lambda *_: child.send_signal(signal.SIGTERM))
+    try:
+        try:
+            returncode = child.wait()
+        except KeyboardInterrupt:  # the driver got the Ctrl-C too; let it finish its exit
+            returncode = child.wait()
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    if returncode:  # the driver's code (1 failed, 2 bad config, 143 stopped), not click's
+        raise SystemExit(returncode)
