@@ -16,13 +16,24 @@ from pathlib import Path
 from catalog.errors import InputError
 from driver import capacity
 
-# Ray Train's controller polls workers every 2 s by default, and ray.train.report waits for
-# that poll. Per-step metrics bypass report (the metrics sink), so report only runs at the
-# end and at checkpoints; 0.5 s keeps those from stalling a short step without the
-# controller's polling eating into a small machine's CPUs.
+# Ray Train's controller polls every worker each health-check interval, and a
+# ray.train.report call waits for the next poll. Per-step metrics bypass report (the metrics
+# sink), so report runs once, at the end: no step waits on the poll. Each poll costs every
+# worker CPU time (it is served between training steps), so the interval is set explicitly
+# rather than short: 2 s detects a dead worker soon enough and keeps the polls cheap.
 HEALTH_CHECK_ENV = "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S"
-HEALTH_CHECK_DEFAULT_S = "0.5"
-LOCAL_ENV = {"RAY_TRAIN_ENABLE_PREEMPTION_WATCHER": "0", "RAY_TRAIN_METRICS_ENABLED": "0"}
+HEALTH_CHECK_DEFAULT_S = "2"
+# An embedded Ray serves one training run on one machine whose CPUs the training workers
+# need: no preemption watcher, no Prometheus metrics, resource reports and task events at
+# a slower pace than a shared cluster needs (each is periodic work in every Ray process).
+LOCAL_ENV = {
+    "RAY_TRAIN_ENABLE_PREEMPTION_WATCHER": "0",
+    "RAY_TRAIN_METRICS_ENABLED": "0",
+    "RAY_enable_metrics_collection": "0",
+    "RAY_event_stats": "0",
+    "RAY_raylet_report_resources_period_milliseconds": "1000",
+    "RAY_task_events_report_interval_ms": "5000",
+}
 
 
 class RunFailed(Exception):
@@ -79,7 +90,7 @@ def connect(cfg) -> bool:
     cpus = cfg.run.local_cpus or math.ceil((par.workers or 2) * par.cpus_per_worker)
     ray.init(
         num_cpus=cpus,
-        include_dashboard=True,
+        include_dashboard=bool(cfg.run.local_dashboard),
         dashboard_host="127.0.0.1",
         log_to_driver=False,
         logging_level="WARNING",
@@ -99,7 +110,21 @@ def plan_capacity(cfg) -> tuple[capacity.Plan, bool]:
         )
     except capacity.CapacityError as err:
         raise InputError(None, "parallelism", str(err)) from None
+    check_batch(cfg, result.world_size)
     return result, use_gpu
+
+
+def check_batch(cfg, world: int) -> None:
+    """The dataset must hold one global batch (micro batch x planned training workers; the
+    config check before launch knows the world size only when parallelism.workers is set)."""
+    need = cfg.train.micro_batch_size * world
+    if cfg.data.size < need:
+        raise InputError(
+            None,
+            "data.size",
+            f"must hold one global batch ({need} examples: train.micro_batch_size "
+            f"{cfg.train.micro_batch_size} x {world} planned workers)",
+        )
 
 
 def trainer_for(cfg, world: int, use_gpu: bool, sink, output_dir: Path, control=None):
@@ -135,20 +160,19 @@ def launch(cfg, config_yaml: str, fmt: str, say=print) -> dict:
     import ray
 
     from driver import crash
-    from driver.checkpoint.control import relay_sigterm, start_control
+    from driver.checkpoint.control import relay_sigterm
     from driver.progress import Progress, summarize
-    from driver.telemetry import start_sink
+    from driver.telemetry import start_channel
 
     started = time.monotonic()
     output_dir = Path(cfg.run.output_dir)
     embedded = connect(cfg)
     result, use_gpu = plan_capacity(cfg)
     say(capacity.format_plan(result))
-    sink = start_sink()
+    sink = control = start_channel()  # metrics, failures, attempts, preemption notices
     progress = Progress(cfg, sink, output_dir, fmt)
     progress.log(f"ray {'embedded' if embedded else 'cluster'}: {ray.cluster_resources()}")
     progress.log(f"starting {result.world_size} training workers ({'GPU' if use_gpu else 'CPU'})")
-    control = start_control()  # attempts and preemption notices (driver.checkpoint.control)
     trainer = trainer_for(cfg, result.world_size, use_gpu, sink, output_dir, control)
     progress.start()
     stop_relay = relay_sigterm(control, progress.log) if cfg.checkpoint.active else lambda: None

@@ -147,7 +147,7 @@ def run(cfg, sink, logger, control=None) -> dict:
     return {**final, **(session.finish() if session else {})}
 
 
-PUSH_EVERY_S = 0.25  # how often rank 0 sends its metric rows to the driver's sink
+PUSH_EVERY_S = 0.5  # how often rank 0 sends its metric rows to the driver's sink
 
 
 def train_steps(cfg, loop, source, session, start: int, sink, logger) -> dict:

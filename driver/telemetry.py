@@ -1,7 +1,8 @@
 """The light channel from training workers to the driver, and the log tail of each worker.
 
-Rank 0 pushes one metrics row per step to a `MetricsSink` actor (fire-and-forget, so a step
-never waits on the driver); the driver drains it once a second. Any rank that fails
+Rank 0 sends its metrics rows (one per step, batched every half second) to the run's
+`RunChannel` actor (fire-and-forget, so a step never waits on the driver); the driver
+drains it once a second. Any rank that fails
 records its traceback and last log lines there before it re-raises, for the crash bundle.
 `ray.train.report` is still called at the end of the run (and could be at checkpoints), not
 per step: each call is a barrier across ranks.
@@ -11,6 +12,8 @@ from __future__ import annotations
 
 import logging
 from collections import deque
+
+from driver.checkpoint.control import RunControl
 
 LOGGER_NAME = "driver.worker"
 
@@ -67,12 +70,23 @@ class Sink:
         return dict(self.failures)
 
 
-def start_sink():
-    """A MetricsSink actor on this node (0 CPUs, so it never takes a training slot)."""
+class RunChannel(Sink, RunControl):
+    """The one small actor of a run: metric rows and failure records from the workers
+    (Sink), and attempt counts and preemption notices (driver.checkpoint.control's
+    RunControl). One actor rather than two: every Ray actor process costs CPU time even
+    when idle, which a small machine's training workers feel."""
+
+    def __init__(self):
+        Sink.__init__(self)
+        RunControl.__init__(self)
+
+
+def start_channel():
+    """The run's RunChannel actor on this node (0 CPUs, so it never takes a training slot)."""
     import ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     node = ray.get_runtime_context().get_node_id()
-    actor = ray.remote(num_cpus=0, max_concurrency=4)(Sink)
+    actor = ray.remote(num_cpus=0, max_concurrency=4)(RunChannel)
     strategy = NodeAffinitySchedulingStrategy(node_id=node, soft=True)
     return actor.options(scheduling_strategy=strategy).remote()

@@ -77,18 +77,29 @@ def main(argv: list[str] | None = None) -> int:
     try:
         cfg, config_yaml = compose(args[0], args[1:])
         check_resume(cfg, args[0])
+        output_dir = prepare_output(cfg, config_yaml, args[0])
     except InputError as err:
         print(f"error: {err.line()}", file=sys.stderr)
         return 2
-    output_dir = Path(cfg.run.output_dir)
-    output_dir.mkdir(parents=True, exist_ok=True)
-    (output_dir / "config.yaml").write_text(config_yaml)
     fmt = output_format(cfg)
     if fmt == "json":
         print(json.dumps({"run": cfg.run.name, "team": cfg.run.team, "config": config_yaml}))
     else:
         print(config_yaml, end="", flush=True)
-    return _run(cfg, config_yaml, output_dir, fmt)
+    return _run(cfg, config_yaml, output_dir, fmt, args[0])
+
+
+def prepare_output(cfg, config_yaml: str, source: str) -> Path:
+    """Create `run.output_dir` and save the composed config there (InputError when the
+    folder cannot be made or written: a file in the way, no permission, a full disk)."""
+    output_dir = Path(cfg.run.output_dir)
+    try:
+        output_dir.mkdir(parents=True, exist_ok=True)
+        (output_dir / "config.yaml").write_text(config_yaml)
+    except OSError as err:
+        reason = err.strerror or type(err).__name__
+        raise InputError(source, "run.output_dir", f"cannot write {output_dir}: {reason}") from None
+    return output_dir
 
 
 def check_resume(cfg, source: str) -> None:
@@ -104,13 +115,14 @@ def check_resume(cfg, source: str) -> None:
         raise InputError(source, "checkpoint.resume", str(err)) from None
 
 
-def _run(cfg, config_yaml: str, output_dir: Path, fmt: str) -> int:
+def _run(cfg, config_yaml: str, output_dir: Path, fmt: str, source: str) -> int:
     from driver import crash
     from driver.launch import RunFailed, launch
 
     try:
         summary = launch(cfg, config_yaml, fmt)
-    except InputError as err:
+    except InputError as err:  # found at launch (capacity, cluster shape): name the config
+        err.source = err.source or source
         print(f"error: {err.line()}", file=sys.stderr)
         return 2
     except RunFailed as err:

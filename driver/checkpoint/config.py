@@ -60,6 +60,11 @@ class CheckpointConfig:
     preemptible nodes about 30 s); the final save is skipped when earlier saves say it
     would not fit."""
 
+    preemption_check_s: float = 1.0
+    """How often the ranks agree whether a notice arrived (a two-number all-reduce, every
+    so many steps that it comes about this often); a notice waits at most this long plus a
+    step. 0 agrees after every step."""
+
     sync_files: bool = True
     """fsync every shard and the metadata before reporting them written (local storage)."""
 
@@ -97,6 +102,8 @@ class CheckpointConfig:
             raise InputError(source, "checkpoint.async_mode", message)
         if self.preemption_budget_s < 0:
             raise InputError(source, "checkpoint.preemption_budget_s", "must be >= 0")
+        if self.preemption_check_s < 0:
+            raise InputError(source, "checkpoint.preemption_check_s", "must be >= 0")
         if not self.root:
             raise InputError(source, "checkpoint.root", "must not be empty")
 

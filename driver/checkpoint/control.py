@@ -65,7 +65,7 @@ class NoticePoll:
     """Polls the control actor without blocking: one request in flight at a time, a new
     one at most every `interval_s` seconds."""
 
-    def __init__(self, control, interval_s: float = 0.5):
+    def __init__(self, control, interval_s: float = 1.0):
         self.control, self.interval_s = control, interval_s
         self._pending = None
         self._sent = 0.0

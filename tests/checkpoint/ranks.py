@@ -36,9 +36,12 @@ def run_rank(rank: int, world_size: int, port: int, root: str, out: str, tag: st
 
 
 def preempt_rank(rank: int, world_size: int, port: int, root: str, out: str, tag: str, resume: str):
-    """Only rank 1 gets SIGTERM after step 4; every rank must stop there after a final save."""
+    """Only rank 1 gets SIGTERM after step 4; every rank must stop at the same step after a
+    final save: step 4 when the ranks agree after every step (tag `preempt`), a later one
+    when they agree about every 0.1 s of 50 ms steps (tag `paced`)."""
     import os
     import signal
+    import time
 
     from driver.checkpoint import PreemptionGuard
     from tests.checkpoint.toy import train_step
@@ -46,11 +49,15 @@ def preempt_rank(rank: int, world_size: int, port: int, root: str, out: str, tag
     init_dist(rank, world_size, port)
     try:
         state = make_state(rank, world_size, fsdp=True)
-        ckpt = Checkpointer(config(root, interval_steps=100), "team", tag, rank, world_size)
+        paced = tag == "paced"
+        settings = config(root, interval_steps=100, preemption_check_s=0.1 if paced else 0.0)
+        ckpt = Checkpointer(settings, "team", tag, rank, world_size)
         guard = PreemptionGuard(ckpt).install()
         stopped = None
         for step in range(1, LAST_STEP + 1):
             train_step(state, ckpt)
+            if paced:
+                time.sleep(0.05)
             if step == 4 and rank == 1:
                 os.kill(os.getpid(), signal.SIGTERM)
             if guard.on_step_end(step, state):

@@ -18,7 +18,12 @@ from driver.checkpoint.layout import (
     step_dir,
     to_delete,
 )
-from driver.checkpoint.preemption import estimate_save_s, final_save_decision
+from driver.checkpoint.preemption import (
+    MAX_CHECK_GAP,
+    check_gap,
+    estimate_save_s,
+    final_save_decision,
+)
 
 
 @pytest.mark.parametrize(
@@ -197,3 +202,18 @@ def test_every_config_key_is_documented():
     doc = (Path(__file__).resolve().parents[2] / "docs" / "checkpoint.md").read_text()
     missing = [f.name for f in fields(CheckpointConfig) if f"| `{f.name}` |" not in doc]
     assert missing == []
+
+
+@pytest.mark.parametrize(
+    ("elapsed_s", "steps", "every_s", "gap"),
+    [
+        (0.5, 10, 1.0, 20),  # 50 ms steps: agree every 20 steps
+        (20.0, 2, 1.0, 1),  # 10 s steps: after every step
+        (1.0, 10, 0.0, 1),  # 0: after every step
+        (0.0, 0, 1.0, 1),  # nothing measured yet
+        (0.0, 5, 1.0, MAX_CHECK_GAP),  # too fast to measure
+        (0.001, 100, 10.0, MAX_CHECK_GAP),  # capped
+    ],
+)
+def test_check_gap(elapsed_s, steps, every_s, gap):
+    assert check_gap(elapsed_s, steps, every_s) == gap

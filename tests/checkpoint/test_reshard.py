@@ -86,3 +86,14 @@ def test_sigterm_on_one_rank_stops_all_ranks_after_a_final_save(tmp_path):
     for rank in (0, 1):
         result = torch.load(tmp_path / f"preempt-{rank}.pt", weights_only=False)
         assert result["stopped"] == 4 and result["latest"].step == 4
+
+
+@pytest.mark.slow
+def test_ranks_that_agree_every_few_steps_stop_at_the_same_later_step(tmp_path):
+    root = str(tmp_path / "ckpt")
+    args = (2, free_port(), root, str(tmp_path), "paced", "")
+    mp.spawn(preempt_rank, args=args, nprocs=2, join=True)
+    results = [torch.load(tmp_path / f"paced-{r}.pt", weights_only=False) for r in (0, 1)]
+    stopped = {result["stopped"] for result in results}
+    assert len(stopped) == 1 and 4 <= stopped.pop() <= LAST_STEP
+    assert results[0]["latest"].step == results[0]["stopped"]

@@ -150,3 +150,24 @@ def test_output_format(monkeypatch, overrides, env, expected):
         monkeypatch.setenv(key, value)
     cfg, _ = compose(TINY_LM, overrides)
     assert output_format(cfg) == expected
+
+
+def test_main_output_dir_in_the_way_exits_2_with_one_line(tmp_path, capsys):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    assert main([TINY_LM, f"run.output_dir={blocker}"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {TINY_LM}: run.output_dir: cannot write {blocker}")
+    assert err.count("\n") == 1
+
+
+def test_launch_time_input_errors_name_the_config_file(tmp_path, capsys, monkeypatch):
+    import driver.launch
+
+    def refuse(*_args, **_kwargs):
+        raise InputError(None, "parallelism", "needs 8 GPUs, the cluster has 4")
+
+    monkeypatch.setattr(driver.launch, "launch", refuse)
+    assert main([TINY_LM, f"run.output_dir={tmp_path}"]) == 2
+    err = capsys.readouterr().err
+    assert err == f"error: {TINY_LM}: parallelism: needs 8 GPUs, the cluster has 4\n"

@@ -11,7 +11,7 @@ import pytest
 from catalog.errors import InputError
 from driver.batches import LocalBatchSource, epoch_order, rank_indices
 from driver.crash import filter_env, write_bundle
-from driver.launch import cluster_shape, failed_ranks, headline
+from driver.launch import check_batch, cluster_shape, failed_ranks, headline
 from driver.optim import lr_factor
 from driver.progress import summarize
 
@@ -161,3 +161,18 @@ def test_headline_is_the_earliest_failure():
     }
     assert headline(RuntimeError("x"), ranks) == "RuntimeError: the cause"
     assert headline(RuntimeError("group failed\n..."), {}) == "RuntimeError: group failed"
+
+
+@pytest.mark.parametrize(
+    ("size", "world", "fails"), [(64, 4, False), (63, 4, True), (16, 1, False)]
+)
+def test_check_batch_against_the_planned_world(size, world, fails):
+    from types import SimpleNamespace as NS
+
+    cfg = NS(data=NS(size=size), train=NS(micro_batch_size=16))
+    if not fails:
+        check_batch(cfg, world)
+        return
+    with pytest.raises(InputError) as caught:
+        check_batch(cfg, world)
+    assert caught.value.field == "data.size" and "16 x 4 planned workers" in caught.value.message
