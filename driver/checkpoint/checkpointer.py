@@ -10,7 +10,11 @@
 
 Each rank writes its own shard; the DCP save's closing all-reduce tells rank 0 that every
 shard and the metadata are durable, and rank 0 then writes the commit marker, applies the
-retention policy and calls the checkpoint callbacks. Only replica group 0 writes.
+retention policy and calls the checkpoint callbacks. Only replica group 0 writes (torchft
+replica groups, each its own process group). Within one process group, `dp_replica` is the
+rank's data-parallel replica (rank // shard size under DDP or HSDP): only the ranks of
+replica 0 snapshot and write the model and optimizer state; the others add just their own
+RNG states and data-loader progress.
 """
 
 from __future__ import annotations
@@ -60,12 +64,14 @@ class Checkpointer(Loading):
         group: dist.ProcessGroup | None = None,
         replica_group: int = 0,
         callbacks: tuple[CheckpointCallback, ...] = (),
+        dp_replica: int = 0,
     ):
         self.config = config
         self.rank = rank
         self.world_size = world_size
         self.storage = Storage(run_uri(config.root, team, run))
         self.writes = replica_group == 0 and config.enabled
+        self.holds_replica = dp_replica == 0  # snapshots the model and optimizer
         self.callbacks = list(callbacks)
         self.counters = new_counters()
         self.last_error: str | None = None
@@ -103,10 +109,12 @@ class Checkpointer(Loading):
         uri = self.storage.uri(step_dir(step))
         self.counters["saves_started"] += 1
         self._last_saved = step
-        state_dict = save_dict(state, step, self.rank)
+        state_dict = save_dict(state, step, self.rank, replica=self.holds_replica)
         cfg = self.config
-        nice = cfg.writer_nice if cfg.async_mode == "async" else 0
-        writer = make_writer(uri, cfg.sync_files, cfg.writer_threads, nice)
+        background = cfg.async_mode == "async"
+        nice = cfg.writer_nice if background else 0
+        chunk = int(cfg.write_chunk_mb * 1e6) if background else 0
+        writer = make_writer(uri, cfg.sync_files, cfg.writer_threads, nice, chunk)
         kwargs = {"storage_writer": writer, "process_group": self._group}
         kwargs["no_dist"] = not self._distributed
         if cfg.async_mode == "sync":

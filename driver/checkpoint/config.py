@@ -71,9 +71,13 @@ class CheckpointConfig:
     writer_threads: int = 1
     """I/O threads each rank uses to write its shard."""
 
-    writer_nice: int = 10
+    writer_nice: int = 19
     """CPU priority (nice, 0-19) of the background writer threads in async mode, so the
     write takes CPU the training loop leaves idle (0: same priority as the loop)."""
+
+    write_chunk_mb: float = 1.0
+    """In async mode the writer hands data to storage in pieces of this size and lets the
+    training thread run between them; 0 writes each tensor in one call."""
 
     pin_memory: bool = True
     """Stage into pinned host memory when CUDA is available (faster device-to-host copies)."""
@@ -95,6 +99,8 @@ class CheckpointConfig:
                 raise InputError(source, f"checkpoint.{name}", message)
         if not 0 <= self.writer_nice <= 19:
             raise InputError(source, "checkpoint.writer_nice", "must be between 0 and 19")
+        if self.write_chunk_mb < 0:
+            raise InputError(source, "checkpoint.write_chunk_mb", "must be >= 0")
         if self.writer_threads < 1:
             raise InputError(source, "checkpoint.writer_threads", "must be >= 1")
         if self.async_mode not in ASYNC_MODES:

@@ -38,7 +38,10 @@ class CheckpointSession:
         self.config, self.steps, self.state = cfg.checkpoint, cfg.train.steps, state
         listeners = (RayListeners(),)  # auxiliary workers' listener actors, called by rank 0
         run = cfg.run
-        self.ckpt = Checkpointer(self.config, run.team, run.name, rank, world, callbacks=listeners)
+        replica = rank // max(1, cfg.parallelism.fsdp_size)  # DDP: every rank is a replica
+        self.ckpt = Checkpointer(
+            self.config, run.team, run.name, rank, world, callbacks=listeners, dp_replica=replica
+        )
         poll = NoticePoll(control) if control is not None and rank == 0 else None
         self.guard = PreemptionGuard(self.ckpt, poll=poll)
         self.attempt = ray.get(control.start.remote(rank)) if control is not None else 0

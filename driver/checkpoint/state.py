@@ -79,16 +79,22 @@ def _model_and_optim(state: TrainState) -> tuple[dict, dict | None]:
     return get_state_dict(state.model, state.optimizer)
 
 
-def save_dict(state: TrainState, step: int, rank: int) -> dict[str, Any]:
-    """The DCP state dict to save for `step` on `rank` (tensors still live; staging copies)."""
+def save_dict(state: TrainState, step: int, rank: int, replica: bool = True) -> dict[str, Any]:
+    """The DCP state dict to save for `step` on `rank` (tensors still live; staging copies).
+    `replica=False` (a rank of a data-parallel replica other than the lowest-index one,
+    whose model and optimizer state the lowest replica's ranks also hold): only this rank's
+    own entries, the RNG states and the data-loader progress."""
+    out: dict[str, Any] = {"step": step, "rng": {f"rank{rank}": rng_blob()}}
+    if state.dataloader is not None:
+        out["dataloader"] = {f"rank{rank}": pickle.dumps(state.dataloader.state_dict())}
+    if not replica:
+        return out
     model_sd, optim_sd = _model_and_optim(state)
-    out: dict[str, Any] = {"model": model_sd, "step": step, "rng": {f"rank{rank}": rng_blob()}}
+    out["model"] = model_sd
     if optim_sd is not None:
         out["optim"] = optim_sd
     if state.lr_scheduler is not None:
         out["lr_scheduler"] = state.lr_scheduler.state_dict()
-    if state.dataloader is not None:
-        out["dataloader"] = {f"rank{rank}": pickle.dumps(state.dataloader.state_dict())}
     if state.extra:
         out["extra"] = {name: obj.state_dict() for name, obj in state.extra.items()}
     return out

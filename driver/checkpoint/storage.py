@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import os
 import threading
+import time
+from contextlib import contextmanager
 
 import fsspec
 
@@ -96,15 +98,53 @@ def lower_thread_priority(nice: int) -> None:
         pass
 
 
-def make_writer(uri: str, sync_files: bool, threads: int, nice: int = 0):
+class YieldingStream:
+    """A write stream that hands each large write to the file in `chunk` pieces and lets
+    other threads take the interpreter lock between them. A background writer that writes
+    a 16 MB tensor in one call wins the lock back after each system call and keeps the
+    training thread waiting (the tiny MLP's steps ran 20-60 % slower during a write; with
+    1 MB pieces 1-11 %). Everything else goes to the wrapped stream."""
+
+    def __init__(self, raw, chunk: int):
+        self.raw, self.chunk = raw, chunk
+
+    def write(self, data) -> int:
+        view = memoryview(data).cast("B")
+        for start in range(0, len(view), self.chunk):
+            self.raw.write(view[start : start + self.chunk])
+            time.sleep(0)  # yield the interpreter lock to the training thread
+        return len(view)
+
+    def __getattr__(self, name: str):
+        return getattr(self.raw, name)
+
+
+def yielding(create_stream, chunk: int):
+    """Wrap a DCP FileSystem's `create_stream` so its write streams are YieldingStreams."""
+
+    @contextmanager
+    def create(path, mode):
+        with create_stream(path, mode) as raw:
+            yield YieldingStream(raw, chunk) if "w" in mode or "a" in mode else raw
+
+    return create
+
+
+def make_writer(uri: str, sync_files: bool, threads: int, nice: int = 0, chunk: int = 0):
     """The DCP storage writer for one checkpoint directory. With `nice` > 0 the thread that
-    runs the save (DCP's background writer) lowers its own CPU priority when it starts."""
+    runs the save (DCP's background writer) lowers its own CPU priority when it starts;
+    with `chunk` > 0 it writes in pieces of that many bytes (YieldingStream)."""
     from torch.distributed.checkpoint import FileSystemWriter
     from torch.distributed.checkpoint._fsspec_filesystem import FsspecWriter
 
     base = FileSystemWriter if is_local(uri) else FsspecWriter
 
     class Writer(base):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            if chunk > 0:
+                self.fs.create_stream = yielding(self.fs.create_stream, chunk)
+
         def set_up_storage_writer(self, *args, **kwargs):
             lower_thread_priority(nice)
             return super().set_up_storage_writer(*args, **kwargs)

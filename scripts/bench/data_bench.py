@@ -7,13 +7,18 @@ Both sides always get the same number of worker processes, counting every proces
 pipeline: DataLoader(num_workers=W) against 1 feeder + (W - 1 - C) producers + C collators.
 The training process itself is not counted on either side.
 
-1. Throughput, CPU-bound: the same dataset (seeded 3×S×S images, normalised with `--cost`
-   rounds of float maths in `__getitem__`), batch size and shuffling. Each run is one epoch
+1. Throughput, CPU-bound, twice: small images with a heavy transform (3×S×S, `--cost`
+   rounds of float maths in `__getitem__`) and large decoded images with a light one
+   (3×L×L, `--large-cost` rounds), the same dataset, batch size and shuffling on both
+   sides. Each run is one epoch
    of which the steady state is timed (`--warmup` batches at each end are not). The loaders
    alternate for `--rounds` rounds (ABBA order); printed: every round, the medians, and the
    ratio of each back-to-back pair with their median and spread. Also
    printed: CPU time per sample summed over the trainer and all its worker processes, which
-   other jobs on a shared host disturb much less than wall-clock time.
+   other jobs on a shared host disturb much less than wall-clock time, and the floor under
+   it: the CPU time of `__getitem__` alone, in this process. With every core busy, no loader
+   can beat another by more than the ratio of their CPU per sample, so the script also
+   prints DataLoader's CPU per sample ÷ the floor: the best ratio any loader could reach.
 2. Throughput, read-latency-bound: the same images, plus `--latency-ms` of waiting per sample
    (a ranged read from object storage); the pipeline overlaps reads with `fetch_threads`.
 3. Memory: a list of `--objects` Python tuples as the dataset; growth of the summed PSS of
@@ -141,6 +146,14 @@ def timed_epoch(loader, warmup: int, batches: int) -> tuple[float, float]:
     return count / (stop - start), 1000 * (cpu1 - cpu0) / count
 
 
+def floor_ms(dataset, count: int = 300) -> float:
+    """CPU ms per sample of the dataset's own `__getitem__` (no loader), in this process."""
+    start = time.process_time()
+    for index in range(count):
+        dataset[index]
+    return 1000 * (time.process_time() - start) / count
+
+
 def throughput(args: argparse.Namespace, title: str, dataset, threads: int) -> None:
     """Alternate the loaders for `--rounds` rounds (ABBA order); compare the medians, and the
     median of the per-round ratios (each pair ran back to back, under similar load)."""
@@ -165,6 +178,13 @@ def throughput(args: argparse.Namespace, title: str, dataset, threads: int) -> N
         print(
             f"  {kind:10s} {procs[kind]:28s} median {med[kind][0]:7.0f} samples/s "
             f"(rounds: {', '.join(f'{x:.0f}' for x in rates)})  CPU {med[kind][1]:.3f} ms/sample"
+        )
+    if not dataset.latency_s:
+        bare = floor_ms(dataset)
+        print(
+            f"  floor: __getitem__ alone {bare:.3f} ms/sample; above it DataLoader "
+            f"+{med['DataLoader'][1] - bare:.3f}, pipeline +{med['pipeline'][1] - bare:.3f} "
+            f"ms/sample; best possible ratio on busy cores {med['DataLoader'][1] / bare:.2f}"
         )
     paired = [a[0] / b[0] for a, b in zip(runs["pipeline"], runs["DataLoader"], strict=True)]
     print(
@@ -232,6 +252,9 @@ def main(argv: list[str] | None = None) -> None:
     add("--samples", type=int, default=6144, help="images per epoch")
     add("--side", type=int, default=64, help="image side in pixels")
     add("--cost", type=int, default=6, help="transform rounds per image")
+    add("--large-side", type=int, default=224, help="image side, large-image case")
+    add("--large-cost", type=int, default=1, help="transform rounds, large-image case")
+    add("--large-samples", type=int, default=3072, help="images per epoch, large-image case")
     add("--latency-ms", type=float, default=5.0, help="read latency per sample (case 2)")
     add("--latency-samples", type=int, default=2048, help="images per epoch (case 2)")
     add("--fetch-threads", type=int, default=8, help="pipeline fetch threads (case 2)")
@@ -243,13 +266,13 @@ def main(argv: list[str] | None = None) -> None:
     add("--rounds", type=int, default=7, help="interleaved rounds (median)")
     add("--objects", type=int, default=1_000_000, help="memory: list length")
     add("--mem-batch", type=int, default=512)
-    add("--skip", choices=["cpu", "latency", "memory"], action="append", default=[])
+    add("--skip", choices=["cpu", "large", "latency", "memory"], action="append", default=[])
     add("--memory-child", choices=["dataloader", "pipeline"], help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.collators < 1 or split(args.workers, args.collators) < 1:
         parser.error(f"--workers {args.workers} must leave a producer beside 1 feeder and "
                      f"--collators {args.collators} (≥ 1)")  # fmt: skip
-    for name in ("samples", "latency_samples"):
+    for name in ("samples", "large_samples", "latency_samples"):
         if getattr(args, name) < (2 * args.warmup + 2) * args.batch:
             parser.error(f"--{name.replace('_', '-')} must give 2 × --warmup + 2 batches or more")
     if args.memory_child:
@@ -265,6 +288,12 @@ def main(argv: list[str] | None = None) -> None:
         images = Images(args.samples, args.side, args.cost)
         throughput(args, f"throughput, CPU-bound ({args.samples} images/epoch, "
                    f"cost {args.cost}, batch {args.batch}):", images, threads=1)  # fmt: skip
+    if "large" not in args.skip:
+        images = Images(args.large_samples, args.large_side, args.large_cost)
+        side = args.large_side
+        throughput(args, f"throughput, CPU-bound, large images ({args.large_samples} images "
+                   f"3×{side}×{side} float32/epoch, cost {args.large_cost}, batch {args.batch}):",
+                   images, threads=1)  # fmt: skip
     if "latency" not in args.skip:
         images = Images(args.latency_samples, args.side, args.cost, args.latency_ms / 1000)
         title = (f"throughput, read-latency-bound ({args.latency_ms:g} ms per sample read, "

@@ -69,3 +69,26 @@ def preempt_rank(rank: int, world_size: int, port: int, root: str, out: str, tag
     finally:
         dist.barrier()
         dist.destroy_process_group()
+
+
+def ddp_rank(rank: int, world_size: int, port: int, root: str, out: str, tag: str, resume: str):
+    """`run_rank` under DDP with dropout: every rank is a replica, so only rank 0 (replica 0)
+    snapshots the model and optimizer; each rank still saves its own RNG and loader."""
+    from torch.nn.parallel import DistributedDataParallel
+
+    torch.use_deterministic_algorithms(True)
+    init_dist(rank, world_size, port)
+    try:
+        state = make_state(rank, world_size, dropout=0.3)
+        state.model = DistributedDataParallel(state.model)
+        settings = config(root, keep_last=0)
+        ckpt = Checkpointer(settings, "team", tag, rank, world_size, dp_replica=rank)
+        first = ckpt.load(state, resume).step + 1 if resume else 1
+        train(state, ckpt, first, LAST_STEP)
+        ckpt.close()
+        if rank == 0:
+            params = full_params(state.model.module)
+            torch.save({"params": params, "position": state.dataloader.position}, f"{out}/{tag}.pt")
+    finally:
+        dist.barrier()
+        dist.destroy_process_group()

@@ -13,8 +13,8 @@ from driver.checkpoint.storage import make_writer
 from tests.checkpoint.toy import config, make_state, train
 
 
-def stalling_writer(uri: str, sync_files: bool, threads: int, nice: int = 0):
-    writer = make_writer(uri, sync_files, threads, nice)
+def stalling_writer(uri: str, sync_files: bool, threads: int, nice: int = 0, chunk: int = 0):
+    writer = make_writer(uri, sync_files, threads, nice, chunk)
     if uri.endswith("step-6"):
         finish = writer.finish
 

@@ -217,3 +217,24 @@ def test_every_config_key_is_documented():
 )
 def test_check_gap(elapsed_s, steps, every_s, gap):
     assert check_gap(elapsed_s, steps, every_s) == gap
+
+
+def test_yielding_stream_writes_in_pieces_and_delegates_the_rest(tmp_path):
+    import io
+
+    from driver.checkpoint.storage import YieldingStream
+
+    class Recording(io.BytesIO):
+        def __init__(self):
+            super().__init__()
+            self.sizes: list[int] = []
+
+        def write(self, data):
+            self.sizes.append(len(data))
+            return super().write(data)
+
+    raw = Recording()
+    stream = YieldingStream(raw, chunk=4)
+    assert stream.write(b"0123456789") == 10
+    assert raw.sizes == [4, 4, 2] and stream.tell() == 10 and raw.getvalue() == b"0123456789"
+    assert stream.write(memoryview(bytearray(3))) == 3 and raw.sizes[-1] == 3

@@ -139,3 +139,14 @@ def test_preemption_skips_a_save_that_cannot_finish(root, checkpointers):
 def test_failure_config_for_worker_group_restarts(interval, want):
     cfg = config("x", max_failures=4, interval_steps=interval)
     assert failure_config(cfg).max_failures == want
+
+
+def test_async_saves_written_in_small_pieces_resume_exactly(root, checkpointers):
+    reference = make_state()
+    train(reference, None, 1, 3)
+    ckpt = checkpointers(config(root, write_chunk_mb=0.001), "team", "run")  # 1 kB pieces
+    train(make_state(), ckpt, 1, 3)
+    ckpt.close()
+    resumed = make_state()
+    assert checkpointers(config(root), "team", "run").resume(resumed).step == 3
+    assert same(full_params(resumed.model), full_params(reference.model))
