@@ -1,8 +1,8 @@
 """Driver overhead: steady-state steps/s of the Ray-driven loop ÷ a plain torch.distributed
 (gloo) loop with the same model, batch, steps and number of workers, measured in one run.
 
-    .venv/bin/python scripts/bench/driver_overhead.py [--steps 120] [--skip 20] [--rounds 3]
-        [--workers 2] [--config runs/train/tiny-lm.yaml] [key=value ...]
+    .venv/bin/python scripts/bench/driver_overhead.py [--steps 300] [--skip 50] [--rounds 3]
+        [--workers 2,1] [--config runs/train/tiny-lm.yaml] [key=value ...]
 
 Each side is its own process tree, started from here, one at a time, alternating which goes
 first in each round so that load drifting on the machine hits both alike:
@@ -21,6 +21,9 @@ and one at 15 do not get the same share of the CPUs. Ray's daemons, the driver p
 its progress thread are the driver's overhead and count against it.
 Steady state skips the first `--skip` steps. The ratio is the median of the rounds' ratios.
 Start-up (process launch to the end of the first step) is printed apart. Goal: ratio >= 0.95.
+Each `--workers` count is measured in turn: by default 2 workers, which fill this 2-core
+machine (Ray's own processes then take CPU time from training), and 1 worker, which leaves
+a core to them, as a GPU node's many cores do for its one worker per GPU.
 """
 
 from __future__ import annotations
@@ -98,14 +101,14 @@ def plain_worker(rank: int, world: int, port: int, config: str, overrides: list,
                             world_size=world)  # fmt: skip
     torch.manual_seed(cfg.train.seed)
     work = build(cfg.model, cfg.data)
-    model = DistributedDataParallel(work.model)
+    model = DistributedDataParallel(work.model) if world > 1 else work.model  # as the driver
     opt, sched = optim.build(model, cfg.optimizer, cfg.train.steps)
     source = ProbeSource(work.dataset, cfg.train.micro_batch_size, rank, world, cfg.train.seed)
     batches, accum, rows = iter(source), cfg.train.grad_accum_steps, []
     for step in range(cfg.train.steps):
         total = 0.0
         for micro in range(accum):
-            with model.no_sync() if micro < accum - 1 else _nothing():
+            with model.no_sync() if micro < accum - 1 and world > 1 else _nothing():
                 loss = work.loss(model, next(batches)) / accum
                 loss.backward()
             total += loss.item()
@@ -214,22 +217,26 @@ def _sid(pid: int) -> int | None:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--config", default=str(ROOT / "runs/train/tiny-lm.yaml"))
-    parser.add_argument("--steps", type=int, default=120)
-    parser.add_argument("--skip", type=int, default=20)
-    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--steps", type=int, default=300)
+    parser.add_argument("--skip", type=int, default=50)
+    parser.add_argument("--workers", default="2,1", help="worker counts, comma-separated")
     parser.add_argument("--rounds", type=int, default=3, help="alternating runs of each")
     parser.add_argument("--plain", metavar="OUT", help=argparse.SUPPRESS)
     parser.add_argument("overrides", nargs="*", help="driver config overrides for both loops")
     args = parser.parse_args(argv)
     if args.plain:
-        return plain_main(args.plain, args.workers, args.config, args.overrides)
+        return plain_main(args.plain, int(args.workers), args.config, args.overrides)
     from driver.config import compose
 
-    overrides = [f"train.steps={args.steps}", "optimizer.warmup_steps=5",
-                 f"parallelism.workers={args.workers}", *args.overrides]  # fmt: skip
-    cfg, _ = compose(args.config, overrides)
-    args.threads = max(1, int(cfg.parallelism.cpus_per_worker))
-    report(args, [measure_round(args, overrides, i) for i in range(args.rounds)])
+    counts = [int(count) for count in args.workers.split(",")]
+    for count in counts:
+        args.workers = count
+        overrides = [f"train.steps={args.steps}", "optimizer.warmup_steps=5",
+                     f"parallelism.workers={count}", *args.overrides]  # fmt: skip
+        cfg, _ = compose(args.config, overrides)
+        args.threads = max(1, int(cfg.parallelism.cpus_per_worker))
+        print(f"== {count} training workers on {os.cpu_count()} CPUs", flush=True)
+        report(args, [measure_round(args, overrides, i) for i in range(args.rounds)])
 
 
 def measure_round(args, overrides: list[str], index: int) -> dict:

@@ -1,0 +1,36 @@
+"""The data benchmark's pure pieces: the process split and the CPU floor of a dataset."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def bench():
+    path = ROOT / "scripts/bench/data_bench.py"
+    spec = importlib.util.spec_from_file_location("data_bench", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize(("workers", "collators", "producers"), [(4, 1, 2), (3, 1, 1), (8, 2, 5)])
+def test_split_counts_the_feeder_and_collators(bench, workers, collators, producers):
+    assert bench.split(workers, collators) == producers
+
+
+def test_floor_times_getitem_alone(bench):
+    images = bench.Images(8, side=8, cost=2)
+    assert images[3]["image"].shape == (3, 8, 8) and images[3]["label"] == 3
+    assert bench.floor_ms(images, count=8) > 0
+
+
+def test_rejects_too_few_samples_for_the_warmup(bench, capsys):
+    with pytest.raises(SystemExit) as caught:
+        bench.main(["--large-samples", "10"])
+    assert caught.value.code == 2 and "--large-samples" in capsys.readouterr().err
