@@ -11,7 +11,7 @@ import torch
 from driver import optim
 from driver.batches import collate
 from driver.config import compose
-from driver.loop import Loop
+from driver.step import Loop
 from driver.workloads import build
 from tests.driver.conftest import TINY_LM
 

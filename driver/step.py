@@ -1,0 +1,65 @@
+"""One optimizer step of the training loop: `Loop(cfg, model, work, ...).step(step, batches)`
+accumulates micro-batches (no DDP gradient sync until the last), clips, steps the optimizer
+and the LR schedule under bf16 autocast on GPU, and returns the step's metrics row."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+
+
+class Loop:
+    """One optimizer step: accumulate micro-batches, clip, step, measure."""
+
+    def __init__(self, cfg, model, work, optimizer, scheduler, device, world: int):
+        import torch
+
+        self.cfg, self.model, self.work, self.device = cfg, model, work, device
+        self.optimizer, self.scheduler, self.world = optimizer, scheduler, world
+        bf16 = cfg.train.precision == "bf16" or (
+            cfg.train.precision == "auto" and device.type == "cuda"
+        )
+        self.autocast = (
+            (lambda: torch.autocast(device.type, dtype=torch.bfloat16))
+            if bf16
+            else contextlib.nullcontext
+        )
+        per_step = cfg.train.micro_batch_size * cfg.train.grad_accum_steps * world
+        self.units_per_step = per_step * work.units_per_example
+
+    def step(self, step: int, batches) -> dict:
+        import torch
+
+        started = time.perf_counter()
+        accum, total = self.cfg.train.grad_accum_steps, 0.0
+        for micro in range(accum):
+            batch = to_device(next(batches), self.device)
+            sync = micro == accum - 1 or not hasattr(self.model, "no_sync")
+            with self.model.no_sync() if not sync else contextlib.nullcontext():
+                with self.autocast():
+                    loss = self.work.loss(self.model, batch) / accum
+                loss.backward()
+            total += loss.item()
+        clip = self.cfg.train.max_grad_norm
+        norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), clip if clip > 0 else 1e9)
+        lr = self.scheduler.get_last_lr()[0]
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.scheduler.step()
+        elapsed = time.perf_counter() - started
+        return {
+            "step": step + 1,
+            "loss": total,
+            "lr": lr,
+            "grad_norm": float(norm.full_tensor() if hasattr(norm, "full_tensor") else norm),
+            "step_time": elapsed,
+            f"{self.work.unit}_per_s": self.units_per_step / elapsed,
+            "time": time.time(),
+        }
+
+
+def to_device(batch, device):
+    """Move a tensor or a tuple of tensors to the device."""
+    if isinstance(batch, tuple | list):
+        return type(batch)(part.to(device, non_blocking=True) for part in batch)
+    return batch.to(device, non_blocking=True)
