@@ -7,7 +7,8 @@ memory; `overlap`: the snapshot overlaps the next forward/backward), goals in br
   blocked ratio  = time the loop is blocked by Checkpointer.save (async, staged in host
                    memory) / time of a synchronous dcp.save of the same state   [<= 0.10]
   step ratio     = step time while a background write runs / clean step time  [<= 1.15]
-The state is an MLP with AdamW (parameters + two moments), about --mb megabytes.
+The state is an MLP with AdamW (parameters + two moments), about --mb megabytes. Every
+save, the synchronous one too, follows a training step, as saves do in the loop.
 """
 
 from __future__ import annotations
@@ -58,7 +59,8 @@ def state_bytes(state: TrainState) -> int:
     return sum(t.numel() * t.element_size() for t in tensors)
 
 
-def sync_save_s(state: TrainState, directory: str) -> float:
+def sync_save_s(state: TrainState, batch, directory: str) -> float:
+    step(state, batch)  # a save follows a training step, as in the loop
     model_sd, optim_sd = get_state_dict(state.model, state.optimizer)
     started = time.perf_counter()
     dcp.save({"model": model_sd, "optim": optim_sd}, checkpoint_id=directory, no_dist=True)
@@ -69,6 +71,7 @@ def sync_save_s(state: TrainState, directory: str) -> float:
 
 def async_round(ckpt: Checkpointer, step_no: int, state, batch, max_steps: int) -> tuple:
     """One async save: (blocked s, step times during the write, clean step times after)."""
+    step(state, batch)  # a save follows a training step, as in the loop
     ckpt.save(step_no, state)
     blocked, busy = None, []
     while (blocked is None or ckpt.writing) and len(busy) < max_steps:
@@ -96,7 +99,7 @@ def run(state: TrainState, batch, directory: str, repeats: int, max_steps: int) 
     sync = []
     try:
         for i in range(repeats + 1):
-            seconds = sync_save_s(state, f"{directory}/sync-{i}")
+            seconds = sync_save_s(state, batch, f"{directory}/sync-{i}")
             for name, ckpt in ckpts.items():
                 blocked, busy, clean = async_round(ckpt, i + 1, state, batch, max_steps)
                 if i > 0:
