@@ -31,10 +31,11 @@ def train_worker(args: dict) -> None:
     `control` (the checkpoint control actor, driver.checkpoint.control)."""
     import ray.train
 
-    from driver.telemetry import worker_logger
+    from driver.telemetry import where_am_i, worker_logger
 
     cfg, sink, control = args["cfg"], args["sink"], args.get("control")
     rank = ray.train.get_context().get_world_rank()
+    sink.hello.remote(rank, where_am_i())  # ordered before this rank's first metrics push
     logger, tail = worker_logger(cfg.logging.tail_lines)
     share_handlers(logger, "driver.checkpoint")
     try:

@@ -42,6 +42,11 @@ class Progress:
         self.lines: deque[str] = deque(maxlen=cfg.logging.tail_lines)
         self.identity = {"run": cfg.run.name, "team": cfg.run.team, "cluster": cfg.run.cluster}
         self.bar = None
+        self.warehouse = None  # a driver.clickhouse.RunMetricsWriter with logging.clickhouse_url
+        if cfg.logging.clickhouse_url:
+            from driver.clickhouse import RunMetricsWriter
+
+            self.warehouse = RunMetricsWriter(cfg.logging.clickhouse_url, self.identity)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._poll, name="progress", daemon=True)
 
@@ -81,6 +86,21 @@ class Progress:
         if rows and self.fmt == "progress":
             self._show(rows[-1])  # once per batch: rows arrive in bursts
         self.file.flush()
+        if rows and self.warehouse is not None:
+            self._to_warehouse(rows)
+
+    def _to_warehouse(self, rows: list[dict]) -> None:
+        """Insert the rows into ClickHouse, labelled with rank 0's pod and node."""
+        if "pod" not in self.warehouse.identity:
+            import ray
+
+            try:
+                host = ray.get(self.sink.host.remote(0), timeout=5)
+            except Exception:  # a sink without hosts (tests) or one that went away
+                host = {}
+            self.warehouse.identity.update({"rank": "0", **host})
+        self.warehouse.add(rows)
+        self.warehouse.flush()
 
     def _handle(self, row: dict) -> None:
         self.rows.append(row)
@@ -116,3 +136,8 @@ class Progress:
         if self.bar is not None:
             self.bar.close()
         self.file.close()
+        if self.warehouse is not None:
+            self.warehouse.close()
+            if self.warehouse.dropped:
+                self.log(f"{self.warehouse.dropped} metric rows did not reach ClickHouse "
+                         f"({self.warehouse.last_error})")  # fmt: skip

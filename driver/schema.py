@@ -163,6 +163,9 @@ class LoggingConfig:
     """File under the output folder that receives one JSON line per step."""
     tail_lines: int = 200
     """Log lines each worker keeps for a crash bundle."""
+    clickhouse_url: str | None = None
+    """ClickHouse HTTP endpoint (e.g. http://clickhouse.observability:8123): the driver
+    also inserts every step's metrics into platform.run_metrics. null: metrics.jsonl only."""
 
 
 @dataclass

@@ -30,6 +30,15 @@ class LogTail(logging.Handler):
         self.lines.append(self.format(record))
 
 
+def where_am_i() -> dict[str, str]:
+    """This process's pod (the hostname, which Kubernetes sets to the pod name) and node
+    (`NODE_NAME`, where the pod template passes it down; empty otherwise)."""
+    import os
+    import socket
+
+    return {"pod": socket.gethostname(), "node": os.environ.get("NODE_NAME", "")}
+
+
 def worker_logger(capacity: int) -> tuple[logging.Logger, LogTail]:
     """The worker's logger: every line into the tail, warnings also to stderr."""
     logger = logging.getLogger(LOGGER_NAME)
@@ -51,6 +60,14 @@ class Sink:
     def __init__(self):
         self.rows: list[dict] = []
         self.failures: dict[int, dict] = {}
+        self.hosts: dict[int, dict] = {}
+
+    def hello(self, rank: int, host: dict) -> None:
+        """Where a rank runs ({"pod", "node"}), sent once when it starts."""
+        self.hosts[rank] = dict(host)
+
+    def host(self, rank: int) -> dict:
+        return dict(self.hosts.get(rank, {}))
 
     def push(self, row: dict) -> None:
         self.rows.append(row)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import http.server
+import threading
 from pathlib import Path
 
 import pytest
@@ -23,3 +25,30 @@ def ray_local():
     ray.init(num_cpus=2, include_dashboard=True, log_to_driver=False, logging_level="WARNING")
     yield ray
     ray.shutdown()
+
+
+class Recorder(http.server.BaseHTTPRequestHandler):
+    """Records every POST (path, body) and answers `status`: a stand-in ClickHouse."""
+
+    status = 200
+    received: list[tuple[str, bytes]] = []
+
+    def do_POST(self):  # noqa: N802 (the http.server API)
+        body = self.rfile.read(int(self.headers["Content-Length"]))
+        Recorder.received.append((self.path, body))
+        self.send_response(Recorder.status)
+        self.end_headers()
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def server():
+    """A local HTTP server recording POSTs; its base URL."""
+    Recorder.received, Recorder.status = [], 200
+    httpd = http.server.HTTPServer(("127.0.0.1", 0), Recorder)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{httpd.server_address[1]}"
+    httpd.shutdown()

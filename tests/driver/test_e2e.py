@@ -4,18 +4,20 @@ in metrics.jsonl), and a worker that raises leaves a crash bundle and exit code 
 from __future__ import annotations
 
 import json
+import socket
 
 import pytest
 
 from driver.train import main
-from tests.driver.conftest import TINY_DIT, TINY_LM
+from tests.driver.conftest import TINY_DIT, TINY_LM, Recorder
 
 FAST = ["train.steps=12", "optimizer.warmup_steps=3", "data.size=1024", "logging.format=json"]
 
 
-def test_two_workers_train_and_log_every_step(ray_local, tmp_path, capsys):
+def test_two_workers_train_and_log_every_step(ray_local, tmp_path, capsys, server):
     out = tmp_path / "run"
-    assert main([TINY_LM, *FAST, f"run.output_dir={out}", "run.name=e2e"]) == 0
+    extra = [f"logging.clickhouse_url={server}"]  # a recording stand-in for ClickHouse
+    assert main([TINY_LM, *FAST, f"run.output_dir={out}", "run.name=e2e", *extra]) == 0
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert [row["step"] for row in rows] == list(range(1, 13))
     assert rows[-1]["loss"] < 0.9 * rows[0]["loss"]
@@ -25,6 +27,10 @@ def test_two_workers_train_and_log_every_step(ray_local, tmp_path, capsys):
     assert (out / "config.yaml").read_text().startswith("run:\n  name: e2e")
     printed = capsys.readouterr().out
     assert '"run": "e2e"' in printed and "done: 12 steps on 2 workers" in printed
+    inserted = [json.loads(line) for _, body in Recorder.received for line in body.splitlines()]
+    losses = [r for r in inserted if r["name"] == "train/loss"]
+    assert [r["step"] for r in losses] == list(range(1, 13))
+    assert {(r["run"], r["rank"], r["pod"]) for r in losses} == {("e2e", 0, socket.gethostname())}
 
 
 def check_bundle(out, capsys, ranks: list[int]) -> None:

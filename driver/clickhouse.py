@@ -1,0 +1,102 @@
+"""Per-step metrics into ClickHouse's `platform.run_metrics` (kustomize/bases/observability).
+
+The driver's progress thread hands every drained metrics row to `RunMetricsWriter.add`;
+each rank-0 row becomes one long-format row per numeric metric (`name` as `metric_name`
+maps it, `value`) with the
+run's identity (cluster, team, run) and rank 0's pod and node. Rows go out in one HTTP
+`INSERT ... FORMAT JSONEachRow` per drain (about once a second), with the standard library
+only. A failing ClickHouse never fails training: the writer counts dropped rows, logs the
+first error and the count at the end, and keeps trying.
+
+    writer = RunMetricsWriter("http://clickhouse.observability:8123", identity)
+    writer.add(rows); writer.flush(); writer.close()
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import urllib.parse
+import urllib.request
+from datetime import UTC, datetime
+
+log = logging.getLogger("driver.clickhouse")
+TABLE = "platform.run_metrics"
+NOT_METRICS = frozenset({"step", "time"})  # columns of their own, not metric names
+
+
+def metric_name(key: str) -> str:
+    """The platform's metric name of a metrics-row key (docs/platform.md: `train/loss`,
+    `train/step_time_s`, `train/tokens_per_s`, ...; checkpoint fields under `ckpt/`)."""
+    if key.startswith("ckpt_"):
+        return "ckpt/" + key.removeprefix("ckpt_")
+    if key == "step_time":
+        return "train/step_time_s"
+    return "train/" + key
+
+
+def metric_rows(row: dict, identity: dict[str, str]) -> list[dict]:
+    """The long-format rows of one metrics row: one per finite numeric field."""
+    ts = datetime.fromtimestamp(row["time"], UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
+    base = {
+        "ts": ts,
+        "cluster": identity.get("cluster", ""),
+        "team": identity.get("team", ""),
+        "run": identity.get("run", ""),
+        "rank": int(identity.get("rank", 0)),
+        "pod": identity.get("pod", ""),
+        "node": identity.get("node", ""),
+        "step": int(row["step"]),
+    }
+    out = []
+    for name, value in sorted(row.items()):
+        if name in NOT_METRICS or isinstance(value, bool) or not isinstance(value, int | float):
+            continue
+        if math.isfinite(value):
+            out.append({**base, "name": metric_name(name), "value": float(value)})
+    return out
+
+
+def insert_url(base_url: str, table: str = TABLE) -> str:
+    """The HTTP interface URL that inserts JSONEachRow into `table`."""
+    query = urllib.parse.urlencode({"query": f"INSERT INTO {table} FORMAT JSONEachRow"})
+    return f"{base_url.rstrip('/')}/?{query}"
+
+
+class RunMetricsWriter:
+    """Buffers metric rows and posts them to ClickHouse; never raises."""
+
+    def __init__(self, base_url: str, identity: dict[str, str], timeout_s: float = 5.0):
+        self.url, self.identity, self.timeout_s = insert_url(base_url), dict(identity), timeout_s
+        self.pending: list[dict] = []
+        self.sent = 0
+        self.dropped = 0
+        self.last_error: str | None = None
+
+    def add(self, rows: list[dict]) -> None:
+        for row in rows:
+            self.pending.extend(metric_rows(row, self.identity))
+
+    def flush(self) -> bool:
+        """Post what is pending; False (and the rows dropped) when ClickHouse refused."""
+        if not self.pending:
+            return True
+        rows, self.pending = self.pending, []
+        body = "".join(json.dumps(row) + "\n" for row in rows).encode()
+        request = urllib.request.Request(self.url, data=body, method="POST")
+        try:
+            with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
+                response.read()
+        except Exception as err:  # network, HTTP 4xx/5xx: training goes on
+            if self.last_error is None:
+                log.warning("ClickHouse insert failed, metrics rows dropped: %s", err)
+            self.last_error = f"{type(err).__name__}: {err}"
+            self.dropped += len(rows)
+            return False
+        self.sent += len(rows)
+        return True
+
+    def close(self) -> None:
+        """Post what is left (the caller reports `dropped` and `last_error`)."""
+        self.flush()
