@@ -168,7 +168,7 @@ def test_raycluster_has_a_sentinel_with_the_same_run_labels():
     pod = sentinel["spec"]["template"]
     assert pod["metadata"]["labels"][labels.ROLE] == "sentinel"
     assert pod["spec"]["nodeSelector"] == labels.cpu_node_labels()
-    env = {e["name"]: e["value"] for e in pod["spec"]["containers"][0]["env"]}
+    env = {e["name"]: e.get("value") for e in pod["spec"]["containers"][0]["env"]}
     assert env["RAY_ADDRESS"] == "http://dev-cluster-head-svc:8265"
     assert pod["spec"]["containers"][0]["workingDir"] == "/workspace"
 
@@ -228,3 +228,26 @@ def test_exact_bytes(value, text):
 @pytest.mark.parametrize(("value", "text"), [(8.0, "8"), (7.5, "7500m"), (0.25, "250m")])
 def test_exact_cpu(value, text):
     assert exact_cpu(value) == text
+
+
+def _containers(node):
+    """Every `containers` list in a manifest (pod templates of RayJob, RayCluster, Job)."""
+    if isinstance(node, dict):
+        for key, value in node.items():
+            if key == "containers":
+                yield from value
+            else:
+                yield from _containers(value)
+    elif isinstance(node, list):
+        for value in node:
+            yield from _containers(value)
+
+
+@pytest.mark.parametrize("run", ["tiny-lm", "dev-cluster"])
+def test_every_run_container_knows_its_node(run):
+    """NODE_NAME labels the driver's metrics rows (driver/clickhouse.py) and crash reports."""
+    found = list(_containers(render_run(load_run(f"runs/examples/{run}.yaml"))))
+    assert found
+    for container in found:
+        env = {e["name"]: e for e in container["env"]}
+        assert env["NODE_NAME"]["valueFrom"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}
