@@ -28,11 +28,9 @@ from driver.data import codec
 from driver.data.config import PipelineConfig
 from driver.data.datasets import as_map_dataset
 from driver.data.errors import CorruptSample, PipelineError
-from driver.data.resume import STATE_VERSION, check_state
+from driver.data.resume import Checkpointable
 from driver.data.runtime import Runtime, check_ready, describe, watchdog
 from driver.data.sampling import (
-    position_after,
-    schedule_digest,
     steps_in_epoch,
 )
 from driver.data.stages import Stage, as_stages, default_collate
@@ -40,7 +38,7 @@ from driver.data.stages import Stage, as_stages, default_collate
 log = logging.getLogger(__name__)
 
 
-class DataPipeline:
+class DataPipeline(Checkpointable):
     """Iterator of batches for one rank; a context manager; checkpointable."""
 
     def __init__(
@@ -102,7 +100,8 @@ class DataPipeline:
             if not self._receive():
                 self._check(key, waited_since)
         message = self._buffer.pop(key)
-        self.consumed += 1
+        self._report_skipped(*key, message[5])  # when consumed: prefetched batches of the
+        self.consumed += 1  # next epoch are not reported (or counted in state_dict) early
         return self._unpack(message)
 
     def _receive(self) -> bool:
@@ -114,7 +113,8 @@ class DataPipeline:
         return True
 
     def _handle(self, message: tuple) -> None:
-        """Act on a worker message: a batch is buffered, a collator failure raised."""
+        """Act on a worker message: a batch is buffered (its skipped samples are reported when
+        the loop takes it), a collator failure raised."""
         kind = message[0]
         if kind == "collate_error":
             _, epoch, step, _, indices, reason, _ = message
@@ -124,7 +124,6 @@ class DataPipeline:
             )
         if kind == "batch":
             _, epoch, step = message[:3]
-            self._report_skipped(epoch, step, message[5])
             self._buffer[(epoch, step)] = message
 
     def _report_skipped(self, epoch: int, step: int, skipped: list[tuple[int, str]]) -> None:
@@ -210,51 +209,6 @@ class DataPipeline:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
-
-    # -- checkpointing --------------------------------------------------------------------
-    def position(self) -> int:
-        """Global position in the epoch: samples consumed by all ranks together."""
-        cfg = self.config
-        return position_after(
-            self.consumed, len(self.dataset), cfg.batch_size, self.world_size, self.origin,
-            cfg.drop_last,
-        )  # fmt: skip
-
-    def state_dict(self) -> dict[str, Any]:
-        """Progress to store in a checkpoint; in-flight batches are rebuilt on resume."""
-        cfg = self.config
-        return {
-            "version": STATE_VERSION,
-            "epoch": self.epoch,
-            "position": self.position(),
-            "dataset_len": len(self.dataset),
-            "seed": cfg.seed,
-            "shuffle": cfg.shuffle,
-            "schedule_digest": self._schedule_digest(self.epoch),
-            "batch_size": cfg.batch_size,
-            "world_size": self.world_size,
-            "rank": self.rank,
-            "in_flight": sorted(step for epoch, step in self._buffer if epoch == self.epoch),
-            "skipped": len(self.skipped),
-        }
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Continue exactly where `state` stopped (any world size); restarts the workers."""
-        cfg = self.config
-        epoch, position = check_state(
-            state, len(self.dataset), cfg.seed, cfg.shuffle, self._schedule_digest
-        )
-        self.close()
-        self.epoch, self.origin, self.consumed = epoch, position, 0
-
-    def set_epoch(self, epoch: int) -> None:
-        """Start `epoch` from its beginning (restarts the workers)."""
-        self.close()
-        self.epoch, self.origin, self.consumed = epoch, 0, 0
-
-    def _schedule_digest(self, epoch: int) -> str:
-        cfg = self.config
-        return schedule_digest(cfg.seed, epoch, len(self.dataset), cfg.shuffle)
 
 
 _EMPTY = object()

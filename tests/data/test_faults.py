@@ -108,6 +108,18 @@ def test_corrupt_samples_are_skipped_and_reported():
     assert seen == [i for i in range(32) if i not in (1, 13, 14, 15, 16)]
 
 
+def test_skipped_samples_count_when_their_batch_is_taken_not_when_prefetched():
+    cfg = _cfg(on_corrupt="skip")
+    with DataPipeline(IndexDataset(16, corrupt=(1,)), cfg, 0, 1) as data:
+        ids_of(data)  # epoch 0; the workers go on into epoch 1 meanwhile
+        time.sleep(0.5)  # let epoch 1's first batch (with sample 1 again) arrive ahead
+        data._receive()
+        assert [(epoch, index) for epoch, index, _ in data.skipped] == [(0, 1)]
+        assert data.state_dict()["skipped"] == 1
+        ids_of(data, steps=1)  # now epoch 1 takes it
+        assert [(epoch, index) for epoch, index, _ in data.skipped] == [(0, 1), (1, 1)]
+
+
 def test_too_many_skips_fail():
     cfg = _cfg(on_corrupt="skip", max_skipped=2)
     with DataPipeline(IndexDataset(32, corrupt=(1, 2, 3)), cfg, 0, 1) as data:
