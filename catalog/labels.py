@@ -15,6 +15,9 @@ CLUSTER = f"{DOMAIN}/cluster"
 TYPE = f"{DOMAIN}/type"
 ROLE = f"{DOMAIN}/role"  # head, worker, sentinel, job
 MANAGED_BY = "app.kubernetes.io/managed-by"
+# Environment variable every run and check container gets from the downward API
+# (spec.nodeName): preflight reports and the driver's metric rows name the node with it.
+NODE_NAME_ENV = "NODE_NAME"
 MANAGED_BY_VALUE = "runner"
 
 # Node labels GKE sets and node labels our node pools add.

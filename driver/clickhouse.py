@@ -2,11 +2,11 @@
 
 The driver's progress thread hands every drained metrics row to `RunMetricsWriter.add`;
 each rank-0 row becomes one long-format row per numeric metric (`name` as `metric_name`
-maps it, `value`) with the
-run's identity (cluster, team, run) and rank 0's pod and node. Rows go out in one HTTP
-`INSERT ... FORMAT JSONEachRow` per drain (about once a second), with the standard library
-only. A failing ClickHouse never fails training: the writer counts dropped rows, logs the
-first error and the count at the end, and keeps trying.
+maps it, `value`) with the run's identity (cluster, team, run) and rank 0's pod and node.
+Rows go out in one HTTP `INSERT ... FORMAT JSONEachRow` per drain (about once a second),
+with the standard library only. A failing ClickHouse never fails training: the writer logs
+the first error, counts the dropped rows (the driver reports them at the end) and keeps
+trying.
 
     writer = RunMetricsWriter("http://clickhouse.observability:8123", identity)
     writer.add(rows); writer.flush(); writer.close()

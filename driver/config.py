@@ -122,11 +122,24 @@ def validate(cfg: TrainConfig, source: str | Path) -> None:
         raise InputError(source, "data", f"{cfg.model.kind} model needs {pairs[cfg.model.kind]}")
     if cfg.model.kind == "dit" and cfg.data.image_size % cfg.model.patch_size:
         raise InputError(source, "model.patch_size", "must divide data.image_size")
-    if par.workers and cfg.data.size < cfg.train.micro_batch_size * par.workers:
-        need = cfg.train.micro_batch_size * par.workers
-        raise InputError(source, "data.size", f"must hold one global batch ({need} examples)")
+    if par.workers:
+        check_batch(cfg, par.workers, source)
     if cfg.optimizer.warmup_steps < 0:
         raise InputError(source, "optimizer.warmup_steps", "must not be negative")
+
+
+def check_batch(cfg, world: int, source: str | None = None) -> None:
+    """The dataset must hold one global batch (micro batch x training workers). Checked
+    here when `parallelism.workers` fixes the world size, and again by the driver once
+    capacity planning has chosen it."""
+    need = cfg.train.micro_batch_size * world
+    if cfg.data.size < need:
+        raise InputError(
+            source,
+            "data.size",
+            f"must hold one global batch ({need} examples: train.micro_batch_size "
+            f"{cfg.train.micro_batch_size} x {world} workers)",
+        )
 
 
 def _get(cfg: object, dotted: str):

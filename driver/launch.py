@@ -15,6 +15,7 @@ from pathlib import Path
 
 from catalog.errors import InputError
 from driver import capacity
+from driver.config import check_batch
 
 # Ray Train's controller polls every worker each health-check interval, and a
 # ray.train.report call waits for the next poll. Per-step metrics bypass report (the metrics
@@ -110,21 +111,8 @@ def plan_capacity(cfg) -> tuple[capacity.Plan, bool]:
         )
     except capacity.CapacityError as err:
         raise InputError(None, "parallelism", str(err)) from None
-    check_batch(cfg, result.world_size)
+    check_batch(cfg, result.world_size)  # the world size is known only now
     return result, use_gpu
-
-
-def check_batch(cfg, world: int) -> None:
-    """The dataset must hold one global batch (micro batch x planned training workers; the
-    config check before launch knows the world size only when parallelism.workers is set)."""
-    need = cfg.train.micro_batch_size * world
-    if cfg.data.size < need:
-        raise InputError(
-            None,
-            "data.size",
-            f"must hold one global batch ({need} examples: train.micro_batch_size "
-            f"{cfg.train.micro_batch_size} x {world} planned workers)",
-        )
 
 
 def trainer_for(cfg, world: int, use_gpu: bool, sink, output_dir: Path, control=None):

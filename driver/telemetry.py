@@ -2,8 +2,8 @@
 
 Rank 0 sends its metrics rows (one per step, batched every half second) to the run's
 `RunChannel` actor (fire-and-forget, so a step never waits on the driver); the driver
-drains it once a second. Any rank that fails
-records its traceback and last log lines there before it re-raises, for the crash bundle.
+drains it once a second. Any rank that fails records its traceback and last log lines
+there before it re-raises, for the crash bundle.
 `ray.train.report` is still called at the end of the run (and could be at checkpoints), not
 per step: each call is a barrier across ranks.
 """
@@ -11,8 +11,11 @@ per step: each call is a barrier across ranks.
 from __future__ import annotations
 
 import logging
+import os
+import socket
 from collections import deque
 
+from catalog import labels
 from driver.checkpoint.control import RunControl
 
 LOGGER_NAME = "driver.worker"
@@ -32,11 +35,8 @@ class LogTail(logging.Handler):
 
 def where_am_i() -> dict[str, str]:
     """This process's pod (the hostname, which Kubernetes sets to the pod name) and node
-    (`NODE_NAME`, where the pod template passes it down; empty otherwise)."""
-    import os
-    import socket
-
-    return {"pod": socket.gethostname(), "node": os.environ.get("NODE_NAME", "")}
+    (`NODE_NAME`, which the runner's pod templates pass down; empty elsewhere)."""
+    return {"pod": socket.gethostname(), "node": os.environ.get(labels.NODE_NAME_ENV, "")}
 
 
 def worker_logger(capacity: int) -> tuple[logging.Logger, LogTail]:

@@ -33,11 +33,7 @@ from torch.distributed.checkpoint.state_dict_saver import AsyncSaveResponse
 from driver.checkpoint.api import CheckpointCallback, new_counters
 from driver.checkpoint.commit import FAILURES, Committing
 from driver.checkpoint.config import CheckpointConfig
-from driver.checkpoint.layout import (
-    run_uri,
-    save_due,
-    step_dir,
-)
+from driver.checkpoint.layout import run_uri, save_due, step_dir
 from driver.checkpoint.loading import Loading
 from driver.checkpoint.state import TrainState, save_dict
 from driver.checkpoint.storage import Storage, make_writer

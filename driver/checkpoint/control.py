@@ -1,6 +1,7 @@
 """The checkpoint control channel between the driver and its Ray Train workers.
 
-    control = start_control()                    # driver: one small actor per run
+    control = start_channel()                    # driver: the run's one small actor
+                                                 # (driver.telemetry.RunChannel)
     stop_relay = relay_sigterm(control, log)     # driver: SIGTERM -> a preemption notice
     attempt = ray.get(control.start.remote(rank))   # worker: 0, then 1, 2 ... after restarts
     guard = PreemptionGuard(ckpt, poll=NoticePoll(control))   # worker: sees the notice
@@ -52,13 +53,6 @@ class RunControl:
 
     def notice(self) -> float | None:
         return self.notice_at
-
-
-def start_control():
-    """The RunControl actor (0 CPUs, so it never takes a training slot)."""
-    import ray
-
-    return ray.remote(num_cpus=0)(RunControl).remote()
 
 
 class NoticePoll:

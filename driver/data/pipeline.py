@@ -30,9 +30,7 @@ from driver.data.datasets import as_map_dataset
 from driver.data.errors import CorruptSample, PipelineError
 from driver.data.resume import Checkpointable
 from driver.data.runtime import Runtime, check_ready, describe, watchdog
-from driver.data.sampling import (
-    steps_in_epoch,
-)
+from driver.data.sampling import steps_in_epoch
 from driver.data.stages import Stage, as_stages, default_collate
 
 log = logging.getLogger(__name__)

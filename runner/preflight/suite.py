@@ -13,6 +13,7 @@ import socket
 import tempfile
 from dataclasses import dataclass, field
 
+from catalog import labels
 from runner.preflight import host, kernel, nvsmi
 from runner.preflight.allreduce import Rendezvous
 from runner.preflight.rows import FAIL, SKIP, Row, placed
@@ -33,7 +34,9 @@ class SuiteOptions:
     writable: list[str] = field(default_factory=lambda: ["/dev/shm", tempfile.gettempdir()])
     """folders that must accept new files (shared mounts, output dirs)"""
     pod: str = field(default_factory=lambda: os.environ.get("POD_NAME", socket.gethostname()))
-    node: str = field(default_factory=lambda: os.environ.get("NODE_NAME", socket.gethostname()))
+    node: str = field(
+        default_factory=lambda: os.environ.get(labels.NODE_NAME_ENV, socket.gethostname())
+    )
     rendezvous: Rendezvous | None = None
     """where the all-reduce meets; None skips it"""
     skip: set[str] = field(default_factory=set)

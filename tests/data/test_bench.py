@@ -2,21 +2,14 @@
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.benches import load_bench
 
 
 @pytest.fixture(scope="module")
 def bench():
-    path = ROOT / "scripts/bench/data_bench.py"
-    spec = importlib.util.spec_from_file_location("data_bench", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_bench("data_bench")
 
 
 @pytest.mark.parametrize(("workers", "collators", "producers"), [(4, 1, 2), (3, 1, 1), (8, 2, 5)])

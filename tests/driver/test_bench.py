@@ -2,20 +2,14 @@
 
 from __future__ import annotations
 
-import importlib.util
-
 import pytest
 
-from tests.driver.conftest import ROOT
+from tests.benches import load_bench
 
 
 @pytest.fixture(scope="module")
 def bench():
-    path = ROOT / "scripts/bench/driver_overhead.py"
-    spec = importlib.util.spec_from_file_location("driver_overhead", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_bench("driver_overhead")
 
 
 def test_steady_rate_skips_the_first_steps(bench):

@@ -67,7 +67,11 @@ def test_group_swap_changes_schema():
         ("train.steps", "train.steps", "override 'train.steps' is not key=value"),
         ("run.name=[a", "run.name", "cannot parse override 'run.name=[a'"),
         ("optimizer.betas=3", "optimizer.betas", "not a ListConfig"),
-        ("data.size=20", "data.size", "must hold one global batch (32 examples)"),
+        (
+            "data.size=20",
+            "data.size",
+            "must hold one global batch (32 examples: train.micro_batch_size 16 x 2 workers)",
+        ),
         ("model=tiny_dit", "data", "dit model needs shapes"),
         ("checkpoint.async_mode=later", "checkpoint.async_mode", "must be one of"),
         ("parallelism.replica_group_size=3", "parallelism.replica_group_size", "multiple"),

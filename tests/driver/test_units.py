@@ -10,8 +10,9 @@ import pytest
 
 from catalog.errors import InputError
 from driver.batches import LocalBatchSource, epoch_order, rank_indices
+from driver.config import check_batch
 from driver.crash import filter_env, write_bundle
-from driver.launch import check_batch, cluster_shape, failed_ranks, headline
+from driver.launch import cluster_shape, failed_ranks, headline
 from driver.optim import lr_factor
 from driver.progress import summarize
 
@@ -175,4 +176,4 @@ def test_check_batch_against_the_planned_world(size, world, fails):
         return
     with pytest.raises(InputError) as caught:
         check_batch(cfg, world)
-    assert caught.value.field == "data.size" and "16 x 4 planned workers" in caught.value.message
+    assert caught.value.field == "data.size" and "16 x 4 workers" in caught.value.message

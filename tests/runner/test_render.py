@@ -245,9 +245,11 @@ def _containers(node):
 
 @pytest.mark.parametrize("run", ["tiny-lm", "dev-cluster"])
 def test_every_run_container_knows_its_node(run):
-    """NODE_NAME labels the driver's metrics rows (driver/clickhouse.py) and crash reports."""
+    """NODE_NAME labels the driver's metric rows (driver/clickhouse.py)."""
     found = list(_containers(render_run(load_run(f"runs/examples/{run}.yaml"))))
     assert found
     for container in found:
         env = {e["name"]: e for e in container["env"]}
-        assert env["NODE_NAME"]["valueFrom"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}
+        assert env[labels.NODE_NAME_ENV]["valueFrom"] == {
+            "fieldRef": {"fieldPath": "spec.nodeName"}
+        }
