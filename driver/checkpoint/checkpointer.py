@@ -33,6 +33,7 @@ from torch.distributed.checkpoint.state_dict_saver import AsyncSaveResponse
 from driver.checkpoint.api import CheckpointCallback, new_counters
 from driver.checkpoint.commit import FAILURES, Committing
 from driver.checkpoint.config import CheckpointConfig
+from driver.checkpoint.groups import training_cpu_group, writer_group
 from driver.checkpoint.layout import run_uri, save_due, step_dir
 from driver.checkpoint.loading import Loading
 from driver.checkpoint.state import TrainState, save_dict
@@ -76,9 +77,11 @@ class Checkpointer(Committing, Loading):
         self._stager: DefaultStager | None = None
         self._distributed = dist.is_available() and dist.is_initialized() and world_size > 1
         self._owns_group = self._distributed and group is None
-        # A separate gloo group: the background writer's collectives never interleave
-        # with the training loop's, and async save needs a CPU backend.
-        self._group = dist.new_group(backend="gloo") if self._owns_group else group
+        # Loading runs on the training thread's CPU group; the background writer gets a
+        # gloo group of its own at the first save (its collectives never interleave with
+        # the training loop's). See groups.py.
+        self._group = training_cpu_group() if self._owns_group else group
+        self._writer = None if self._owns_group else group
         if self.writes and rank == 0:  # a destination we cannot clean is reported later
             self._call(self._clean, True)
 
@@ -107,7 +110,7 @@ class Checkpointer(Committing, Loading):
         nice = cfg.writer_nice if background else 0
         chunk = int(cfg.write_chunk_mb * 1e6) if background else 0
         writer = make_writer(uri, cfg.sync_files, cfg.writer_threads, nice, chunk)
-        kwargs = {"storage_writer": writer, "process_group": self._group}
+        kwargs = {"storage_writer": writer, "process_group": self._writer_group()}
         kwargs["no_dist"] = not self._distributed
         if cfg.async_mode == "sync":
             self._finalize(step, uri, started, self._call(dcp.save, state_dict, **kwargs))
@@ -142,6 +145,13 @@ class Checkpointer(Committing, Loading):
         started = time.perf_counter()
         self._call(staging.result)  # a staging failure fails the write; recorded there
         self.counters["last_blocked_s"] += time.perf_counter() - started
+
+    def _writer_group(self) -> dist.ProcessGroup | None:
+        """The background writer's group, made at the first save (a collective: every rank
+        saves at the same steps)."""
+        if self._writer is None and self._owns_group:
+            self._writer = writer_group()
+        return self._writer
 
     def _get_stager(self) -> DefaultStager:
         if self._stager is None:

@@ -58,7 +58,7 @@ class Committing:
         if not self._distributed:
             return error
         box = [error is None]
-        dist.broadcast_object_list(box, group=self._group, group_src=0)
+        dist.broadcast_object_list(box, group=self._writer_group(), group_src=0)
         if error is None and not box[0]:
             return RuntimeError("rank 0 could not write or commit this checkpoint")
         return error

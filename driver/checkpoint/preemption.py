@@ -86,13 +86,14 @@ class PreemptionGuard:
         self.final_saved = False
         """Whether the final checkpoint was written and committed."""
         self._previous = None
-        self._group = None
+        self._distributed = bool(getattr(self.checkpointer, "_distributed", False))
+        self._group = None  # the training thread's CPU group (None: the default group)
         self._next_check: int | None = None  # the step of the next agreement (None: the next)
         self._last_check = (0, 0.0)  # (step, monotonic time) of the last agreement
-        if getattr(self.checkpointer, "_distributed", False):
-            import torch.distributed as dist
+        if self._distributed:
+            from driver.checkpoint.groups import training_cpu_group
 
-            self._group = dist.new_group(backend="gloo")
+            self._group = training_cpu_group()
 
     def install(self) -> PreemptionGuard:
         if threading.current_thread() is threading.main_thread():
@@ -118,7 +119,7 @@ class PreemptionGuard:
             at = self.poll()
             if at is not None:  # the notice's age counts against the budget
                 self.requested_at = time.monotonic() - max(0.0, time.time() - at)
-        if self._group is not None and self._next_check is not None and step < self._next_check:
+        if self._distributed and self._next_check is not None and step < self._next_check:
             return False
         if not self._agree(step, self.requested_at is not None):
             return False
@@ -137,7 +138,7 @@ class PreemptionGuard:
 
     def _agree(self, step: int, seen: bool) -> bool:
         """Whether any rank has seen the signal; also fixes the step of the next agreement."""
-        if self._group is None:
+        if not self._distributed:
             return seen
         import torch
         import torch.distributed as dist
@@ -152,7 +153,7 @@ class PreemptionGuard:
         return bool(flag[0])
 
     def _from_rank0(self, decision: bool) -> bool:
-        if self._group is None:
+        if not self._distributed:
             return decision
         import torch.distributed as dist
 

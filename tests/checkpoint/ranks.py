@@ -92,3 +92,45 @@ def ddp_rank(rank: int, world_size: int, port: int, root: str, out: str, tag: st
     finally:
         dist.barrier()
         dist.destroy_process_group()
+
+
+def gloo_loops() -> int:
+    """The gloo transport loop threads of this process (one per gloo group)."""
+    import os
+    from pathlib import Path
+
+    names = []
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            names.append(Path(f"/proc/self/task/{tid}/comm").read_text().strip())
+        except OSError:
+            continue
+    return names.count("gloo_tcp_loop")
+
+
+def groups_rank(rank: int, world_size: int, port: int, root: str, out: str, tag: str, resume: str):
+    """Count gloo loop threads: after init, after a Checkpointer and PreemptionGuard, after
+    one and two saves; then the NCCL-style path of training_cpu_group (one shared group)."""
+    from driver.checkpoint import PreemptionGuard, groups
+
+    init_dist(rank, world_size, port)
+    try:
+        counts = {"init": gloo_loops()}
+        state = make_state(rank, world_size)
+        ckpt = Checkpointer(config(root, keep_last=0), "team", tag, rank, world_size)
+        guard = PreemptionGuard(ckpt)
+        counts["built"] = gloo_loops()
+        for step in (1, 2):
+            ckpt.save(step, state)
+            ckpt.wait()
+            counts[f"save{step}"] = gloo_loops()
+        guard.on_step_end(2, state)
+        groups.default_is_gloo = lambda: False  # as under nccl: a gloo companion, made once
+        first, second = groups.training_cpu_group(), groups.training_cpu_group()
+        counts["companion"] = gloo_loops()
+        counts["same"] = first is second and first is not None
+        ckpt.close()
+        torch.save(counts, f"{out}/{tag}-{rank}.pt")
+    finally:
+        dist.barrier()
+        dist.destroy_process_group()
