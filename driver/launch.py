@@ -16,6 +16,7 @@ from pathlib import Path
 from catalog.errors import InputError
 from driver import capacity
 from driver.config import check_batch
+from driver.embedded import LOCAL_ENV, lean_trainer
 
 # Ray Train's controller polls every worker each health-check interval, and a
 # ray.train.report call waits for the next poll. Per-step metrics bypass report (the metrics
@@ -24,17 +25,6 @@ from driver.config import check_batch
 # rather than short: 2 s detects a dead worker soon enough and keeps the polls cheap.
 HEALTH_CHECK_ENV = "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S"
 HEALTH_CHECK_DEFAULT_S = "2"
-# An embedded Ray serves one training run on one machine whose CPUs the training workers
-# need: no preemption watcher, no Prometheus metrics, resource reports and task events at
-# a slower pace than a shared cluster needs (each is periodic work in every Ray process).
-LOCAL_ENV = {
-    "RAY_TRAIN_ENABLE_PREEMPTION_WATCHER": "0",
-    "RAY_TRAIN_METRICS_ENABLED": "0",
-    "RAY_enable_metrics_collection": "0",
-    "RAY_event_stats": "0",
-    "RAY_raylet_report_resources_period_milliseconds": "1000",
-    "RAY_task_events_report_interval_ms": "5000",
-}
 
 
 class RunFailed(Exception):
@@ -115,8 +105,11 @@ def plan_capacity(cfg) -> tuple[capacity.Plan, bool]:
     return result, use_gpu
 
 
-def trainer_for(cfg, world: int, use_gpu: bool, sink, output_dir: Path, control=None):
-    """The Ray Train TorchTrainer running `driver.loop.train_worker` on `world` workers."""
+def trainer_for(
+    cfg, world: int, use_gpu: bool, sink, output_dir: Path, control=None, embedded=False
+):
+    """The Ray Train TorchTrainer running `driver.loop.train_worker` on `world` workers
+    (on an embedded Ray, without the callbacks it does not use: driver/embedded.py)."""
     from ray.train import RunConfig, ScalingConfig
     from ray.train.torch import TorchConfig, TorchTrainer
 
@@ -128,7 +121,8 @@ def trainer_for(cfg, world: int, use_gpu: bool, sink, output_dir: Path, control=
     resources = {"CPU": par.cpus_per_worker, **({"GPU": 1} if use_gpu else {})}
     root = cfg.checkpoint.root
     storage = f"{root}/{cfg.run.team}/{cfg.run.name}" if "://" in root else output_dir / "ray"
-    return TorchTrainer(
+    trainer = lean_trainer(TorchTrainer) if embedded else TorchTrainer
+    return trainer(
         train_worker,
         train_loop_config={"cfg": cfg, "sink": sink, "control": control},
         scaling_config=ScalingConfig(
@@ -161,7 +155,7 @@ def launch(cfg, config_yaml: str, fmt: str, say=print) -> dict:
     progress = Progress(cfg, sink, output_dir, fmt)
     progress.log(f"ray {'embedded' if embedded else 'cluster'}: {ray.cluster_resources()}")
     progress.log(f"starting {result.world_size} training workers ({'GPU' if use_gpu else 'CPU'})")
-    trainer = trainer_for(cfg, result.world_size, use_gpu, sink, output_dir, control)
+    trainer = trainer_for(cfg, result.world_size, use_gpu, sink, output_dir, control, embedded)
     progress.start()
     stop_relay = relay_sigterm(control, progress.log) if cfg.checkpoint.active else lambda: None
     try:
