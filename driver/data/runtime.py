@@ -18,8 +18,10 @@ import uuid
 from multiprocessing import shared_memory
 from typing import Any
 
-from driver.data import workers
+from driver.data import collator, workers
 from driver.data.errors import PipelineError, StageCrashed, StageHung
+from driver.data.placement import arena_bytes
+from driver.data.stages import default_collate
 
 SHM_PREFIX = "reve-data-"
 _counter = itertools.count()
@@ -39,9 +41,7 @@ class Runtime:
               collate_fn: Any, epoch: int, origin: int) -> None:  # fmt: skip
         ctx = mp.get_context(cfg.start_method)
         name = f"{SHM_PREFIX}{os.getpid()}-{next(_counter)}-{uuid.uuid4().hex[:6]}"
-        self.shm = shared_memory.SharedMemory(
-            name, create=True, size=2 * cfg.slot_bytes * cfg.prefetch_batches
-        )
+        self.shm = shared_memory.SharedMemory(name, create=True, size=arena_bytes(cfg))
         work_q = ctx.Queue(cfg.work_queue_size)
         sample_qs = [ctx.Queue(cfg.sample_queue_size) for _ in range(cfg.collators)]
         free_slots, ready_q = ctx.Queue(), ctx.Queue()
@@ -50,6 +50,7 @@ class Runtime:
         self.shared = workers.Shared(
             cfg, rank, world_size, len(dataset), work_q, sample_qs, free_slots, ready_q,
             ctx.Event(), ctx.RawArray("d", 3 * rows), self.shm, os.getpid(),
+            layout_lock=ctx.Lock(), place=collate_fn is default_collate,
         )  # fmt: skip
         for row in range(rows):  # idle until the worker reports otherwise
             self.shared.status[3 * row : 3 * row + 3] = [-1.0, -1.0, time.time()]
@@ -58,7 +59,7 @@ class Runtime:
         plan = [("feeder", workers.feeder_main, (epoch, origin))]
         plan += [(f"producer-{i}", workers.producer_main, (i, dataset, stages))
                  for i in range(cfg.producers)]  # fmt: skip
-        plan += [(f"collator-{i}", workers.collator_main, (i, collate_fn))
+        plan += [(f"collator-{i}", collator.collator_main, (i, collate_fn))
                  for i in range(cfg.collators)]  # fmt: skip
         for row, (label, target, args) in enumerate(plan):
             proc = ctx.Process(

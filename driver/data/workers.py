@@ -1,4 +1,5 @@
-"""Worker process loops: feeder (indices), producers (fetch + stages), collators (batches).
+"""Worker process loops: feeder (indices), producers (fetch + stages); collators in
+`driver.data.collator`.
 
 Started by `driver.data.pipeline.DataPipeline`; not meant to be run on their own. Each loop
 reports what it is working on in a shared status row (sample index, step, start time) so
@@ -20,10 +21,11 @@ from typing import Any
 
 import numpy as np
 
-from driver.data import codec
+from driver.data.heap import keep_freed_memory
+from driver.data.placement import Placer
 from driver.data.sampling import rank_slice, sample_seed, schedule_entries, steps_in_epoch
-from driver.data.stages import SampleContext, WorkerInfo, collate_tree, default_collate
-from driver.data.staging import stage_in, stage_out
+from driver.data.stages import SampleContext, WorkerInfo
+from driver.data.staging import stage_out
 
 OK, FAILED = "ok", "failed"
 _WAIT = 0.5
@@ -45,24 +47,27 @@ class Shared:
     status: Any  # flat double array: 3 per worker (index or step, step, started)
     shm: Any
     parent_pid: int
+    layout_lock: Any = None  # guards the agreed signature of direct placement
+    place: bool = False  # producers place samples into batch slots (default collation)
 
 
 class Stopped(Exception):
     """The pipeline is shutting down."""
 
 
-def _prepare(shared: Shared, row: int) -> None:
+def prepare_worker(shared: Shared, row: int) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:  # die with the training process even if it is killed with SIGKILL
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)
     except OSError:
         pass
+    keep_freed_memory()  # reuse freed sample memory instead of faulting it in again
     gc.freeze()  # never walk (and so never copy) the objects inherited from the parent
-    _set_status(shared, row, -1, -1)
+    set_status(shared, row, -1, -1)
     shared.ready_q.put(("ready", row))
 
 
-def _set_status(shared: Shared, row: int, what: int, step: int) -> None:
+def set_status(shared: Shared, row: int, what: int, step: int) -> None:
     # `what` (read first by the watchdog) is written last when work starts, first when it
     # ends, so a reader never pairs a new sample with the previous sample's start time.
     if what < 0:
@@ -76,7 +81,7 @@ def _alive(shared: Shared) -> bool:
     return not shared.stop.is_set() and os.getppid() == shared.parent_pid
 
 
-def _get(shared: Shared, q: Any) -> Any:
+def get_item(shared: Shared, q: Any) -> Any:
     while True:
         try:
             return q.get(timeout=_WAIT)
@@ -85,7 +90,7 @@ def _get(shared: Shared, q: Any) -> Any:
                 raise Stopped from None
 
 
-def _put(shared: Shared, q: Any, item: Any) -> None:
+def put_item(shared: Shared, q: Any, item: Any) -> None:
     while True:
         try:
             return q.put(item, timeout=_WAIT)
@@ -96,17 +101,17 @@ def _put(shared: Shared, q: Any, item: Any) -> None:
 
 def feeder_main(shared: Shared, row: int, epoch: int, origin: int) -> None:
     """Queue tasks (epoch, step, slot, count, first position, indices) for this rank's steps."""
-    _prepare(shared, row)
+    prepare_worker(shared, row)
     cfg, n = shared.config, shared.dataset_len
     try:
         while True:
             steps = steps_in_epoch(n, cfg.batch_size, shared.world_size, origin, cfg.drop_last)
             for step, indices in _rank_steps(shared, epoch, origin, steps):
-                slot = _get(shared, shared.free_slots)
-                _set_status(shared, row, step, epoch)
+                slot = get_item(shared, shared.free_slots)
+                set_status(shared, row, step, epoch)
                 for first in range(0, max(len(indices), 1), cfg.task_size):  # empty: 1 task
                     chunk = indices[first : first + cfg.task_size]
-                    _put(shared, shared.work_q, (epoch, step, slot, len(indices), first, chunk))
+                    put_item(shared, shared.work_q, (epoch, step, slot, len(indices), first, chunk))
             if steps == 0 and origin == 0:
                 shared.stop.wait()  # an empty epoch: nothing more will ever come
                 raise Stopped
@@ -133,18 +138,19 @@ def _rank_steps(shared: Shared, epoch: int, origin: int, steps: int, block: int 
 
 def producer_main(shared: Shared, row: int, wid: int, dataset: Any, stages: list) -> None:
     """Fetch samples by index, run the stages, hand the result to the step's collator."""
-    _prepare(shared, row)
+    prepare_worker(shared, row)
     worker = WorkerInfo("producer", wid, shared.rank)
     clients = [stage.client(worker) for stage in stages]
+    placer = Placer(shared)
     threads = shared.config.fetch_threads
     pool = ThreadPoolExecutor(threads, thread_name_prefix="fetch") if threads > 1 else None
     try:
         while True:
-            epoch, step, slot, count, first, indices = _get(shared, shared.work_q)
-            job = (dataset, clients, stages, epoch, slot)
+            epoch, step, slot, count, first, indices = get_item(shared, shared.work_q)
+            job = (dataset, clients, stages, epoch, slot, count, placer)
             results = _run_task(shared, row, pool, job, step, list(enumerate(indices, first)))
-            _set_status(shared, row, -1, -1)
-            _put(shared, shared.sample_qs[step % len(shared.sample_qs)],
+            set_status(shared, row, -1, -1)
+            put_item(shared, shared.sample_qs[step % len(shared.sample_qs)],
                  (epoch, step, slot, count, results))  # fmt: skip
     except Stopped:
         return
@@ -158,19 +164,19 @@ def producer_main(shared: Shared, row: int, wid: int, dataset: Any, stages: list
 def _run_task(shared: Shared, row: int, pool: Any, job: tuple, step: int, todo: list) -> list:
     """(pos, index, state, value) per sample in order; the status names the oldest unfinished."""
     seed, rank = shared.config.seed, shared.rank
-    dataset, clients, stages, epoch, slot = job
+    dataset, clients, stages, epoch, slot, count, placer = job
 
     def one(pos: int, index: int) -> tuple:
         ctx = SampleContext(index, epoch, sample_seed(seed, epoch, index), rank)
         state, value = _one(dataset, clients, stages, index, ctx)
         if state == OK:
-            value = stage_out(shared, slot, pos, value)
+            value = placer.place(slot, pos, count, value) or stage_out(shared, slot, pos, value)
         return pos, index, state, value
 
     futures = [pool.submit(one, *item) for item in todo] if pool is not None else None
     out = []
     for k, (pos, index) in enumerate(todo):
-        _set_status(shared, row, index, step)
+        set_status(shared, row, index, step)
         out.append(futures[k].result() if futures else one(pos, index))
     return out
 
@@ -185,52 +191,6 @@ def _one(dataset: Any, clients: list, stages: list, index: int, ctx: SampleConte
         return OK, sample
     except Exception as err:  # a corrupt sample: reported by index, the policy decides
         return FAILED, f"{where}: {type(err).__name__}: {err}"
-
-
-def collator_main(shared: Shared, row: int, wid: int, collate_fn: Any) -> None:
-    """Gather the samples of a step, collate them and write the batch into its slot."""
-    _prepare(shared, row)
-    pending: dict[tuple[int, int], dict] = {}
-    try:
-        while True:
-            epoch, step, slot, count, results = _get(shared, shared.sample_qs[wid])
-            entry = pending.setdefault((epoch, step), {"samples": {}, "skipped": [], "n": 0})
-            entry["n"] += len(results)
-            for pos, index, state, value in results:
-                if state == OK:
-                    entry["samples"][pos] = (index, stage_in(shared, slot, pos, value))
-                else:
-                    entry["skipped"].append((index, value))
-            if entry["n"] == count:
-                del pending[(epoch, step)]
-                _set_status(shared, row, step, epoch)
-                message = _collate(shared, epoch, step, slot, entry, collate_fn)
-                _set_status(shared, row, -1, -1)
-                shared.ready_q.put(message)
-    except Stopped:
-        return
-
-
-def _collate(shared: Shared, epoch: int, step: int, slot: int, entry: dict, collate_fn: Any):
-    ordered = [entry["samples"][pos] for pos in sorted(entry["samples"])]
-    indices = [index for index, _ in ordered]
-    head = ("batch", epoch, step, slot, indices, entry["skipped"])
-    if not ordered:
-        return (*head, None)
-    try:
-        samples = [sample for _, sample in ordered]
-        lazy = collate_fn is default_collate  # stack straight into the slot
-        spec, arrays, nbytes = codec.encode(
-            collate_tree(samples, lazy=True) if lazy else collate_fn(samples)
-        )
-    except Exception as err:
-        return ("collate_error", epoch, step, slot, indices, f"{type(err).__name__}: {err}", None)
-    size = shared.config.slot_bytes
-    if nbytes > size:
-        msg = f"batch needs {nbytes} bytes, more than PipelineConfig.slot_bytes={size}"
-        return ("collate_error", epoch, step, slot, indices, msg, None)
-    codec.write(arrays, spec, shared.shm.buf[slot * size : slot * size + nbytes])
-    return (*head, spec)
 
 
 def run_safely(target: Any, *args: Any) -> None:

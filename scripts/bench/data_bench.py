@@ -110,12 +110,20 @@ def split(workers: int, collators: int) -> int:
     return workers - 1 - collators
 
 
-def make_dataloader(dataset, batch: int, workers: int):
+def _heap_init(_worker_id: int) -> None:
+    from driver.data.heap import keep_freed_memory
+
+    keep_freed_memory()
+
+
+def make_dataloader(dataset, batch: int, workers: int, heap: bool = False):
+    """DataLoader as users get it; `heap`: its workers take the pipeline's allocator settings
+    (driver.data.heap) through worker_init_fn, to show what the settings alone give."""
     import torch.utils.data as tud
 
     return tud.DataLoader(
         dataset, batch_size=batch, shuffle=True, num_workers=workers, prefetch_factor=2,
-        drop_last=True,
+        drop_last=True, worker_init_fn=_heap_init if heap else None,
     )  # fmt: skip
 
 
@@ -146,54 +154,74 @@ def timed_epoch(loader, warmup: int, batches: int) -> tuple[float, float]:
     return count / (stop - start), 1000 * (cpu1 - cpu0) / count
 
 
-def floor_ms(dataset, count: int = 300) -> float:
-    """CPU ms per sample of the dataset's own `__getitem__` (no loader), in this process."""
-    start = time.process_time()
-    for index in range(count):
-        dataset[index]
-    return 1000 * (time.process_time() - start) / count
+def floor_ms(dataset, heap: bool, count: int = 300) -> float:
+    """CPU ms per sample of the dataset's own `__getitem__` (no loader), in a forked child;
+    `heap`: with the pipeline workers' allocator settings (driver.data.heap)."""
+    import multiprocessing as mp
+
+    def child(conn) -> None:
+        if heap:
+            _heap_init(0)
+        dataset[0]
+        start = time.process_time()
+        for index in range(count):
+            dataset[index]
+        conn.send(1000 * (time.process_time() - start) / count)
+
+    ctx = mp.get_context("fork")
+    receive, send = ctx.Pipe(duplex=False)
+    proc = ctx.Process(target=child, args=(send,))
+    proc.start()
+    value = receive.recv()
+    proc.join()
+    return value
 
 
 def throughput(args: argparse.Namespace, title: str, dataset, threads: int) -> None:
     """Alternate the loaders for `--rounds` rounds (ABBA order); compare the medians, and the
     median of the per-round ratios (each pair ran back to back, under similar load)."""
     w, batches = args.workers, len(dataset) // args.batch
-    runs: dict[str, list[tuple[float, float]]] = {"DataLoader": [], "pipeline": []}
+    kinds = ["DataLoader", "DL+heap", "pipeline"]
+    runs: dict[str, list[tuple[float, float]]] = {kind: [] for kind in kinds}
     for r in range(args.rounds):
-        order = ["DataLoader", "pipeline"] if r % 2 == 0 else ["pipeline", "DataLoader"]
-        for kind in order:
-            if kind == "DataLoader":
-                loader = make_dataloader(dataset, args.batch, w)
-                runs[kind].append(timed_epoch(loader, args.warmup, batches))
-            else:
+        for kind in kinds[r % 3 :] + kinds[: r % 3]:  # each goes first in turn
+            if kind == "pipeline":
                 with make_pipeline(dataset, args.batch, w, args, threads) as data:
                     runs[kind].append(timed_epoch(data, args.warmup, batches))
+            else:
+                loader = make_dataloader(dataset, args.batch, w, heap=kind == "DL+heap")
+                runs[kind].append(timed_epoch(loader, args.warmup, batches))
     p, c = split(w, args.collators), args.collators
-    procs = {"DataLoader": f"{w} workers", "pipeline": f"1 feeder + {p} prod. + {c} coll."}
+    procs = {
+        "DataLoader": f"{w} workers",
+        "DL+heap": f"{w} workers, pipeline's heap",
+        "pipeline": f"1 feeder + {p} prod. + {c} coll.",
+    }
     print(f"\n{title}")
     med = {}
     for kind, values in runs.items():
         rates = [v[0] for v in values]
         med[kind] = float(np.median(rates)), float(np.median([v[1] for v in values]))
         print(
-            f"  {kind:10s} {procs[kind]:28s} median {med[kind][0]:7.0f} samples/s "
+            f"  {kind:10s} {procs[kind]:30s} median {med[kind][0]:7.0f} samples/s "
             f"(rounds: {', '.join(f'{x:.0f}' for x in rates)})  CPU {med[kind][1]:.3f} ms/sample"
         )
     if not dataset.latency_s:
-        bare = floor_ms(dataset)
+        plain, kept = floor_ms(dataset, heap=False), floor_ms(dataset, heap=True)
         print(
-            f"  floor: __getitem__ alone {bare:.3f} ms/sample; above it DataLoader "
-            f"+{med['DataLoader'][1] - bare:.3f}, pipeline +{med['pipeline'][1] - bare:.3f} "
-            f"ms/sample; best possible ratio on busy cores {med['DataLoader'][1] / bare:.2f}"
+            f"  floor: __getitem__ alone {plain:.3f} ms/sample ({kept:.3f} with the pipeline's "
+            f"heap settings); above it DataLoader +{med['DataLoader'][1] - plain:.3f}, "
+            f"pipeline +{med['pipeline'][1] - kept:.3f} ms/sample"
         )
-    paired = [a[0] / b[0] for a, b in zip(runs["pipeline"], runs["DataLoader"], strict=True)]
-    print(
-        f"  ratio pipeline ÷ DataLoader, {w} worker processes each: samples/s "
-        f"{med['pipeline'][0] / med['DataLoader'][0]:.2f} (medians); per round "
-        f"{', '.join(f'{x:.2f}' for x in paired)}, median {np.median(paired):.2f}, "
-        f"min {min(paired):.2f}, max {max(paired):.2f}; "
-        f"CPU per sample {med['pipeline'][1] / med['DataLoader'][1]:.2f}"
-    )
+    for peer, what in (("DataLoader", "DataLoader"), ("DL+heap", "DataLoader (same heap)")):
+        paired = [a[0] / b[0] for a, b in zip(runs["pipeline"], runs[peer], strict=True)]
+        print(
+            f"  ratio pipeline ÷ {what}, {w} worker processes each: samples/s "
+            f"{med['pipeline'][0] / med[peer][0]:.2f} (medians); per round "
+            f"{', '.join(f'{x:.2f}' for x in paired)}, median {np.median(paired):.2f}, "
+            f"min {min(paired):.2f}, max {max(paired):.2f}; "
+            f"CPU per sample {med['pipeline'][1] / med[peer][1]:.2f}"
+        )
 
 
 def memory_run(kind: str, objects: int, batch: int, workers: int, collators: int) -> dict:

@@ -20,7 +20,8 @@ def test_split_counts_the_feeder_and_collators(bench, workers, collators, produc
 def test_floor_times_getitem_alone(bench):
     images = bench.Images(8, side=8, cost=2)
     assert images[3]["image"].shape == (3, 8, 8) and images[3]["label"] == 3
-    assert bench.floor_ms(images, count=8) > 0
+    assert bench.floor_ms(images, heap=False, count=8) > 0
+    assert bench.floor_ms(images, heap=True, count=8) > 0
 
 
 def test_rejects_too_few_samples_for_the_warmup(bench, capsys):

@@ -214,14 +214,14 @@ def test_batch_timeout_describes_every_worker():
 def test_collator_error_before_every_worker_is_ready_is_not_lost(monkeypatch):
     from driver.data import workers
 
-    prepare = workers._prepare
+    prepare = workers.prepare_worker
 
     def slow_ready(shared, row):  # producer-1 reports ready after step 0 was collated
         if row == 2:
             time.sleep(1.5)
         prepare(shared, row)
 
-    monkeypatch.setattr(workers, "_prepare", slow_ready)
+    monkeypatch.setattr(workers, "prepare_worker", slow_ready)
 
     def collate(samples):
         raise ValueError("ragged batch")

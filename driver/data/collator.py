@@ -1,0 +1,74 @@
+"""The collator loop: gather the samples of a step and name (or build) its batch.
+
+Started by `driver.data.runtime` beside the feeder and producers of `driver.data.workers`.
+When every sample of a step was placed into its rows by a producer (`driver.data.placement`)
+the batch is already in its slot; otherwise the collator collates the samples as they came
+(staged views, placed samples rebuilt as copies) and writes the batch into the slot.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from driver.data import codec
+from driver.data.placement import Placed, Placer, layout, rebuild
+from driver.data.stages import collate_tree, default_collate
+from driver.data.staging import stage_in
+from driver.data.workers import OK, Shared, Stopped, get_item, prepare_worker, set_status
+
+
+def collator_main(shared: Shared, row: int, wid: int, collate_fn: Any) -> None:
+    """Gather the samples of a step, collate them and write the batch into its slot."""
+    prepare_worker(shared, row)
+    placer = Placer(shared)
+    pending: dict[tuple[int, int], dict] = {}
+    try:
+        while True:
+            epoch, step, slot, count, results = get_item(shared, shared.sample_qs[wid])
+            entry = pending.setdefault((epoch, step), {"samples": {}, "skipped": [], "n": 0})
+            entry["n"] += len(results)
+            for pos, index, state, value in results:
+                if state == OK:
+                    entry["samples"][pos] = (index, stage_in(shared, slot, pos, value))
+                else:
+                    entry["skipped"].append((index, value))
+            if entry["n"] == count:
+                del pending[(epoch, step)]
+                set_status(shared, row, step, epoch)
+                message = _collate(shared, (epoch, step, slot, count), entry, collate_fn, placer)
+                set_status(shared, row, -1, -1)
+                shared.ready_q.put(message)
+    except Stopped:
+        return
+
+
+def _collate(shared: Shared, where: tuple, entry: dict, collate_fn: Any, placer: Placer):
+    epoch, step, slot, count = where
+    ordered = sorted(entry["samples"].items())  # (pos, (index, sample))
+    indices = [index for _, (index, _) in ordered]
+    head = ("batch", epoch, step, slot, indices, entry["skipped"])
+    if not ordered:
+        return (*head, None)
+    placed = sum(isinstance(sample, Placed) for _, (_, sample) in ordered)
+    if placed:
+        placer.agreed = placer.agreed or placer.agree(None)
+    if placed == len(ordered) == count:  # every sample is in its rows already
+        return (*head, layout(placer.agreed, count)[0])
+    try:
+        view = placer.slot_view(slot)
+        samples = [
+            rebuild(placer.agreed, view, count, pos) if isinstance(sample, Placed) else sample
+            for pos, (_, sample) in ordered
+        ]
+        lazy = collate_fn is default_collate  # stack straight into the slot
+        spec, arrays, nbytes = codec.encode(
+            collate_tree(samples, lazy=True) if lazy else collate_fn(samples)
+        )
+    except Exception as err:
+        return ("collate_error", epoch, step, slot, indices, f"{type(err).__name__}: {err}", None)
+    size = shared.config.slot_bytes
+    if nbytes > size:
+        msg = f"batch needs {nbytes} bytes, more than PipelineConfig.slot_bytes={size}"
+        return ("collate_error", epoch, step, slot, indices, msg, None)
+    codec.write(arrays, spec, shared.shm.buf[slot * size : slot * size + nbytes])
+    return (*head, spec)

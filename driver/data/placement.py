@@ -1,0 +1,160 @@
+"""Direct placement: producers write each sample straight into its rows of the batch slot.
+
+With the default collation a batch is every leaf of the samples stacked along a new first
+axis. When a sample is made only of arrays (of a plain dtype) and numbers, in dicts, lists
+and tuples, its place in the batch is known before the other samples exist: leaf k of the
+sample at position p of a step of n samples goes to offset(k, n) + p × (its bytes). A
+producer writes it there and the collator only names the batch: one copy per sample instead
+of two (into staging, then stacked into the batch) and no collation work.
+
+Every producer of a pipeline uses one layout: the signature (structure, dtypes, shapes) of
+the first sample any of them placed, recorded under a lock in a small region after the batch
+and staging slots. A sample with another signature is staged as before. The collator names
+the batch without a copy only when every sample of the step was placed and none skipped;
+otherwise it rebuilds the placed samples as copies and collates the step as before, so a
+batch never depends on the path its samples took. Used by `driver.data.workers`.
+"""
+
+from __future__ import annotations
+
+import math
+import pickle
+from typing import Any
+
+import numpy as np
+
+from driver.data.codec import ALIGN, ArrayRef, refs
+
+RECORD_BYTES = 1 << 16
+"""The agreed signature's region (after the batch and staging slots)."""
+
+
+class Placed:
+    """A sample a producer wrote into its rows of the batch slot (nothing else travels)."""
+
+    __slots__ = ()
+
+    def __reduce__(self):
+        return (Placed, ())
+
+
+def arena_bytes(cfg: Any) -> int:
+    """Shared memory of one pipeline: batch slots, as many staging slots, the record."""
+    return 2 * cfg.slot_bytes * cfg.prefetch_batches + RECORD_BYTES
+
+
+def signature(node: Any) -> tuple | None:
+    """The sample's structure, leaf dtypes and shapes; None when it cannot be placed."""
+    if isinstance(node, dict):
+        items = tuple((key, signature(value)) for key, value in node.items())
+        return None if any(sig is None for _, sig in items) else ("dict", items)
+    if type(node) in (list, tuple):
+        parts = tuple(signature(value) for value in node)
+        return None if any(sig is None for sig in parts) else (type(node).__name__, parts)
+    if isinstance(node, np.ndarray):
+        return None if node.dtype.hasobject else ("array", node.dtype.str, node.shape)
+    if isinstance(node, bool | int | float | np.number | np.bool_):
+        dtype = np.asarray([node]).dtype
+        return None if dtype.hasobject else ("scalar", dtype.str, ())
+    return None
+
+
+def layout(sig: tuple, count: int) -> tuple[Any, int]:
+    """(spec, bytes) of the batch of `count` samples of signature `sig`, as `codec` lays
+    out the stacked batch: one ArrayRef per leaf, shape (count, *leaf shape), aligned."""
+    offset = 0
+
+    def walk(node: tuple) -> Any:
+        nonlocal offset
+        kind = node[0]
+        if kind == "dict":
+            return {key: walk(value) for key, value in node[1]}
+        if kind in ("list", "tuple"):
+            parts = [walk(value) for value in node[1]]
+            return parts if kind == "list" else tuple(parts)
+        dtype, shape = np.dtype(node[1]), node[2]
+        nbytes = count * dtype.itemsize * math.prod(shape)
+        ref = ArrayRef(offset, nbytes, node[1], (count, *shape), "numpy")
+        offset += -(-nbytes // ALIGN) * ALIGN
+        return ref
+
+    spec = walk(sig)
+    return spec, offset
+
+
+def rows(node: Any) -> list[np.ndarray]:
+    """The bytes of each leaf of a placeable sample, in `layout`'s order."""
+    if isinstance(node, dict):
+        return [row for value in node.values() for row in rows(value)]
+    if type(node) in (list, tuple):
+        return [row for value in node for row in rows(value)]
+    if isinstance(node, np.ndarray):
+        return [np.ascontiguousarray(node).reshape(-1).view(np.uint8)]
+    return [np.asarray([node]).view(np.uint8)]
+
+
+def rebuild(sig: tuple, slot_view: np.ndarray, count: int, pos: int) -> Any:
+    """A copy of the placed sample at `pos` of a step of `count` (for the collator's slow
+    path, which writes the batch over the rows it reads)."""
+    spec, _ = layout(sig, count)
+
+    def walk(node: tuple, ref_spec: Any) -> Any:
+        kind = node[0]
+        if kind == "dict":
+            return {key: walk(value, ref_spec[key]) for key, value in node[1]}
+        if kind in ("list", "tuple"):
+            parts = [walk(value, sub) for value, sub in zip(node[1], ref_spec, strict=True)]
+            return parts if kind == "list" else tuple(parts)
+        row = ref_spec.nbytes // count
+        raw = slot_view[ref_spec.offset + pos * row : ref_spec.offset + (pos + 1) * row]
+        value = raw.view(np.dtype(node[1]))
+        return value[0].copy() if kind == "scalar" else value.reshape(node[2]).copy()
+
+    return walk(sig, spec)
+
+
+class Placer:
+    """Per process: the pipeline's agreed signature, and the writes into the batch slots."""
+
+    def __init__(self, shared: Any):
+        self.shared = shared
+        self.agreed: tuple | None = None
+        self.closed = not getattr(shared, "place", False)
+
+    def slot_view(self, slot: int) -> np.ndarray:
+        size = self.shared.config.slot_bytes
+        return np.frombuffer(self.shared.shm.buf, np.uint8, size, slot * size)
+
+    def place(self, slot: int, pos: int, count: int, sample: Any) -> Placed | None:
+        """Write `sample` into its rows of the batch in `slot`; None when it cannot be."""
+        if self.closed:
+            return None
+        sig = signature(sample)
+        if sig is None:
+            return None
+        if self.agreed is None:
+            self.agreed = self.agree(sig)
+            self.closed = self.agreed is None  # the signature does not fit the record
+        spec, nbytes = layout(sig, count)
+        if sig != self.agreed or nbytes > self.shared.config.slot_bytes:
+            return None
+        target = self.slot_view(slot)
+        for ref, raw in zip(refs(spec), rows(sample), strict=True):
+            start = ref.offset + pos * raw.nbytes
+            target[start : start + raw.nbytes] = raw
+        return Placed()
+
+    def agree(self, sig: tuple | None) -> tuple | None:
+        """The pipeline's signature: the recorded one, else `sig` (recorded now)."""
+        shared, start = self.shared, arena_bytes(self.shared.config) - RECORD_BYTES
+        buf = shared.shm.buf
+        with shared.layout_lock:
+            length = int.from_bytes(buf[start : start + 8], "little")
+            if length == 0 and sig is not None:
+                data = pickle.dumps(sig)
+                if len(data) > RECORD_BYTES - 8:
+                    return None
+                buf[start + 8 : start + 8 + len(data)] = data
+                buf[start : start + 8] = len(data).to_bytes(8, "little")
+                length = len(data)
+            return pickle.loads(bytes(buf[start + 8 : start + 8 + length])) if length else None
