@@ -120,6 +120,14 @@ class Placer:
         self.shared = shared
         self.agreed: tuple | None = None
         self.closed = not getattr(shared, "place", False)
+        self._layouts: dict[int, tuple[list[ArrayRef], int]] = {}  # count: agreed layout
+
+    def layout(self, count: int) -> tuple[list[ArrayRef], int]:
+        """The agreed signature's leaf refs and bytes for a step of `count` (cached)."""
+        if count not in self._layouts:
+            spec, nbytes = layout(self.agreed, count)
+            self._layouts[count] = refs(spec), nbytes
+        return self._layouts[count]
 
     def slot_view(self, slot: int) -> np.ndarray:
         size = self.shared.config.slot_bytes
@@ -135,11 +143,13 @@ class Placer:
         if self.agreed is None:
             self.agreed = self.agree(sig)
             self.closed = self.agreed is None  # the signature does not fit the record
-        spec, nbytes = layout(sig, count)
-        if sig != self.agreed or nbytes > self.shared.config.slot_bytes:
+        if sig != self.agreed:
+            return None
+        leaves, nbytes = self.layout(count)
+        if nbytes > self.shared.config.slot_bytes:
             return None
         target = self.slot_view(slot)
-        for ref, raw in zip(refs(spec), rows(sample), strict=True):
+        for ref, raw in zip(leaves, rows(sample), strict=True):
             start = ref.offset + pos * raw.nbytes
             target[start : start + raw.nbytes] = raw
         return Placed()
