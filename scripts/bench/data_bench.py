@@ -12,13 +12,15 @@ The training process itself is not counted on either side.
    (3×L×L, `--large-cost` rounds), the same dataset, batch size and shuffling on both
    sides. Each run is one epoch
    of which the steady state is timed (`--warmup` batches at each end are not). The loaders
-   alternate for `--rounds` rounds (ABBA order); printed: every round, the medians, and the
-   ratio of each back-to-back pair with their median and spread. Also
-   printed: CPU time per sample summed over the trainer and all its worker processes, which
-   other jobs on a shared host disturb much less than wall-clock time, and the floor under
-   it: the CPU time of `__getitem__` alone, in this process. With every core busy, no loader
-   can beat another by more than the ratio of their CPU per sample, so the script also
-   prints DataLoader's CPU per sample ÷ the floor: the best ratio any loader could reach.
+   take turns going first for `--rounds` rounds; printed: every round, the medians, and the
+   ratio of each back-to-back pair with their median and spread. A third loader runs beside
+   them: DataLoader whose workers get the pipeline's allocator settings (driver.data.heap)
+   through worker_init_fn ("DL+heap"), so the output separates what the settings give from
+   what the design gives. Also printed: CPU time per sample summed over the trainer and all
+   its worker processes, which other jobs on a shared host disturb much less than
+   wall-clock time, and the floor under it: the CPU time of `__getitem__` alone in a forked
+   process, with glibc's default allocator settings and with the pipeline's. With every core
+   busy, no loader can beat another by more than the ratio of their CPU per sample.
 2. Throughput, read-latency-bound: the same images, plus `--latency-ms` of waiting per sample
    (a ranged read from object storage); the pipeline overlaps reads with `fetch_threads`.
 3. Memory: a list of `--objects` Python tuples as the dataset; growth of the summed PSS of
