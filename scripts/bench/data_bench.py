@@ -180,7 +180,7 @@ def floor_ms(dataset, heap: bool, count: int = 300) -> float:
 
 
 def throughput(args: argparse.Namespace, title: str, dataset, threads: int) -> None:
-    """Alternate the loaders for `--rounds` rounds (ABBA order); compare the medians, and the
+    """The loaders take turns going first for `--rounds` rounds; compare the medians, and the
     median of the per-round ratios (each pair ran back to back, under similar load)."""
     w, batches = args.workers, len(dataset) // args.batch
     kinds = ["DataLoader", "DL+heap", "pipeline"]
