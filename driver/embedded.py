@@ -25,12 +25,14 @@ LOCAL_ENV = {
 }
 
 UNUSED_LOCALLY = ("DatasetsCallback", "PlacementGroupCleanerCallback")
-"""Ray Train controller callbacks an embedded run goes without, by class name."""
+"""Ray Train controller callbacks an embedded run goes without: Ray Train's own classes
+(defined under `ray.train`) of these names."""
 
 
 def keep_callback(callback: object) -> bool:
     """Whether an embedded run keeps this Ray Train default callback."""
-    return type(callback).__name__ not in UNUSED_LOCALLY
+    kind = type(callback)
+    return not (kind.__module__.startswith("ray.train.") and kind.__name__ in UNUSED_LOCALLY)
 
 
 def lean_trainer(base: type) -> type:

@@ -11,8 +11,10 @@ preempts a training thread. So the checkpoint layer makes as few groups as it ca
 - `Checkpointer`'s writer group (see checkpointer.py): collectives of the background writer,
   which must never interleave with the training thread's; made at the first save.
 
-`new_group` is collective: every rank makes the same calls in the same order, which holds
-here because every rank runs the same code path (construction, then the first save).
+`new_group` is collective: every rank of the default group makes the same calls in the same
+order, which holds here because every rank runs the same code path (construction, then the
+first save). So the ranks of one default group must all save or all not: they share
+`replica_group` (a torchft replica group is its own process group) and the config.
 """
 
 from __future__ import annotations

@@ -60,8 +60,9 @@ class PreemptionGuard:
     """Turns SIGTERM into a request the training loop handles between steps.
 
     With several ranks, every rank must stop at the same step and agree on the final
-    save: the ranks all-reduce the "signal seen" flag over a small gloo group of their own
-    (not the writer's, which a background save may be using), and rank 0's decision is
+    save: the ranks all-reduce the "signal seen" flag over the training thread's CPU group
+    (the default group on gloo, a shared gloo group under nccl: `groups.training_cpu_group`;
+    never the writer's, which a background save may be using), and rank 0's decision is
     broadcast. That all-reduce runs every `check_gap` steps, not after each one (a
     collective per step costs a short step a few percent): with the flag each rank sends
     the gap its own pace asks for, and all take the smallest, so every rank checks at the

@@ -51,7 +51,7 @@ def _collate(shared: Shared, where: tuple, entry: dict, collate_fn: Any, placer:
         return (*head, None)
     placed = sum(isinstance(sample, Placed) for _, (_, sample) in ordered)
     if placed:
-        placer.agreed = placer.agreed or placer.agree(None)
+        placer.agreed_for(None)  # recorded by the producer that placed first
     if placed == len(ordered) == count:  # every sample is in its rows already
         return (*head, layout(placer.agreed, count)[0])
     try:

@@ -8,7 +8,9 @@ of the producer's CPU time per sample, and thousands of `brk` calls a second. Wo
 processes call `keep_freed_memory()` when they start: they keep up to `HEAP_KEEP_BYTES` of
 freed heap for reuse, and take allocations below `MMAP_BYTES` from the heap (setting either
 turns glibc's adaptive threshold off, which would otherwise leave it at 128 kB, where every
-large sample is a fresh mapping). The cost: each worker may hold that much freed memory.
+large sample is a fresh mapping). The cost: a worker may hold that much freed memory per
+malloc arena (glibc gives threads their own arenas: about one per fetch thread), and a
+long-lived allocation in the heap keeps the memory below it from being returned.
 """
 
 from __future__ import annotations

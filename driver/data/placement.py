@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 import pickle
+import threading
 from typing import Any
 
 import numpy as np
@@ -55,7 +56,8 @@ def signature(node: Any) -> tuple | None:
         return None if node.dtype.hasobject else ("array", node.dtype.str, node.shape)
     if isinstance(node, bool | int | float | np.number | np.bool_):
         dtype = np.asarray([node]).dtype
-        return None if dtype.hasobject else ("scalar", dtype.str, ())
+        kind = "scalar" if isinstance(node, np.generic) else "number"  # numpy's or Python's
+        return None if dtype.hasobject else (kind, dtype.str, ())
     return None
 
 
@@ -108,19 +110,36 @@ def rebuild(sig: tuple, slot_view: np.ndarray, count: int, pos: int) -> Any:
         row = ref_spec.nbytes // count
         raw = slot_view[ref_spec.offset + pos * row : ref_spec.offset + (pos + 1) * row]
         value = raw.view(np.dtype(node[1]))
+        if kind == "number":
+            return value[0].item()  # a Python int, float or bool, as the sample had it
         return value[0].copy() if kind == "scalar" else value.reshape(node[2]).copy()
 
     return walk(sig, spec)
 
 
 class Placer:
-    """Per process: the pipeline's agreed signature, and the writes into the batch slots."""
+    """Per process: the pipeline's agreed signature, and the writes into the batch slots.
+    Thread-safe (a producer's fetch threads share it): `agreed` is set once, never reset."""
 
     def __init__(self, shared: Any):
         self.shared = shared
         self.agreed: tuple | None = None
         self.closed = not getattr(shared, "place", False)
         self._layouts: dict[int, tuple[list[ArrayRef], int]] = {}  # count: agreed layout
+        self._lock = threading.Lock()
+
+    def agreed_for(self, sig: tuple | None) -> tuple | None:
+        """The pipeline's signature, learnt (or recorded as `sig`) on first use; None when
+        there is none yet (sig None) or placement is off in this process."""
+        if self.agreed is None and not self.closed:
+            with self._lock:
+                if self.agreed is None and not self.closed:
+                    found = self.agree(sig)
+                    if found is not None:
+                        self.agreed = found
+                    elif sig is not None:  # too big to record: stage everything here
+                        self.closed = True
+        return self.agreed
 
     def layout(self, count: int) -> tuple[list[ArrayRef], int]:
         """The agreed signature's leaf refs and bytes for a step of `count` (cached)."""
@@ -138,12 +157,7 @@ class Placer:
         if self.closed:
             return None
         sig = signature(sample)
-        if sig is None:
-            return None
-        if self.agreed is None:
-            self.agreed = self.agree(sig)
-            self.closed = self.agreed is None  # the signature does not fit the record
-        if sig != self.agreed:
+        if sig is None or sig != self.agreed_for(sig):
             return None
         leaves, nbytes = self.layout(count)
         if nbytes > self.shared.config.slot_bytes:

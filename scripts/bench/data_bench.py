@@ -13,7 +13,7 @@ The training process itself is not counted on either side.
    sides. Each run is one epoch
    of which the steady state is timed (`--warmup` batches at each end are not). The loaders
    take turns going first for `--rounds` rounds; printed: every round, the medians, and the
-   ratio of each back-to-back pair with their median and spread. A third loader runs beside
+   ratio within each round with their median and spread. A third loader runs beside
    them: DataLoader whose workers get the pipeline's allocator settings (driver.data.heap)
    through worker_init_fn ("DL+heap"), so the output separates what the settings give from
    what the design gives. Also printed: CPU time per sample summed over the trainer and all
@@ -181,7 +181,8 @@ def floor_ms(dataset, heap: bool, count: int = 300) -> float:
 
 def throughput(args: argparse.Namespace, title: str, dataset, threads: int) -> None:
     """The loaders take turns going first for `--rounds` rounds; compare the medians, and the
-    median of the per-round ratios (each pair ran back to back, under similar load)."""
+    median of the per-round ratios (each round's runs follow one another, under similar
+    load)."""
     w, batches = args.workers, len(dataset) // args.batch
     kinds = ["DataLoader", "DL+heap", "pipeline"]
     runs: dict[str, list[tuple[float, float]]] = {kind: [] for kind in kinds}

@@ -109,12 +109,15 @@ def gloo_loops() -> int:
 
 
 def groups_rank(rank: int, world_size: int, port: int, root: str, out: str, tag: str, resume: str):
-    """Count gloo loop threads: after init, after a Checkpointer and PreemptionGuard, after
-    one and two saves; then the NCCL-style path of training_cpu_group (one shared group)."""
+    """Count gloo loop threads after init, after a Checkpointer and PreemptionGuard, after
+    one and two saves, and after asking for the training thread's group again. Tag "nccl":
+    the default group is taken for a non-gloo one from the start (a gloo companion)."""
     from driver.checkpoint import PreemptionGuard, groups
 
     init_dist(rank, world_size, port)
     try:
+        if tag == "nccl":
+            groups.default_is_gloo = lambda: False
         counts = {"init": gloo_loops()}
         state = make_state(rank, world_size)
         ckpt = Checkpointer(config(root, keep_last=0), "team", tag, rank, world_size)
@@ -125,10 +128,8 @@ def groups_rank(rank: int, world_size: int, port: int, root: str, out: str, tag:
             ckpt.wait()
             counts[f"save{step}"] = gloo_loops()
         guard.on_step_end(2, state)
-        groups.default_is_gloo = lambda: False  # as under nccl: a gloo companion, made once
-        first, second = groups.training_cpu_group(), groups.training_cpu_group()
-        counts["companion"] = gloo_loops()
-        counts["same"] = first is second and first is not None
+        counts["same"] = groups.training_cpu_group() is ckpt._group is guard._group
+        counts["again"] = gloo_loops()
         ckpt.close()
         torch.save(counts, f"{out}/{tag}-{rank}.pt")
     finally:

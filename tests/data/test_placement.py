@@ -123,13 +123,18 @@ class MixedDataset:
         return {**sample, "name": f"s{index}"} if self.names else sample
 
 
-@pytest.mark.parametrize("names", [False, True])
-def test_batches_are_the_same_whichever_path_their_samples_took(names):
+@pytest.mark.parametrize(
+    ("names", "threads", "start"),
+    [(False, 1, "fork"), (True, 1, "fork"), (False, 4, "fork"), (False, 2, "spawn")],
+)
+def test_batches_are_the_same_whichever_path_their_samples_took(names, threads, start):
     """float64 samples are staged beside placed float32 ones (the collator's slow path
-    stacks them as before: float64); with names nothing is placed at all."""
+    stacks them as before: float64); with names nothing is placed at all; also with fetch
+    threads sharing a producer's placer, and with spawned workers."""
     cfg = PipelineConfig(
-        batch_size=8, producers=2, task_size=2, seed=3, prefetch_batches=3, output="numpy"
-    )
+        batch_size=8, producers=2, task_size=2, seed=3, prefetch_batches=3, output="numpy",
+        fetch_threads=threads, start_method=start,
+    )  # fmt: skip
     dataset = MixedDataset(names)
     batches = 0
     with DataPipeline(dataset, cfg) as data:
@@ -138,3 +143,27 @@ def test_batches_are_the_same_whichever_path_their_samples_took(names):
             _same(batch, want)
             batches += 1
     assert batches == 5
+
+
+def test_placed_batches_need_no_collation(monkeypatch):
+    """With every sample placeable the collator never encodes a batch: make encoding fail
+    (the forked workers inherit the patch) and every batch still arrives, right."""
+    from driver.data import collator
+
+    def refuse(tree):
+        raise AssertionError("the collator collated a batch that was placed")
+
+    monkeypatch.setattr(collator.codec, "encode", refuse)
+    cfg = PipelineConfig(batch_size=8, producers=2, task_size=4, seed=5, fetch_threads=2)
+    dataset = FloatDataset()
+    with DataPipeline(dataset, cfg) as data:
+        for batch in data:
+            want = collate_tree([dataset[i] for i in data.last_indices], lazy=False)
+            _same({k: v.numpy() for k, v in batch.items()}, want)
+
+
+class FloatDataset(MixedDataset):
+    """MixedDataset with every sample float32 (all placeable)."""
+
+    def __getitem__(self, index: int) -> dict:
+        return {"id": index, "x": np.full(3, index, np.float32)}
