@@ -33,7 +33,7 @@ from torch.distributed.checkpoint.state_dict_saver import AsyncSaveResponse
 from driver.checkpoint.api import CheckpointCallback, new_counters
 from driver.checkpoint.commit import FAILURES, Committing
 from driver.checkpoint.config import CheckpointConfig
-from driver.checkpoint.groups import training_cpu_group, writer_group
+from driver.checkpoint.groups import training_cpu_group
 from driver.checkpoint.layout import run_uri, save_due, step_dir
 from driver.checkpoint.loading import Loading
 from driver.checkpoint.state import TrainState, save_dict
@@ -150,7 +150,7 @@ class Checkpointer(Committing, Loading):
         """The background writer's group, made at the first save (a collective: every rank
         saves at the same steps)."""
         if self._writer is None and self._owns_group:
-            self._writer = writer_group()
+            self._writer = dist.new_group(backend="gloo")
         return self._writer
 
     def _get_stager(self) -> DefaultStager:

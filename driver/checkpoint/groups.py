@@ -39,8 +39,3 @@ def training_cpu_group() -> dist.ProcessGroup | None:
     if _shared is None or _shared[0] is not world:
         _shared = (world, dist.new_group(backend="gloo"))
     return _shared[1]
-
-
-def writer_group() -> dist.ProcessGroup:
-    """A new gloo group for one Checkpointer's background writer."""
-    return dist.new_group(backend="gloo")

@@ -35,9 +35,6 @@ class Placed:
 
     __slots__ = ()
 
-    def __reduce__(self):
-        return (Placed, ())
-
 
 def arena_bytes(cfg: Any) -> int:
     """Shared memory of one pipeline: batch slots, as many staging slots, the record."""
