@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from catalog.errors import InputError
+from driver.config_checks import check_values
 from driver.config_errors import check_overrides, one_line
 from driver.schema import TrainConfig, register
 
@@ -100,7 +101,8 @@ def fill_defaults(cfg: TrainConfig) -> None:
 
 
 def validate(cfg: TrainConfig, source: str | Path) -> None:
-    """Checks the schema cannot express: choices, positive counts, divisibility."""
+    """Checks the schema cannot express: choices, values, positive counts, divisibility."""
+    check_values(cfg, source)
     for key, allowed in _CHOICES.items():
         value = _get(cfg, key)
         if value not in allowed:

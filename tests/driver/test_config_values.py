@@ -1,0 +1,96 @@
+"""Every bad value of a driver config is one line naming the key, at composition (before Ray)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from catalog.errors import InputError
+from driver.config import compose
+from driver.config_checks import check_name, float_problem
+
+TINY_LM = "runs/train/tiny-lm.yaml"
+TINY_DIT = "runs/train/tiny-dit.yaml"
+
+
+@pytest.mark.parametrize(
+    ("config", "override", "field", "message"),
+    [
+        (TINY_LM, "model.n_heads=0", "model.n_heads", "must be at least 1"),
+        (TINY_LM, "model.d_model=-4", "model.d_model", "must be at least 1"),
+        (TINY_LM, "model.n_layers=0", "model.n_layers", "must be at least 1"),
+        (TINY_LM, "data.seq_len=0", "data.seq_len", "must be at least 1"),
+        (TINY_DIT, "model.patch_size=0", "model.patch_size", "must be at least 1"),
+        (TINY_DIT, "data.channels=0", "data.channels", "must be at least 1"),
+        (TINY_LM, "optimizer.lr=-1e-3", "optimizer.lr", "greater than 0"),
+        (TINY_LM, "optimizer.lr=0", "optimizer.lr", "greater than 0"),
+        (TINY_LM, "optimizer.lr=nan", "optimizer.lr", "finite"),
+        (TINY_LM, "optimizer.lr=inf", "optimizer.lr", "finite"),
+        (TINY_LM, "optimizer.eps=0", "optimizer.eps", "greater than 0"),
+        (TINY_LM, "optimizer.eps=-inf", "optimizer.eps", "finite"),
+        (TINY_LM, "optimizer.weight_decay=-0.1", "optimizer.weight_decay", "at least 0"),
+        (TINY_LM, "optimizer.min_lr_ratio=1.5", "optimizer.min_lr_ratio", "at most 1"),
+        (TINY_LM, "optimizer.betas=[0.9]", "optimizer.betas", "needs 2 values, not 1"),
+        (TINY_LM, "optimizer.betas=[0.9,0.95,0.99]", "optimizer.betas", "not 3"),
+        (TINY_LM, "optimizer.betas=[0.9,1.0]", "optimizer.betas[1]", "in [0, 1)"),
+        (TINY_LM, "optimizer.betas=[-0.1,0.9]", "optimizer.betas[0]", "in [0, 1)"),
+        (TINY_LM, "train.max_grad_norm=-1", "train.max_grad_norm", "at least 0"),
+        (TINY_LM, "parallelism.cpus_per_worker=0", "parallelism.cpus_per_worker", "greater"),
+        (TINY_LM, "run.local_cpus=-2", "run.local_cpus", "must not be negative"),
+        (TINY_LM, "logging.tail_lines=-1", "logging.tail_lines", "must not be negative"),
+        (TINY_LM, "run.name=../x", "run.name", "is not a safe name"),
+        (TINY_LM, "run.name=Big", "run.name", "is not a safe name"),
+        (TINY_LM, "run.name=''", "run.name", "is not a safe name"),
+        (TINY_LM, "run.team=a/b", "run.team", "is not a safe name"),
+        (TINY_LM, "run.cluster=x_y", "run.cluster", "is not a safe name"),
+        (TINY_LM, "data.source=os.path", "data.source", "is not module:Class"),
+        (TINY_LM, "data.source=no.such.module:X", "data.source", "cannot import"),
+        (TINY_LM, "data.source=driver.batches:Nope", "data.source", "AttributeError"),
+        (TINY_LM, "data.source=driver.batches:collate", "data.source", "not a class"),
+        (TINY_LM, "data.source=driver.schema:RunConfig", "data.source", "no __iter__"),
+    ],
+)
+def test_bad_value_is_one_line_before_ray(config, override, field, message):
+    with pytest.raises(InputError) as caught:
+        compose(config, [override])
+    assert caught.value.field == field
+    assert message in caught.value.message
+    assert caught.value.source == config
+    assert "\n" not in caught.value.line() and len(caught.value.line()) < 300
+
+
+@pytest.mark.parametrize(
+    "override",
+    [
+        "run.name=my-run-2",
+        "optimizer.weight_decay=0",
+        "optimizer.betas=[0.0,0.999]",
+        "train.max_grad_norm=0",
+        "data.source=driver.data.pipeline:DataPipeline",
+    ],
+)
+def test_good_values_compose(override):
+    compose(TINY_LM, [override])
+
+
+@pytest.mark.parametrize(
+    ("value", "low", "high", "closed", "problem"),
+    [
+        (1.0, 0.0, math.inf, False, None),
+        (0.0, 0.0, math.inf, True, None),
+        (0.0, 0.0, math.inf, False, "must be greater than 0"),
+        (-1.0, 0.0, math.inf, True, "must be at least 0"),
+        (2.0, 0.0, 1.0, True, "must be at most 1"),
+        (math.nan, 0.0, 1.0, True, "must be a finite number, not nan"),
+        (-math.inf, 0.0, 1.0, True, "must be a finite number, not -inf"),
+    ],
+)
+def test_float_problem(value, low, high, closed, problem):
+    assert float_problem(value, low, high, closed) == problem
+
+
+def test_long_name_is_shortened_in_the_error():
+    with pytest.raises(InputError) as caught:
+        check_name("run.name", "x" * 5000, "f.yaml")
+    assert len(caught.value.line()) < 120
