@@ -20,8 +20,7 @@ import json
 import sys
 from pathlib import Path
 
-from catalog import InputError
-from runner import exitcodes
+from catalog import InputError, exitcodes
 
 PLANS = Path(__file__).resolve().parent / "plans"
 """Committed plans, one per cluster: a change to clusters/ or infra/ shows up in their diff."""

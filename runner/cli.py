@@ -12,8 +12,8 @@ import sys
 
 import click
 
+from catalog import exitcodes
 from catalog.errors import InputError
-from runner import exitcodes
 
 # name -> (module:attribute, one-line help). Help lives here so `--help` imports nothing.
 COMMANDS: dict[str, tuple[str, str]] = {

@@ -18,8 +18,8 @@ import sys
 
 import click
 
+from catalog import exitcodes
 from catalog.errors import InputError
-from runner import exitcodes
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})

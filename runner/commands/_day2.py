@@ -14,8 +14,7 @@ from typing import Any
 
 import click
 
-from catalog import labels
-from runner import exitcodes
+from catalog import exitcodes, labels
 
 
 class Failure(click.ClickException):

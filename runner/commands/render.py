@@ -15,8 +15,9 @@ from typing import Any
 
 import click
 
+from catalog import exitcodes
 from catalog.errors import InputError
-from runner import exitcodes, gitops
+from runner import gitops
 from runner.render import Rendered
 from runner.render import render as render_spec
 from runner.spec import COMMAND_LINE, FLAGS, RunSpec, build_spec, flag_name, load_run, read_run

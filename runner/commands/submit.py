@@ -20,9 +20,10 @@ from pathlib import Path
 import click
 import yaml
 
+from catalog import exitcodes
 from catalog.errors import InputError
 from catalog.loader import repo_root
-from runner import exitcodes, gitops
+from runner import gitops
 from runner.commands.render import apps_text, load_with_flags, overrides_from, run_options
 from runner.render import render as render_spec
 from runner.spec import COMMAND_LINE, RunSpec, build_spec, display_path, dump_spec

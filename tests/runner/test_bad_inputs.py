@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from runner import exitcodes
+from catalog import exitcodes
 from tests.runner.conftest import IMAGE, write_run
 from tests.runner.test_cli import run_cli
 

@@ -9,7 +9,7 @@ import sys
 import pytest
 import yaml
 
-from runner import exitcodes
+from catalog import exitcodes
 from runner.cli import main
 from tests.runner.conftest import ROOT, write_run
 

@@ -8,8 +8,8 @@ import io
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from catalog import exitcodes
 from catalog.errors import InputError
-from runner import exitcodes
 from runner.cli import main
 from runner.render import render
 from runner.spec import RunSpec, build_spec

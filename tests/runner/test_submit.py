@@ -7,8 +7,7 @@ import subprocess
 import pytest
 import yaml
 
-from catalog import labels
-from runner import exitcodes
+from catalog import exitcodes, labels
 from runner.commands import submit as submit_module
 from runner.kube import KubeError
 from runner.kube.fake import FakeKube

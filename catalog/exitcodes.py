@@ -1,4 +1,8 @@
-"""Exit codes scripts can rely on; `docs/runner.md` lists them too."""
+"""Exit codes every command-line entry point shares (runner, warden, infra.plan).
+
+They live beside `catalog.errors` so that programs which are not the CLI (the Pulumi
+program, Warden) import no CLI code; `docs/runner.md` lists them too.
+"""
 
 OK = 0
 FAILURE = 1  # the work ran and failed (a check failed, a run crashed, the API refused)
