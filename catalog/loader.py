@@ -97,7 +97,18 @@ def load_cluster_file(path: Path, source: str | None = None) -> Cluster:
         raise InputError(name, "name", f"{cluster.name!r} must equal its folder name")
     for i, pool in enumerate(cluster.gpu_pools):
         accelerator(pool.accelerator, name, f"gpu_pools[{i}].accelerator")
+    check_version_floor(cluster, name)
     return cluster
+
+
+def check_version_floor(cluster: Cluster, source: str) -> None:
+    """Refuse a cluster whose GKE version is below the floor of one of its accelerators."""
+    for key in cluster.accelerators():
+        floor = accelerator(key).gke_version_floor
+        problem = floor and floor.problem(cluster.kubernetes_version, cluster.gke_version)
+        if problem:
+            field = "gke_version" if cluster.gke_version else "kubernetes_version"
+            raise InputError(source, field, f"{problem}, the floor for {key} ({floor.source})")
 
 
 @functools.cache

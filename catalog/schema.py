@@ -8,6 +8,7 @@ The YAML data lives in `catalog/accelerators.yaml` and `clusters/<name>/cluster.
 from __future__ import annotations
 
 import ipaddress
+import re
 from datetime import datetime
 from typing import Literal
 
@@ -83,6 +84,47 @@ class Expected(Strict):
     allreduce_busbw_gbps: float = Field(gt=0, description="all-reduce bus bandwidth, GB/s")
 
 
+GKE_VERSION = r"^1\.\d+\.\d+-gke\.\d+$"
+
+
+def gke_version_key(version: str) -> tuple[int, ...]:
+    """`1.32.11-gke.1174000` -> (1, 32, 11, 1174000), for ordering GKE versions."""
+    core, _, build = version.partition("-gke.")
+    return (*(int(p) for p in core.split(".")), int(build or 0))
+
+
+class GkeVersionFloor(Strict):
+    """The oldest GKE patch, per minor, on which the accelerator's GPU networking works."""
+
+    by_minor: dict[str, str] = Field(
+        description="minor (1.32) -> oldest patch (1.32.11-gke.1174000); a minor older than "
+        "every key is refused, one newer needs nothing more"
+    )
+    source: str = Field(description="where the floors are published")
+
+    @field_validator("by_minor")
+    @classmethod
+    def _patches(cls, value: dict[str, str]) -> dict[str, str]:
+        for minor, patch in value.items():
+            if not re.match(GKE_VERSION, patch) or not patch.startswith(minor + "."):
+                raise ValueError(f"{minor}: {patch!r} is not a {minor}.N-gke.N version")
+        return value
+
+    def problem(self, minor: str, version: str | None) -> str | None:
+        """Why a cluster at `minor` (and full `version`, if known) is below the floor."""
+        minors = sorted(self.by_minor, key=lambda m: gke_version_key(m))
+        if gke_version_key(minor) < gke_version_key(minors[0]):
+            return f"{minor} is older than {minors[0]}, the oldest minor with GPUDirect support"
+        floor = self.by_minor.get(minor)
+        if floor is None:
+            return None
+        if version is None:
+            return f"minor {minor} alone does not guarantee {floor}: set gke_version"
+        if gke_version_key(version) < gke_version_key(floor):
+            return f"{version} is below {floor}"
+        return None
+
+
 class Accelerator(Strict):
     """One GPU model as GKE offers it, and everything a pod on it needs."""
 
@@ -107,6 +149,14 @@ class Accelerator(Strict):
     library_path: str = Field(description="LD_LIBRARY_PATH inside GPU containers")
     mounts: list[HostMount] = Field(default_factory=list)
     sidecars: list[Sidecar] = Field(default_factory=list)
+    node_addons: list[str] = Field(
+        default_factory=list,
+        description="node DaemonSets a GPU node needs before any GPU pod runs "
+        "(kustomize/bases/node-addons/<name>)",
+    )
+    gke_version_floor: GkeVersionFloor | None = Field(
+        default=None, description="oldest GKE patch per minor for this accelerator"
+    )
     expected: Expected
 
     @field_validator("allocatable_memory", "default_shm")
@@ -152,6 +202,10 @@ class FutureReservation(Strict):
     start_time: datetime
     end_time: datetime
     auto_delete: bool = Field(default=False, description="delete auto-created reservations at end")
+    delivered: bool = Field(
+        default=False,
+        description="Google has delivered the capacity: until then the pool holds 0 nodes",
+    )
 
     @model_validator(mode="after")
     def _window(self) -> FutureReservation:
@@ -241,6 +295,12 @@ class Cluster(Strict):
     region: str
     zones: list[str] = Field(min_length=1)
     kubernetes_version: str = Field(pattern=r"^1\.\d+$", description="minor version, e.g. 1.33")
+    gke_version: str | None = Field(
+        default=None,
+        pattern=GKE_VERSION,
+        description="GKE patch the control plane runs at least (min_master_version), "
+        "e.g. 1.32.11-gke.1174000; its minor must be kubernetes_version",
+    )
     release_channel: Literal["RAPID", "REGULAR", "STABLE"] = "REGULAR"
     network: Network
     cpu_pool: CpuPool
@@ -251,6 +311,10 @@ class Cluster(Strict):
 
     @model_validator(mode="after")
     def _consistent(self) -> Cluster:
+        if self.gke_version and not self.gke_version.startswith(self.kubernetes_version + "."):
+            raise ValueError(
+                f"gke_version: {self.gke_version} is not a {self.kubernetes_version} version"
+            )
         names = [p.name for p in self.gpu_pools]
         if len(set(names)) != len(names):
             raise ValueError(f"gpu_pools: pool names repeat: {names}")
@@ -272,6 +336,19 @@ class Cluster(Strict):
 
     def pools_for(self, accelerator: str) -> list[GpuPool]:
         return [p for p in self.gpu_pools if p.accelerator == accelerator]
+
+    @property
+    def min_master_version(self) -> str:
+        """The version infra asks GKE for: the patch when given, else the minor."""
+        return self.gke_version or self.kubernetes_version
+
+    def awaiting_delivery(self) -> list[str]:
+        """Pools bound to a future reservation that Google has not delivered yet."""
+        return [
+            p.name
+            for p in self.gpu_pools
+            if p.reservation and p.reservation.future and not p.reservation.future.delivered
+        ]
 
 
 __all__ = [

@@ -164,3 +164,14 @@ def ksa_member(cluster: Cluster, namespace: str, name: str) -> str:
 def argocd_path(cluster: Cluster) -> str:
     """Folder of this cluster's app-of-apps in the repository."""
     return f"kustomize/argocd/{cluster.name}"
+
+
+def awaiting_delivery(cluster: Cluster, pool: GpuPool, settings: tuple[str, ...] = ()) -> bool:
+    """A reserved pool whose capacity is not there yet: declared with 0 nodes.
+
+    Either its future reservation says `delivered: false` (the cluster file), or the stack
+    setting `awaitingDelivery` names it (a reservation that exists but is not fulfilled).
+    """
+    if pool.spot:
+        return False
+    return pool.name in settings or pool.name in cluster.awaiting_delivery()

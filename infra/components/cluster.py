@@ -53,7 +53,7 @@ class Cluster(pulumi.ComponentResource):
             initial_node_count=1,
             remove_default_node_pool=True,
             deletion_protection=True,
-            min_master_version=spec.kubernetes_version,
+            min_master_version=spec.min_master_version,
             release_channel={"channel": spec.release_channel},
             ip_allocation_policy={
                 "cluster_secondary_range_name": PODS_RANGE,

@@ -114,7 +114,7 @@ class NodePools(pulumi.ComponentResource):
         interval = derive.host_maintenance_interval(pool)
         if interval:
             node_config["host_maintenance_policy"] = {"maintenance_interval": interval}
-        waiting = pool.name in self.settings.awaiting_delivery
+        waiting = derive.awaiting_delivery(self.spec, pool, self.settings.awaiting_delivery)
         return gcp.container.NodePool(
             f"{self.spec.name}-{pool.name}",
             name=pool.name,

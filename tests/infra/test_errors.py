@@ -11,8 +11,8 @@ from infra import plan
 from infra.mocks import ProgramRun, run
 
 
-def write_cluster(root, name: str, change) -> None:
-    data = load_cluster("ultra-usc1").model_dump(mode="json", exclude_none=True)
+def write_cluster(root, name: str, change, base: str = "ultra-usc1") -> None:
+    data = load_cluster(base).model_dump(mode="json", exclude_none=True)
     data["name"] = name
     change(data)
     folder = root / "clusters" / name
@@ -116,3 +116,28 @@ def test_pulumi_entry_point_names_the_stack_file_for_a_bad_setting(monkeypatch):
         "infra/Pulumi.ultra-usc1.yaml: awaitingDelivery: 'h200-x' is not a reserved GPU pool "
         "of ultra-usc1 (known: h200-main)"
     )
+
+
+@pytest.mark.parametrize(
+    ("version", "gke", "message"),
+    [
+        ("1.32", "1.32.2-gke.1182000", "gke_version: 1.32.2-gke.1182000 is below 1.32.11-gke."),
+        ("1.32", None, "kubernetes_version: minor 1.32 alone does not guarantee 1.32.11-gke."),
+        ("1.27", None, "kubernetes_version: 1.27 is older than 1.28"),
+    ],
+)
+def test_cluster_below_the_accelerator_version_floor_is_refused(tmp_path, version, gke, message):
+    def change(d):
+        d["kubernetes_version"] = version
+        d.pop("gke_version", None)
+        if gke:
+            d["gke_version"] = gke
+
+    write_cluster(tmp_path, "old-mega", change, base="mega-euw4")
+    record = ProgramRun()
+    with pytest.raises(InputError) as err:
+        run("old-mega", root=tmp_path, record=record)
+    line = err.value.line()
+    assert line.startswith("clusters/old-mega/cluster.yaml: ") or "/old-mega/" in line
+    assert message in line and "the floor for H100" in line and "\n" not in line
+    assert record.resources == []

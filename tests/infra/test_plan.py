@@ -8,6 +8,8 @@ import pytest
 
 from infra import plan
 
+from .conftest import NODE_POOL
+
 
 def plan_run(name, config=None):
     from infra.mocks import run
@@ -35,7 +37,7 @@ def test_text_plan_shows_components_children_and_outputs(programs):
         start + 1 : lines.index("  gcp:container/nodePool:NodePool  ultra-usc1-h200-spot")
     ]
     assert "      nodeConfig.machineType: a3-ultragpu-8g" in block
-    assert "      nodeCount: 128" in block
+    assert "      nodeCount: 0" in block  # the future reservation is not delivered yet
     assert "      placementPolicy.type: COMPACT" in block
     [affinity] = [line for line in block if "reservationAffinity" in line]
     assert '"consumeReservationType":"SPECIFIC_RESERVATION"' in affinity
@@ -138,3 +140,22 @@ def test_cluster_or_write(argv):
 )
 def test_pick(path, value):
     assert plan.pick({"a": {"b": 1}}, path) == value
+
+
+def test_future_reservation_delivered_gives_the_pool_its_size(tmp_path):
+    """Both states of a future reservation: before delivery 0 nodes, after it the pool size."""
+    import yaml
+
+    from catalog import load_cluster
+    from infra.mocks import run
+
+    data = load_cluster("ultra-usc1").model_dump(mode="json", exclude_none=True)
+    data["gpu_pools"][0]["reservation"]["future"]["delivered"] = True
+    folder = tmp_path / "clusters" / "ultra-usc1"
+    folder.mkdir(parents=True)
+    (folder / "cluster.yaml").write_text(yaml.safe_dump(data))
+    before, after = run("ultra-usc1"), run("ultra-usc1", root=tmp_path)
+    for program, count in ((before, 0), (after, 128)):
+        by_name = {r.inputs["name"]: r.inputs for r in program.of_type(NODE_POOL)}
+        assert by_name["h200-main"]["nodeCount"] == count
+        assert len(program.of_type("gcp:compute/futureReservation:FutureReservation")) == 1

@@ -135,7 +135,8 @@ def test_versions_pinned(program, spec):
     assert re.fullmatch(r"\d+\.\d+\.\d+", release.inputs["version"])
     assert release.inputs["version"] == CHART_VERSION
     [cluster] = program.of_type("gcp:container/cluster:Cluster")
-    assert cluster.inputs["minMasterVersion"] == spec.kubernetes_version
+    assert cluster.inputs["minMasterVersion"] == spec.min_master_version
+    assert cluster.inputs["minMasterVersion"].startswith(spec.kubernetes_version)
     assert cluster.inputs["releaseChannel"] == {"channel": spec.release_channel}
 
 
@@ -207,3 +208,16 @@ def test_future_reservation_where_the_catalog_says_so(program, spec):
             pool.reservation.future.start_time.strftime("%Y-%m-%dT%H:%M:%S")
         )
         assert fr.urn in by_pool[pool.name].dependencies
+
+
+def test_undelivered_reservations_hold_no_nodes(program, spec):
+    """A pool whose future reservation is not delivered would fail `pulumi up` with nodes."""
+    by_name = pools(program)
+    for pool in spec.gpu_pools:
+        if pool.spot:
+            continue
+        count = by_name[pool.name].get("nodeCount")
+        if pool.name in spec.awaiting_delivery():
+            assert count == 0, f"{pool.name}: undelivered reservation with {count} nodes"
+        else:
+            assert count == pool.nodes

@@ -71,7 +71,12 @@ def no_periodic_maintenance(p):
     del inputs_of(p, MEGA_POOL)["nodeConfig"]["hostMaintenancePolicy"]
 
 
+def nodes_before_delivery(p):
+    inputs_of(p, GPU_POOL)["nodeCount"] = 128
+
+
 CASES = [
+    ("ultra-usc1", nodes_before_delivery, policy.test_undelivered_reservations_hold_no_nodes),
     (
         "ultra-usc1",
         any_reservation,
