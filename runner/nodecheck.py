@@ -13,14 +13,13 @@ the image cache pre-pulls on every GPU node) in the cluster's Artifact Registry.
 from __future__ import annotations
 
 import hashlib
-import json
 from pathlib import Path
 
 from catalog import InputError, labels
 from catalog import accelerator as find_accelerator
 from catalog.loader import repo_root
 from catalog.schema import Cluster
-from runner.render import GKE_DEFAULT_INTERFACE, GKE_INTERFACES, GPU_RESOURCE
+from runner.gpupod import gpu_settings, pod_context
 from runner.templating import render_template
 
 ROLE = "node-check"
@@ -29,11 +28,7 @@ IMAGE_ENTRY = "preflight"
 DEADLINE_SECONDS = 1800
 TTL_SECONDS = 3600
 CPU_SHM = "1Gi"
-UNSCHEDULABLE_TOLERATION = {
-    "key": "node.kubernetes.io/unschedulable",
-    "operator": "Exists",
-    "effect": "NoSchedule",
-}
+UNSCHEDULABLE_TOLERATION = {"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"}
 
 
 def job_name(node: str) -> str:
@@ -61,66 +56,44 @@ def default_image(cluster: Cluster, entry_name: str = IMAGE_ENTRY, root: Path | 
         raise InputError(err.source, err.field, f"{err.message}; pass --image") from None
 
 
-def _toleration(taint: dict) -> dict:
-    return {
-        "key": taint["key"],
-        "operator": "Equal",
-        "value": taint["value"],
-        "effect": taint["effect"],
-    }
-
-
 def check_context(
     cluster: Cluster, node: str, accelerator: str | None, image: str, namespace: str
 ) -> dict:
-    """The values check-job.yaml.j2 reads."""
+    """The values check-job.yaml.j2 reads; a GPU node's check takes the whole node, with
+    the GPU settings every whole-node pod gets (`runner.gpupod`)."""
+    tags = {labels.CLUSTER: cluster.name, labels.MANAGED_BY: labels.MANAGED_BY_VALUE}
+    tags[labels.ROLE] = ROLE
     command = ["python", "-m", "runner.preflight", "--node", node]
-    ctx = {
-        "name": job_name(node),
-        "namespace": namespace,
-        "node": node,
-        "image": image,
-        "labels": {
-            labels.CLUSTER: cluster.name,
-            labels.MANAGED_BY: labels.MANAGED_BY_VALUE,
-            labels.ROLE: ROLE,
-        },
-        "annotations": {},
-        "tolerations": [
-            _toleration(labels.GPU_TAINT),
-            _toleration(labels.SPOT_TAINT),
-            UNSCHEDULABLE_TOLERATION,
-        ],
-        "env": {},
-        "mounts": [],
-        "resources": {"cpu": "1", "memory": "4Gi"},
-        "shm": CPU_SHM,
-        "deadline_seconds": DEADLINE_SECONDS,
-        "ttl_seconds": TTL_SECONDS,
-    }
+    pod = pod_context(
+        labels=tags,
+        container="preflight",
+        image=image,
+        restart_policy="Never",
+        resources={"cpu": "1", "memory": "4Gi"},
+        shm=CPU_SHM,
+        capabilities=["SYSLOG"],
+        field_env={"POD_NAME": "metadata.name", labels.NODE_NAME_ENV: "spec.nodeName"},
+    )
     if accelerator is not None:
         acc = find_accelerator(accelerator, field="accelerator")
-        ctx["env"] = {**dict(sorted(acc.nccl_env.items())), "LD_LIBRARY_PATH": acc.library_path}
-        ctx["mounts"] = [m.model_dump() for m in acc.mounts]
-        ctx["resources"] = {"cpu": "8", "memory": "64Gi", GPU_RESOURCE: str(acc.gpus_per_node)}
-        ctx["shm"] = acc.default_shm
-        if acc.network.transport != "none":
-            ctx["annotations"] = {
-                GKE_DEFAULT_INTERFACE: "eth0",
-                GKE_INTERFACES: json.dumps(acc.network.interfaces(), separators=(",", ":")),
-            }
-        command += [
-            "--accelerator",
-            accelerator,
-            "--gpus",
-            str(acc.gpus_per_node),
-            "--local-world",
-            str(acc.gpus_per_node),
-        ]
+        pod["resources"] = {"cpu": "8", "memory": "64Gi"}
+        gpu_settings(acc, acc.gpus_per_node).apply(pod)
+        pod["shm"] = acc.default_shm
+        gpus = str(acc.gpus_per_node)
+        command += ["--accelerator", accelerator, "--gpus", gpus, "--local-world", gpus]
     else:
         command += ["--local-world", "2"]
-    ctx["command"] = command
-    return ctx
+    # nodeName, not a selector: the check runs on this node even while it is cordoned
+    pod.update(command=command, node_name=node, node_selector={}, node_affinity=[])
+    pod["tolerations"] = [labels.GPU_TAINT, labels.SPOT_TAINT, UNSCHEDULABLE_TOLERATION]
+    return {
+        "name": job_name(node),
+        "namespace": namespace,
+        "labels": tags,
+        "deadline_seconds": DEADLINE_SECONDS,
+        "ttl_seconds": TTL_SECONDS,
+        "pod": pod,
+    }
 
 
 def check_job(

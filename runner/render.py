@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from catalog import labels
+from runner import keepnodes
+from runner.gpupod import gpu_settings, pod_context
 from runner.resolve import CPU_ONLY_SHM, Plan, resolve
 from runner.spec import RunSpec, entrypoint
 from runner.templating import render_template
@@ -22,12 +24,6 @@ from runner.validation.inputs import EnvPlan, check_spec, load_env
 from runner.validation.manifests import validate_manifests
 
 RAY_VERSION = "2.60.0"  # the ray pinned in pyproject.toml; a test keeps them equal
-GPU_RESOURCE = "nvidia.com/gpu"
-# GKE multi-network and device annotations (docs: reference/gke-a3.md, section 3).
-GKE_DEFAULT_INTERFACE = "networking.gke.io/default-interface"
-GKE_INTERFACES = "networking.gke.io/interfaces"
-GKE_DEVICES = "devices.gke.io/container.{name}"
-TCPXO_DEVICES = ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/dmabuf_import_helper")
 # Annotations on the run's objects, under the platform's domain.
 SOURCE_ANNOTATION = f"{labels.DOMAIN}/source"
 PREFLIGHT_ANNOTATION = f"{labels.DOMAIN}/preflight"
@@ -58,27 +54,17 @@ class Rendered:
 
 
 def _pod(plan: Plan, env: EnvPlan, role: str, configmap: str | None) -> dict[str, Any]:
-    """Values shared by every pod template of the run."""
+    """Values shared by every pod template of the run (container, resources added later)."""
     spec = plan.spec
+    working_dir = spec.working_dir if spec.working_dir and "://" not in spec.working_dir else None
     return {
         "labels": {**_run_labels(spec), labels.ROLE: role},
-        "annotations": {},
         "priority_class": plan.priority_class,
         "service_account": labels.TRAINING_KSA,  # Workload Identity: bucket access
-        "restart_policy": None,
-        "tolerations": [],
-        "rack_topology": None,
         "image": spec.image,
-        "command": None,
-        "working_dir": spec.working_dir
-        if spec.working_dir and "://" not in spec.working_dir
-        else None,
-        "env": {},
+        "working_dir": working_dir,
         "secrets": env.secrets,
         "configmap": configmap,
-        "mounts": [],
-        "host_volumes": [],
-        "sidecars": [],
     }
 
 
@@ -86,78 +72,61 @@ def _run_labels(spec: RunSpec) -> dict[str, str]:
     return labels.run_labels(spec.name, spec.run_team, spec.cluster, spec.type)
 
 
-def _gpu_extras(plan: Plan, env: EnvPlan) -> dict[str, Any]:
-    """Annotations, env, mounts and sidecars an accelerator's pods need."""
-    accel = plan.accelerator
-    network = accel.network
-    annotations: dict[str, str] = {}
-    if network.transport != "none":
-        annotations[GKE_DEFAULT_INTERFACE] = "eth0"
-        annotations[GKE_INTERFACES] = json.dumps(network.interfaces(), separators=(",", ":"))
-    sidecars = [s.model_dump() for s in accel.sidecars]
-    for sidecar in accel.sidecars:
-        if sidecar.device_annotation:
-            paths = [f"/dev/nvidia{i}" for i in range(accel.gpus_per_node)] + list(TCPXO_DEVICES)
-            annotations[GKE_DEVICES.format(name=sidecar.name)] = "".join(
-                f"- path: {p}\n" for p in paths
-            )
-    catalog_env = {**dict(sorted(accel.nccl_env.items())), "LD_LIBRARY_PATH": accel.library_path}
-    overrides = {k: v for k, v in env.values.items() if k in catalog_env}
-    volumes: dict[str, dict] = {}
-    for mount in [*accel.mounts, *(m for s in accel.sidecars for m in s.mounts)]:
-        volumes.setdefault(mount.name, mount.model_dump())
-    return {
-        "annotations": annotations,
-        "env": {**catalog_env, **overrides},
-        "mounts": [m.model_dump() for m in accel.mounts],
-        "host_volumes": list(volumes.values()),
-        "sidecars": sidecars,
-    }
-
-
 def _worker(plan: Plan, env: EnvPlan, configmap: str | None, role: str) -> dict[str, Any]:
     spec, accel = plan.spec, plan.accelerator
-    pod = _pod(plan, env, role, configmap)
-    pod["container"] = "ray-worker" if spec.type != "job" else "main"
-    pod["resources"] = {"cpu": exact_cpu(plan.cpus), "memory": exact_bytes(plan.memory)}
-    pod["shm"] = exact_bytes(plan.shm)
+    pod = pod_context(
+        **_pod(plan, env, role, configmap),
+        container="ray-worker" if spec.type != "job" else "main",
+        resources={"cpu": exact_cpu(plan.cpus), "memory": exact_bytes(plan.memory)},
+        shm=exact_bytes(plan.shm),
+    )
     if accel is None:
         pod["node_selector"] = labels.cpu_node_labels()
         return pod
-    pod["resources"][GPU_RESOURCE] = str(plan.gpus)
-    selector = {labels.GKE_ACCELERATOR: accel.gke_accelerator, labels.POOL_ROLE: "gpu"}
-    if spec.resource_group:
-        selector[labels.RESOURCE_GROUP] = spec.resource_group
-    pod["node_selector"] = selector
-    pod["tolerations"] = [labels.GPU_TAINT] + ([labels.SPOT_TAINT] if spec.preemptible else [])
+    gpu = gpu_settings(
+        accel,
+        plan.gpus,
+        namespace=spec.namespace,
+        resource_group=spec.resource_group,
+        preemptible=spec.preemptible,
+        env_overrides=env.values,
+    )
+    gpu.apply(pod)
     if spec.rack_affinity:
         block = spec.rack_affinity == "block"
         pod["rack_topology"] = labels.TOPOLOGY_BLOCK if block else labels.TOPOLOGY_SUBBLOCK
         pod["rack_selector"] = {labels.RUN: spec.name, labels.ROLE: role}
-    pod.update(_gpu_extras(plan, env))
+    if plan.keep_seconds:
+        pod["labels"][keepnodes.POD_LABEL] = "true"
+        pod["annotations"] = {**pod["annotations"], keepnodes.POD_SECONDS: str(plan.keep_seconds)}
     return pod
 
 
 def _head(plan: Plan, env: EnvPlan, configmap: str | None) -> dict[str, Any]:
-    pod = _pod(plan, env, "head", configmap)
-    pod["container"] = "ray-head"
-    pod["node_selector"] = labels.cpu_node_labels()
-    pod["resources"] = {"cpu": exact_cpu(plan.head_cpus), "memory": exact_bytes(plan.head_memory)}
-    pod["shm"] = exact_bytes(min(CPU_ONLY_SHM, plan.head_memory // 2))
-    return pod
+    return pod_context(
+        **_pod(plan, env, "head", configmap),
+        container="ray-head",
+        node_selector=labels.cpu_node_labels(),
+        resources={"cpu": exact_cpu(plan.head_cpus), "memory": exact_bytes(plan.head_memory)},
+        shm=exact_bytes(min(CPU_ONLY_SHM, plan.head_memory // 2)),
+    )
 
 
 def _sentinel(plan: Plan, env: EnvPlan) -> dict[str, Any]:
     name = plan.spec.name
-    pod = _pod(plan, EnvPlan(), "sentinel", None)
-    pod.update(container="sentinel", node_selector=labels.cpu_node_labels(), shm="64Mi")
-    pod["resources"] = dict(SENTINEL_RESOURCES)
-    pod["command"] = ["sleep", "infinity"]
-    pod["env"] = {
-        "RAY_CLUSTER": name,
-        "RAY_ADDRESS": f"http://{name}-head-svc:8265",
-        "RAY_CLIENT_ADDRESS": f"ray://{name}-head-svc:10001",
-    }
+    pod = pod_context(
+        **_pod(plan, EnvPlan(), "sentinel", None),
+        container="sentinel",
+        node_selector=labels.cpu_node_labels(),
+        shm="64Mi",
+        resources=dict(SENTINEL_RESOURCES),
+        command=["sleep", "infinity"],
+        env={
+            "RAY_CLUSTER": name,
+            "RAY_ADDRESS": f"http://{name}-head-svc:8265",
+            "RAY_CLIENT_ADDRESS": f"ray://{name}-head-svc:10001",
+        },
+    )
     return {
         "name": f"{name}-sentinel",
         "selector": {labels.RUN: name, labels.ROLE: "sentinel"},

@@ -11,7 +11,6 @@ value came from (the run file and key, or the flag).
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
 from catalog import labels
@@ -19,6 +18,7 @@ from catalog.loader import accelerator as find_accelerator
 from catalog.loader import load_cluster
 from catalog.quantity import format_bytes, format_cpu, parse_bytes
 from catalog.schema import Accelerator, Cluster, GpuPool
+from runner import keepnodes
 from runner.spec import RunSpec
 from runner.validation.requests import bytes_request, check_fits, cpu_request
 
@@ -44,6 +44,8 @@ class Plan:
     head_memory: int
     pools: list[GpuPool] = field(default_factory=list)
     priority_class: str = labels.PRIORITY_DEFAULT
+    keep_seconds: int | None = None
+    """`keep_nodes` in seconds: how long Warden keeps the worker nodes after the run."""
 
     @property
     def whole_node(self) -> bool:
@@ -74,18 +76,43 @@ def human_bytes(count: int) -> str:
     return f"{text} B"
 
 
-def _capacity(spec: RunSpec, cluster: Cluster, accel: Accelerator, pools: list[GpuPool], gpus):
-    """Refuse more pods than the matching pools' nodes hold (pods packed by GPUs)."""
+def _whole_nodes(spec: RunSpec, accel: Accelerator, gpus: int) -> None:
+    """A run of several pods takes whole nodes: only whole-node pods get the GPUDirect NICs
+    (`runner.gpupod`), and a multi-node run without them would crawl over eth0."""
+    if spec.pods > 1 and gpus < accel.gpus_per_node:
+        raise spec.error(
+            "gpus",
+            f"{gpus} of the {accel.gpus_per_node} GPUs of an {accel.name} node on {spec.pods} "
+            f"pods: a multi-pod run takes whole nodes (gpus: {accel.gpus_per_node}), "
+            "or runs as one pod",
+        )
+
+
+def _capacity(spec: RunSpec, cluster: Cluster, accel: Accelerator, pools: list[GpuPool]):
+    """Refuse more whole-node pods than the matching pools have nodes."""
     nodes = sum(p.nodes for p in pools)
-    needed = math.ceil(spec.pods / (accel.gpus_per_node // gpus))
-    if needed <= nodes:
-        return
-    if gpus == accel.gpus_per_node:
-        message = f"{spec.pods} whole-node pods exceed the {nodes} {accel.name} nodes"
-    else:
-        message = f"{spec.pods} pods × {gpus} GPUs need {needed} {accel.name} nodes"
-        message += f", more than the {nodes}"
-    raise spec.error("pods", f"{message} {cluster.name} offers this run")
+    if spec.pods > nodes:
+        raise spec.error(
+            "pods",
+            f"{spec.pods} whole-node pods exceed the {nodes} {accel.name} nodes "
+            f"{cluster.name} offers this run",
+        )
+
+
+def _keep_seconds(spec: RunSpec, accel: Accelerator | None) -> int | None:
+    """`keep_nodes` in seconds; only a GPU rayjob keeps its nodes."""
+    if spec.keep_nodes is None:
+        return None
+    if spec.type != "rayjob":
+        raise spec.error("keep_nodes", f"only a rayjob keeps its nodes, not a {spec.type}")
+    if accel is None:
+        raise spec.error("keep_nodes", "a CPU run has no GPU nodes to keep")
+    try:
+        seconds = keepnodes.parse_duration(spec.keep_nodes)
+        keepnodes.check_seconds(seconds)
+    except ValueError as err:
+        raise spec.error("keep_nodes", str(err)) from None
+    return seconds
 
 
 def _cluster(spec: RunSpec) -> Cluster:
@@ -193,7 +220,8 @@ def resolve(spec: RunSpec) -> Plan:
     if accel is not None:
         pools = _pools(spec, cluster, accel)
         gpus, cpus, memory, shm = _gpu_requests(spec, accel)
-        _capacity(spec, cluster, accel, pools, gpus)
+        _whole_nodes(spec, accel, gpus)
+        _capacity(spec, cluster, accel, pools)
     else:
         pools = []
         gpus, cpus, memory, shm = _cpu_requests(spec, cluster)
@@ -214,4 +242,5 @@ def resolve(spec: RunSpec) -> Plan:
         head_memory=head_memory,
         pools=pools,
         priority_class=_priority(spec),
+        keep_seconds=_keep_seconds(spec, accel),
     )

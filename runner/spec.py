@@ -92,6 +92,11 @@ class RunSpec(BaseModel):
     )
     resume: str | None = Field(default=None, description="checkpoint URI to resume from")
     preflight: bool = Field(default=True, description="run preflight checks after placement")
+    keep_nodes: str | None = Field(
+        default=None,
+        description="rayjob: keep the worker nodes for the namespace this long after the run"
+        " (30m, 2h, 1h30m; 1m to 24h), so a relaunch lands on them",
+    )
 
     _sources: dict[str, str] = PrivateAttr(default_factory=dict)
     _origin: str = PrivateAttr(default=COMMAND_LINE)

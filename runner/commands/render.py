@@ -27,7 +27,7 @@ from runner.spec import COMMAND_LINE, FLAGS, RunSpec, build_spec, flag_name, loa
 _VALUE_FIELDS = [
     "type", "cluster", "namespace", "team", "pods", "gpus", "cpus", "memory", "accelerator",
     "image", "working_dir", "env_file", "priority", "cmd", "train_config", "ttl_seconds",
-    "head_cpus", "head_memory", "rack_affinity", "shm", "resource_group", "resume",
+    "head_cpus", "head_memory", "rack_affinity", "shm", "resource_group", "resume", "keep_nodes",
 ]  # fmt: skip
 _BOOL_FIELDS = ["preemptible", "allow_mutable_tag", "preflight"]
 _SHORT = {"namespace": "-n"}
@@ -38,6 +38,7 @@ _METAVAR = {
     "gpus": "N",
     "ttl_seconds": "SECONDS",
     "resume": "URI",
+    "keep_nodes": "DURATION",
 }
 
 

@@ -53,6 +53,7 @@ def dev_context(
 ) -> dict:
     """The values dev-job.yaml.j2 reads, from the cluster and accelerator catalogs."""
     from catalog import accelerator as find_accelerator
+    from runner.gpupod import gpu_settings, pod_context
     from runner.spec import COMMAND_LINE
 
     spec = cluster_spec(cluster)
@@ -61,41 +62,42 @@ def dev_context(
         labels.ROLE: "dev",
         labels.KUEUE_QUEUE_LABEL: labels.LOCAL_QUEUE,
     }
-    ctx = {
-        "name": name,
-        "namespace": namespace,
-        "labels": tags,
-        "image": image,
-        "priority_class": labels.PRIORITY_DEFAULT,
-        "annotations": {},
-        "node_selector": labels.cpu_node_labels(),
-        "tolerations": [],
-        "env": {},
-        "mounts": [],
-        "resources": {"cpu": "4", "memory": "16Gi"},
-        "shm": "2Gi",
-        "deadline_seconds": int(hours * 3600),
-    }
+    pod = pod_context(
+        labels=tags,
+        container="dev",
+        image=image,
+        command=["sleep", "infinity"],
+        restart_policy="Never",
+        priority_class=labels.PRIORITY_DEFAULT,
+        node_selector=labels.cpu_node_labels(),
+        resources={"cpu": "4", "memory": "16Gi"},
+        shm="2Gi",
+    )
     if accelerator:
         acc = find_accelerator(accelerator, source=COMMAND_LINE, field="--accelerator")
         if accelerator not in spec.accelerators():
             raise click.BadParameter(
                 f"cluster {cluster} has no {accelerator} pools", param_hint="--accelerator"
             )
+        if gpus > acc.gpus_per_node:
+            raise click.BadParameter(
+                f"{gpus} GPUs exceed the {acc.gpus_per_node} of one {accelerator} node",
+                param_hint="--gpus",
+            )
         share = gpus / acc.gpus_per_node
-        ctx.update(
-            node_selector={labels.GKE_ACCELERATOR: acc.gke_accelerator, labels.POOL_ROLE: "gpu"},
-            tolerations=[{**labels.GPU_TAINT, "operator": "Equal"}],
-            env={**dict(sorted(acc.nccl_env.items())), "LD_LIBRARY_PATH": acc.library_path},
-            mounts=[m.model_dump() for m in acc.mounts],
-            resources={
-                "cpu": str(int(acc.allocatable_cpu * share)),
-                "memory": f"{int(acc.allocatable_memory_bytes * share) >> 30}Gi",
-                "nvidia.com/gpu": str(gpus),
-            },
-            shm="16Gi",
-        )
-    return ctx
+        pod["resources"] = {
+            "cpu": str(int(acc.allocatable_cpu * share)),
+            "memory": f"{int(acc.allocatable_memory_bytes * share) >> 30}Gi",
+        }
+        pod["shm"] = "16Gi"
+        gpu_settings(acc, gpus, namespace=namespace).apply(pod)
+    return {
+        "name": name,
+        "namespace": namespace,
+        "labels": tags,
+        "deadline_seconds": int(hours * 3600),
+        "pod": pod,
+    }
 
 
 class ShellCommand(Day2Command):

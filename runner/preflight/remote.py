@@ -18,9 +18,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from catalog import accelerators, labels
+from runner.gpupod import GPU_RESOURCE
 from runner.kube import KubeError, Object
 from runner.preflight.rows import FAIL, Row, cross_node
-from runner.render import GPU_RESOURCE
 
 CHECKED_ROLES = ("worker", "job")
 DEFAULT_PORT = 29533

@@ -101,11 +101,40 @@ CASES = [
         "runs/bad.yaml: pods: 200 whole-node pods exceed the 128 H200 nodes "
         "ultra-usc1 offers this run",
     ),
+    # the whole-node rule: a run of several pods takes whole nodes (runner.gpupod)
     (
-        {"pods": 300, "gpus": 4},
+        {"pods": 2, "gpus": 4},
         [],
-        "runs/bad.yaml: pods: 300 pods × 4 GPUs need 150 H200 "
-        "nodes, more than the 128 ultra-usc1 offers this run",
+        "runs/bad.yaml: gpus: 4 of the 8 GPUs of an H200 node on 2 pods: a multi-pod run "
+        "takes whole nodes (gpus: 8), or runs as one pod",
+    ),
+    (
+        {"pods": 2},
+        ["--gpus", "1"],
+        "command line: --gpus: 1 of the 8 GPUs of an H200 node on 2 pods: a multi-pod run "
+        "takes whole nodes (gpus: 8), or runs as one pod",
+    ),
+    # keep_nodes: a GPU rayjob, a duration from 1m to 24h
+    (
+        {"keep_nodes": "soon"},
+        [],
+        "runs/bad.yaml: keep_nodes: 'soon' is not a duration (e.g. 30m, 2h, 1h30m)",
+    ),
+    ({}, ["--keep-nodes", "25h"], "command line: --keep-nodes: 90000s is outside 1m to 24h"),
+    (
+        {"keep_nodes": "30"},
+        [],
+        "runs/bad.yaml: keep_nodes: '30' is not a duration (e.g. 30m, 2h, 1h30m)",
+    ),
+    (
+        {"keep_nodes": "30m", "type": "job"},
+        [],
+        "runs/bad.yaml: keep_nodes: only a rayjob keeps its nodes, not a job",
+    ),
+    (
+        {"keep_nodes": "30m", "accelerator": None},
+        [],
+        "runs/bad.yaml: keep_nodes: a CPU run has no GPU nodes to keep",
     ),
     # requests larger than a node's allocatable CPU or memory
     (

@@ -7,7 +7,9 @@ import json
 import pytest
 
 from catalog import labels
-from runner.render import GKE_INTERFACES, exact_bytes, exact_cpu, render, render_run
+from runner import keepnodes
+from runner.gpupod import GKE_INTERFACES
+from runner.render import exact_bytes, exact_cpu, render, render_run
 from runner.spec import build_spec, load_run
 from runner.templating import render_template
 
@@ -62,7 +64,10 @@ def test_rayjob_head_on_cpu_pool_workers_on_gpu_pool(base):
         labels.GKE_ACCELERATOR: "nvidia-h200-141gb",
         labels.POOL_ROLE: "gpu",
     }
-    assert work["spec"]["tolerations"] == [{**labels.GPU_TAINT, "operator": "Equal"}]
+    assert work["spec"]["tolerations"] == [
+        {**labels.GPU_TAINT, "operator": "Equal"},
+        {**keepnodes.toleration("research"), "operator": "Equal"},
+    ]
     term = work["spec"]["affinity"]["podAffinity"][
         "preferredDuringSchedulingIgnoredDuringExecution"
     ]

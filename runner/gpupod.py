@@ -1,0 +1,186 @@
+"""GPU pod settings: the one place that turns an accelerator and a GPU count into what a pod
+needs on a GPU node (placement, the GPU request, NICs, sidecars, NCCL env, host mounts).
+
+Every GPU pod runner builds takes its settings from `gpu_settings`: RayJob and RayCluster
+workers and Jobs (`runner.render`), node checks (`runner.nodecheck`) and dev Jobs
+(`runner shell --dev`).
+
+    from runner.gpupod import gpu_settings
+    gpu = gpu_settings(accelerator("H200"), gpus=8, namespace="research")
+    gpu.annotations  # networking.gke.io/interfaces: eth0 default, eth1 gvnic-1, eth2.. rdma-N
+
+The whole-node rule: only a pod that takes every GPU of its node gets the GPUDirect NICs
+(the `networking.gke.io` interface annotations, the TCPXO receive daemon and its device
+annotation, the catalog's NCCL environment and the NCCL plugin mounts). Google's GPUDirect
+guides require a workload that uses them to hold all GPUs and all GPU NICs of the node; a
+partial pod holding them would block the node. A partial-node pod gets the default network
+(eth0) and NCCL's socket transport (`SOCKET_NCCL_ENV`), plus the driver libraries. Runs of
+more than one pod take whole nodes (`runner.resolve` refuses the rest).
+
+Every GPU pod also tolerates its namespace's kept-nodes taint and prefers nodes kept for
+its namespace (`runner.keepnodes`), so a relaunch lands on the nodes a finished RayJob kept.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from catalog import labels
+from runner import keepnodes
+
+if TYPE_CHECKING:
+    from catalog.schema import Accelerator
+
+GPU_RESOURCE = "nvidia.com/gpu"
+# GKE multi-network and device annotations (docs: reference/gke-a3.md, section 3).
+GKE_DEFAULT_INTERFACE = "networking.gke.io/default-interface"
+GKE_INTERFACES = "networking.gke.io/interfaces"
+GKE_DEVICES = "devices.gke.io/container.{name}"
+TCPXO_DEVICES = ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/dmabuf_import_helper")
+# NCCL on the default network: sockets over eth0, no GPUDirect plugin.
+SOCKET_NCCL_ENV = {"NCCL_NET": "Socket", "NCCL_SOCKET_IFNAME": "eth0"}
+
+
+@dataclass(frozen=True)
+class GpuSettings:
+    """What a pod on `gpus` GPUs of an accelerator's node needs; plain data for templates."""
+
+    whole_node: bool
+    node_selector: dict[str, str]
+    tolerations: list[dict[str, str]]
+    node_affinity: list[dict[str, Any]]
+    resources: dict[str, str]
+    annotations: dict[str, str] = field(default_factory=dict)
+    env: dict[str, str] = field(default_factory=dict)
+    mounts: list[dict[str, str]] = field(default_factory=list)
+    host_volumes: list[dict[str, str]] = field(default_factory=list)
+    sidecars: list[dict[str, Any]] = field(default_factory=list)
+
+    def apply(self, pod: dict[str, Any]) -> dict[str, Any]:
+        """Fill a pod context (`pod_context`) with these settings: the GPU request joins its
+        CPU and memory; placement, NICs, env, mounts and sidecars replace the defaults."""
+        pod["resources"] = {**pod["resources"], **self.resources}
+        pod.update(
+            node_selector=dict(self.node_selector),
+            tolerations=list(self.tolerations),
+            node_affinity=list(self.node_affinity),
+            annotations={**pod["annotations"], **self.annotations},
+            env=dict(self.env),
+            mounts=list(self.mounts),
+            host_volumes=list(self.host_volumes),
+            sidecars=list(self.sidecars),
+        )
+        return pod
+
+
+POD_DEFAULTS: dict[str, Any] = {
+    "annotations": {},
+    "restart_policy": None,
+    "priority_class": None,
+    "service_account": None,
+    "node_name": None,
+    "node_selector": {},
+    "tolerations": [],
+    "node_affinity": [],
+    "rack_topology": None,
+    "sidecars": [],
+    "command": None,
+    "working_dir": None,
+    "capabilities": [],
+    "field_env": {labels.NODE_NAME_ENV: "spec.nodeName"},
+    "env": {},
+    "secrets": {},
+    "configmap": None,
+    "mounts": [],
+    "host_volumes": [],
+}
+
+
+def pod_context(**values: Any) -> dict[str, Any]:
+    """The keys `_pod.yaml.j2` reads: `values` over `POD_DEFAULTS`. Required: labels,
+    container, image, resources, shm. Every pod runner renders goes through here."""
+    missing = {"labels", "container", "image", "resources", "shm"} - values.keys()
+    if missing:
+        raise TypeError(f"pod_context lacks {sorted(missing)}")
+    return {**POD_DEFAULTS, **values}
+
+
+def needs_nics(accel: Accelerator, mount) -> bool:
+    """A host mount only whole-node pods get: a GPUDirect NCCL plugin or its devices.
+
+    The catalog may say so per mount (`needs_nics`); otherwise the mount holding the driver
+    libraries (`library_path`) is the one every GPU pod gets, and the rest serve the NICs.
+    """
+    flag = getattr(mount, "needs_nics", None)
+    if flag is not None:
+        return bool(flag)
+    root = mount.mount_path.rstrip("/") + "/"
+    return not (accel.library_path + "/").startswith(root)
+
+
+def _nic_annotations(accel: Accelerator) -> dict[str, str]:
+    annotations: dict[str, str] = {}
+    if accel.network.transport != "none":
+        annotations[GKE_DEFAULT_INTERFACE] = "eth0"
+        annotations[GKE_INTERFACES] = json.dumps(accel.network.interfaces(), separators=(",", ":"))
+    for sidecar in accel.sidecars:
+        if sidecar.device_annotation:
+            paths = [f"/dev/nvidia{i}" for i in range(accel.gpus_per_node)] + list(TCPXO_DEVICES)
+            annotations[GKE_DEVICES.format(name=sidecar.name)] = "".join(
+                f"- path: {p}\n" for p in paths
+            )
+    return annotations
+
+
+def _placement(
+    accel: Accelerator, resource_group: str | None, preemptible: bool, namespace: str | None
+) -> tuple[dict, list, list]:
+    selector = {labels.GKE_ACCELERATOR: accel.gke_accelerator, labels.POOL_ROLE: "gpu"}
+    if resource_group:
+        selector[labels.RESOURCE_GROUP] = resource_group
+    tolerations = [dict(labels.GPU_TAINT)] + ([dict(labels.SPOT_TAINT)] if preemptible else [])
+    affinity: list[dict[str, Any]] = []
+    if namespace:
+        tolerations.append(keepnodes.toleration(namespace))
+        affinity.append(keepnodes.preference(namespace))
+    return selector, tolerations, affinity
+
+
+def gpu_settings(
+    accel: Accelerator,
+    gpus: int,
+    *,
+    namespace: str | None = None,
+    resource_group: str | None = None,
+    preemptible: bool = False,
+    env_overrides: dict[str, str] | None = None,
+) -> GpuSettings:
+    """The settings of a pod on `gpus` GPUs of an `accel` node.
+
+    `namespace` adds the kept-nodes toleration and preference of that team; `env_overrides`
+    (the run's env values) replace catalog values of the same name.
+    """
+    whole = gpus == accel.gpus_per_node
+    selector, tolerations, affinity = _placement(accel, resource_group, preemptible, namespace)
+    mounts = [m for m in accel.mounts if whole or not needs_nics(accel, m)]
+    sidecars = list(accel.sidecars) if whole else []
+    nccl = dict(sorted(accel.nccl_env.items())) if whole else dict(SOCKET_NCCL_ENV)
+    env = {**nccl, "LD_LIBRARY_PATH": accel.library_path}
+    env |= {k: v for k, v in (env_overrides or {}).items() if k in env}
+    volumes: dict[str, dict] = {}
+    for mount in [*mounts, *(m for s in sidecars for m in s.mounts)]:
+        volumes.setdefault(mount.name, mount.model_dump())
+    return GpuSettings(
+        whole_node=whole,
+        node_selector=selector,
+        tolerations=tolerations,
+        node_affinity=affinity,
+        resources={GPU_RESOURCE: str(gpus)},
+        annotations=_nic_annotations(accel) if whole else {},
+        env=env,
+        mounts=[m.model_dump() for m in mounts],
+        host_volumes=list(volumes.values()),
+        sidecars=[s.model_dump() for s in sidecars],
+    )
