@@ -81,13 +81,28 @@ def replicas_for(service: Service, world_size: int) -> int:
     return service.min_replicas
 
 
+def workers_per_gpu(gpus_per_worker: float) -> int:
+    """Workers of one service that fit one whole GPU of its own (1 for a GPU or more)."""
+    if gpus_per_worker <= 0 or gpus_per_worker >= 1:
+        return 1
+    return max(1, math.floor(1 / gpus_per_worker + 1e-9))
+
+
+def whole_gpus(gpus_per_worker: float, replicas: int) -> int:
+    """Whole GPUs a service's workers use when no other service shares them (multi-node
+    runs): fractional workers packed `workers_per_gpu` to a GPU, at least one GPU."""
+    if gpus_per_worker >= 1:
+        return replicas * math.ceil(gpus_per_worker - 1e-9)
+    return max(1, math.ceil(replicas / workers_per_gpu(gpus_per_worker)))
+
+
 def service_slots(services: list[Service], replicas: dict[str, int], nodes: int) -> dict:
     """Slots per service: pooled fractions on one node, whole GPUs per type on several."""
     slots: dict[str, float] = {}
     for svc in services:
         want = replicas[svc.name] * svc.gpus_per_worker
         if nodes > 1 and svc.gpus_per_worker > 0:
-            want = max(1, math.ceil(want - 1e-9))
+            want = whole_gpus(svc.gpus_per_worker, replicas[svc.name])
         slots[svc.name] = want
     return slots
 

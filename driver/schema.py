@@ -81,6 +81,10 @@ class DataConfig:
     """Number of examples in the dataset."""
     seed: int = 1234
     """Seed of the generator that makes the dataset (the same on every worker)."""
+    remote_stage: str | None = None
+    """Auxiliary service (`aux.services.<name>`, a driver.aux.services.stage handler) that
+    runs the pipeline's per-sample stage for several ranks; needs
+    `source: driver.batches:PipelineSource`. null: stages run in the producers."""
 
 
 @dataclass
@@ -170,22 +174,76 @@ class LoggingConfig:
 
 @dataclass
 class AuxServiceConfig:
+    handler: str = ""
+    """`module:Class` of the service's handler (driver.aux.handler.Handler: setup, ready,
+    handle); each worker builds one with `kwargs`."""
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    """Keyword arguments of the handler's constructor (plain values; `${model}` and other
+    interpolations resolve at composition)."""
     gpus_per_worker: float = 1.0
-    """GPUs one worker of this service requests (fractions share a GPU on single-node runs)."""
+    """GPUs one worker of this service requests on GPU runs (fractions share a GPU on
+    single-node runs; on multi-node runs each service type gets whole GPUs of its own)."""
     cpus_per_worker: float = 1.0
-    """CPUs one worker of this service requests."""
+    """CPUs one worker of this service requests. On CPU runs its planner slots are
+    cpus_per_worker / parallelism.cpus_per_worker."""
     train_workers_per_worker: int = 0
     """Training workers one service worker serves; 0 means a fixed count of min_replicas."""
     min_replicas: int = 1
     """Fewest workers of this service."""
     singleton: bool = False
     """Exactly one worker, whatever the size of the run."""
+    placement: str = "SPREAD"
+    """Ray placement-group strategy of the service's workers: SPREAD, PACK, STRICT_SPREAD
+    or STRICT_PACK."""
+    ready_timeout_s: float = 120.0
+    """Seconds each worker has to start (setup) and answer its readiness check; the run
+    stops before training, naming the service, when one does not."""
+    deadline_s: float = 30.0
+    """Per-request deadline: a training rank waits at most this long for a reply."""
+    queue_bound: int = 64
+    """Requests one worker queues per training rank before it pushes back."""
+    full_policy: str = "wait"
+    """When a rank's queue is full: `wait` (up to the deadline) or `fail` (AuxQueueFull at once)."""
+    on_worker_death: str = "retry"
+    """In-flight requests of a worker that dies: `retry` on another worker, or `error`
+    (the caller gets AuxUnavailable)."""
+    max_restarts: int = -1
+    """Times Ray restarts a dead worker (-1: always)."""
+
+
+@dataclass
+class RefreshConfig:
+    service: str | None = None
+    """Service whose workers receive rank 0's model weights (e.g. the evaluator); null: off."""
+    every_steps: int = 0
+    """Broadcast the weights every N optimizer steps (0: off)."""
+    backend: str = "auto"
+    """Collective backend of the refresh group: `auto` (nccl on GPU, gloo on CPU), `gloo`
+    or `nccl`."""
+    timeout_s: float = 60.0
+    """How long forming the refresh group and one broadcast may take."""
 
 
 @dataclass
 class AuxConfig:
     services: dict[str, AuxServiceConfig] = field(default_factory=dict)
     """Auxiliary services (encoders, evaluators) by name; planned before training workers."""
+    condition: str | None = None
+    """Service whose `encode` embeddings condition the model every step (the DiT); null:
+    the model is conditioned on the noise level only."""
+    evaluate: str | None = None
+    """Service that scores the refreshed weights on held-out data after each refresh (its
+    `evaluate` method); the score is a metric `aux/<service>/<name>`."""
+    refresh: RefreshConfig = field(default_factory=RefreshConfig)
+    """Weight refresh from rank 0 to a service's workers."""
+    fleet_interval_s: float = 2.0
+    """How often the FleetMonitor polls the workers and proxies (and ranks refresh their
+    proxy table)."""
+
+    def __post_init__(self) -> None:
+        from driver.aux.config import check_aux
+
+        check_aux(self)
 
 
 @dataclass

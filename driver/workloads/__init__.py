@@ -26,8 +26,9 @@ class Workload:
     """`tokens` or `samples`."""
 
 
-def build(model_cfg, data_cfg) -> Workload:
-    """The workload named by `model_cfg.kind`, with its dataset from `data_cfg`."""
+def build(model_cfg, data_cfg, cond_dim: int = 0) -> Workload:
+    """The workload named by `model_cfg.kind`, with its dataset from `data_cfg`; `cond_dim`
+    > 0 conditions the DiT on embeddings of that size (batches are (images, embeddings))."""
     if model_cfg.kind == "lm":
         from driver.workloads import lm
         from driver.workloads.text import TextDataset
@@ -45,7 +46,7 @@ def build(model_cfg, data_cfg) -> Workload:
         data = ShapesDataset(data_cfg.size, data_cfg.image_size, data_cfg.channels, data_cfg.seed)
         model = dit.TinyDiT(
             data_cfg.image_size, data_cfg.channels, model_cfg.patch_size, model_cfg.d_model,
-            model_cfg.n_layers, model_cfg.n_heads,
+            model_cfg.n_layers, model_cfg.n_heads, cond_dim,
         )  # fmt: skip
         return Workload(model, data, dit.loss, 1, "samples")
     raise ValueError(f"unknown model kind {model_cfg.kind!r}")

@@ -63,7 +63,7 @@ def test_group_swap_changes_schema():
         ("parallelism.device=tpu", "parallelism.device", "not one of"),
         ("model.n_heads=3", "model.n_heads", "must divide model.d_model"),
         ("model=nope", "model", "no option 'nope' (available: tiny_dit, tiny_lm)"),
-        ("aux=big", "aux", "no option 'big' (available: encode_eval, none)"),
+        ("aux=big", "aux", "no option 'big' (available: dit_local, encode_eval, none)"),
         ("train.steps", "train.steps", "override 'train.steps' is not key=value"),
         ("run.name=[a", "run.name", "cannot parse override 'run.name=[a'"),
         ("optimizer.betas=3", "optimizer.betas", "not a ListConfig"),

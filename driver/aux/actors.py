@@ -1,0 +1,192 @@
+"""The Ray actors of auxiliary services, and how the coordinator starts one service.
+
+`AuxWorker` hosts one `WorkerServer` with the service's handler on an IPC path that is the
+same after Ray restarts the actor (its proxy reconnects by itself); it also answers the
+readiness check, its stats for the FleetMonitor, and joins the weight-refresh group.
+`AuxProxy` hosts one `ProxyServer` per service per node, on the node's IP, forwarding to the
+workers on that node. `start_service(name, svc, layout, root)` places, creates and checks
+them (raising `AuxStartError` with one line naming the service).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from pathlib import Path
+
+from driver.aux.coordinator import (
+    AuxStartError,
+    ServicePlan,
+    ServiceRuntime,
+    proxy_groups,
+    worker_address,
+)
+
+
+def one_line(err: BaseException) -> str:
+    """The root cause of a Ray error as `Type: message`, first line only."""
+    cause = getattr(err, "cause", None) or err
+    text = f"{type(cause).__name__}: {cause}".strip()
+    return text.splitlines()[0] if text else type(err).__name__
+
+
+class AuxWorker:
+    """Actor body: one service worker. Start-up problems are kept and raised by `ready()`
+    (a failing constructor would give a long Ray traceback instead of the cause)."""
+
+    def __init__(self, service: str, spec: str, kwargs: dict, address: str, queue_bound: int,
+                 full_policy: str):  # fmt: skip
+        from driver.aux.handler import load_handler
+        from driver.aux.worker import WorkerServer
+
+        self.service, self.error, self.server, self.receiver = service, None, None, None
+        self.started = time.time()
+        try:
+            self.handler = load_handler(spec, kwargs)
+            self.handler.setup()
+            path = Path(address.removeprefix("ipc://"))
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()  # left by the previous incarnation of this worker
+            self.server = WorkerServer(
+                self.handler, address, queue_bound=queue_bound, full_policy=full_policy
+            )
+            self.address = self.server.start()
+        except Exception as err:
+            self.error = f"{type(err).__name__}: {err}".splitlines()[0]
+
+    def ready(self) -> dict:
+        if self.error:
+            raise RuntimeError(self.error)
+        return self.handler.ready()
+
+    def stats(self) -> dict:
+        base = {"pid": os.getpid(), "started": self.started, "healthy": self.error is None}
+        if self.server is not None:
+            base.update(self.server.stats())
+        if self.receiver is not None:
+            base["weights_version"] = self.receiver.version
+        return base
+
+    def refresh_join(self, store: list, prefix: str, rank: int, size: int, layout: list,
+                     backend: str, timeout_s: float) -> bool:  # fmt: skip
+        """Join rank 0's refresh group (driver.aux.refresh) and receive weights in a thread."""
+        from driver.aux.refresh import Receiver
+
+        if self.receiver is not None:
+            self.receiver.stop()
+        target = getattr(self.handler, "load_weights", None)
+        self.receiver = Receiver(store, prefix, rank, size, layout, backend, timeout_s, target)
+        self.receiver.start()
+        return True
+
+    def shutdown(self) -> None:
+        if self.server is not None:
+            self.server.stop()
+
+
+class AuxProxy:
+    """Actor body: the service's proxy on one node."""
+
+    def __init__(self, service: str, workers: list[str]):
+        import ray
+
+        from driver.aux.proxy import ProxyServer
+
+        self.server = ProxyServer(service, workers, host=ray.util.get_node_ip_address())
+        self.addr = self.server.start()
+
+    def address(self) -> str:
+        return self.addr
+
+    def stats(self) -> dict:
+        return {**self.server.stats(), "address": self.addr, "live": self.server.live_workers()}
+
+
+def start_fleet(interval_s: float):
+    """The run's FleetMonitor actor on the driver's node (0 CPUs)."""
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    from driver.aux.fleet import FleetMonitor
+
+    node = ray.get_runtime_context().get_node_id()
+    strategy = NodeAffinitySchedulingStrategy(node_id=node, soft=True)
+    actor = ray.remote(num_cpus=0, max_concurrency=4)(FleetMonitor)
+    return actor.options(scheduling_strategy=strategy).remote(interval_s)
+
+
+def start_service(name: str, svc, layout: ServicePlan, root: str) -> ServiceRuntime:
+    """Placement group, workers, readiness, proxies; AuxStartError naming the service."""
+    import ray
+    from ray.util.placement_group import placement_group, placement_group_table
+    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+    rt = ServiceRuntime(name)
+    rt.group = placement_group(layout.bundles, strategy=layout.strategy, name=f"aux-{name}")
+    try:
+        ray.get(rt.group.ready(), timeout=svc.ready_timeout_s)
+    except Exception as err:
+        wanted = f"{len(layout.bundles)} x {layout.bundles[0]}"
+        raise AuxStartError(
+            f"aux service {name}: no room for its workers ({wanted}, {layout.strategy}) "
+            f"within {svc.ready_timeout_s:g} s ({one_line(err)})"
+        ) from None
+    nodes = placement_group_table(rt.group)["bundles_to_node_id"]
+    worker = ray.remote(AuxWorker)
+    resources = layout.resources
+    kwargs = plain(svc.kwargs)
+    for index, bundle in enumerate(layout.worker_bundle):
+        options = dict(
+            num_cpus=resources["CPU"], num_gpus=resources.get("GPU", 0),
+            max_restarts=svc.max_restarts, max_concurrency=4, name=f"aux-{name}-{index}",
+            scheduling_strategy=PlacementGroupSchedulingStrategy(rt.group, bundle),
+        )  # fmt: skip
+        address = worker_address(root, name, index)
+        rt.workers.append(
+            worker.options(**options).remote(
+                name, svc.handler, kwargs, address, svc.queue_bound, svc.full_policy
+            )
+        )
+    rt.info = check_ready(name, rt.workers, svc.ready_timeout_s)
+    worker_nodes = [nodes[bundle] for bundle in layout.worker_bundle]
+    proxy = ray.remote(AuxProxy)
+    for node, members in proxy_groups(worker_nodes).items():
+        strategy = ray.util.scheduling_strategies.NodeAffinitySchedulingStrategy(node, soft=False)
+        rt.proxies[node] = proxy.options(
+            num_cpus=0, max_restarts=-1, scheduling_strategy=strategy
+        ).remote(name, [worker_address(root, name, i) for i in members])
+        address = ray.get(rt.proxies[node].address.remote(), timeout=svc.ready_timeout_s)
+        rt.table[address] = len(members)
+    return rt
+
+
+def check_ready(name: str, workers: list, timeout_s: float) -> dict:
+    """Every worker's readiness reply within `timeout_s`; the first worker's is returned."""
+    import ray
+
+    refs = [w.ready.remote() for w in workers]
+    try:
+        replies = ray.get(refs, timeout=timeout_s)
+    except ray.exceptions.GetTimeoutError:
+        raise AuxStartError(
+            f"aux service {name}: not ready within ready_timeout_s={timeout_s:g} s"
+        ) from None
+    except Exception as err:
+        message = f"aux service {name}: readiness check failed: {one_line(err)}"
+        raise AuxStartError(message) from None
+    return dict(replies[0] or {})
+
+
+def plain(value):
+    """Config values as plain dicts, lists and scalars (dataclasses from interpolations)."""
+    import dataclasses
+
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return plain(dataclasses.asdict(value))
+    if isinstance(value, dict):
+        return {str(k): plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [plain(v) for v in value]
+    return value

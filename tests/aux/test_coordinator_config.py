@@ -1,0 +1,61 @@
+"""The `aux` config section: shipped options compose, and each bad value is one line
+naming `aux.<key>` and the file (exit 2 from the driver)."""
+
+from __future__ import annotations
+
+import pytest
+
+from catalog.errors import InputError
+from driver.config import compose
+from driver.train import main
+from tests.driver.conftest import TINY_DIT
+
+ENC = "aux.services.encoder"
+
+
+def test_dit_local_composes_with_the_runs_model_in_the_evaluators_kwargs():
+    cfg, text = compose(TINY_DIT, ["aux=dit_local"])
+    evaluator = cfg.aux.services["evaluator"]
+    assert evaluator.singleton and evaluator.kwargs["model"].kind == "dit"
+    assert cfg.aux.condition == "encoder" and cfg.aux.refresh.service == "evaluator"
+    assert cfg.aux.services["encoder"].placement == "SPREAD"
+    assert "handler: driver.aux.services.encoder:EncoderHandler" in text
+
+
+@pytest.mark.parametrize(
+    ("override", "key", "message"),
+    [
+        (f"{ENC}.handler=nope", f"{ENC}.handler", "is not module:Class"),
+        (f"{ENC}.handler=no_such_pkg.mod:Cls", f"{ENC}.handler", "no module no_such_pkg.mod"),
+        (f"{ENC}.placement=EVERYWHERE", f"{ENC}.placement", "is not one of SPREAD"),
+        (f"{ENC}.full_policy=drop", f"{ENC}.full_policy", "is not one of wait, fail"),
+        (f"{ENC}.on_worker_death=ignore", f"{ENC}.on_worker_death", "not one of retry, error"),
+        (f"{ENC}.queue_bound=0", f"{ENC}.queue_bound", "must be at least 1"),
+        (f"{ENC}.min_replicas=0", f"{ENC}.min_replicas", "must be at least 1"),
+        (f"{ENC}.deadline_s=0", f"{ENC}.deadline_s", "must be a positive number"),
+        (f"{ENC}.ready_timeout_s=-1", f"{ENC}.ready_timeout_s", "must be a positive number"),
+        (f"{ENC}.gpus_per_worker=-0.5", f"{ENC}.gpus_per_worker", "must be a number >= 0"),
+        (f"{ENC}.max_restarts=-2", f"{ENC}.max_restarts", "must be -1"),
+        ("aux.condition=decoder", "aux.condition", "no service 'decoder' in aux.services"),
+        ("aux.refresh.backend=mpi", "aux.refresh.backend", "is not one of auto, gloo, nccl"),
+        ("aux.refresh.every_steps=-1", "aux.refresh.every_steps", "must not be negative"),
+        ("aux.fleet_interval_s=0", "aux.fleet_interval_s", "must be a positive number"),
+    ],
+)
+def test_bad_aux_values_name_the_key(override, key, message):
+    with pytest.raises(InputError) as caught:
+        compose(TINY_DIT, ["aux=dit_local", override])
+    assert caught.value.field == key and message in caught.value.message
+    assert caught.value.source.endswith("tiny-dit.yaml")
+
+
+def test_a_service_without_handler_is_refused():
+    with pytest.raises(InputError) as caught:
+        compose(TINY_DIT, ["aux=dit_local", f"{ENC}.handler="])
+    assert caught.value.field == f"{ENC}.handler" and "required" in caught.value.message
+
+
+def test_driver_exits_2_with_one_line(capsys):
+    assert main([TINY_DIT, "aux=dit_local", f"{ENC}.full_policy=drop"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"{ENC}.full_policy" in err and "tiny-dit.yaml" in err

@@ -1,0 +1,83 @@
+"""FleetMonitor aggregation (pure): worker windows from cumulative stats (restarts, silent
+workers), per-service metrics under `aux/<service>/...`, the proxy table, and that the
+names are the ones the aux-services dashboard queries."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from driver.aux import fleet
+from driver.aux.fleet import proxy_table, service_metrics, worker_window
+
+ROOT = Path(__file__).resolve().parents[2]
+DASHBOARD = ROOT / "kustomize/bases/observability/grafana/dashboards/aux-services.json"
+
+
+def stats(pid=1, served=0, errors=0, pending=0, wait=0.0, busy=0.0):
+    return {"pid": pid, "served": served, "errors": errors, "pending": pending,
+            "wait_s_sum": wait, "process_s_sum": busy}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("case", "prev", "cur", "expected"),
+    [
+        ("deltas over the window", stats(served=10, wait=1.0, busy=2.0),
+         stats(served=30, errors=1, pending=4, wait=2.0, busy=6.0),
+         {"served": 20, "errors": 1, "pending": 4, "wait_s": 1.0, "process_s": 4.0, "rate": 10.0,
+          "healthy": True}),
+        ("first poll counts from zero", None, stats(served=6, busy=0.6),
+         {"served": 6, "rate": 3.0, "process_s": 0.6}),
+        ("a restarted worker (new pid) counts from zero", stats(pid=1, served=100),
+         stats(pid=2, served=4), {"served": 4, "rate": 2.0}),
+        ("a silent worker is unhealthy and counts nothing", stats(served=5), None,
+         {"healthy": False, "served": 0, "rate": 0.0}),
+    ],
+)  # fmt: skip
+def test_worker_window(case, prev, cur, expected):
+    window = worker_window(prev, cur, 2.0)
+    assert {k: window[k] for k in expected} == pytest.approx(expected), case
+
+
+def test_service_metrics_sum_and_average_per_request():
+    windows = [
+        worker_window(None, stats(served=10, pending=2, wait=1.0, busy=1.0), 1.0),
+        worker_window(None, stats(served=30, pending=1, errors=2, wait=1.0, busy=5.0), 1.0),
+        worker_window(stats(), None, 1.0),
+    ]
+    proxies = [{"address": "tcp://a:1", "live": 2}, None]
+    got = service_metrics("encoder", windows, proxies)
+    assert got == pytest.approx({
+        "aux/encoder/queue_depth": 3,
+        "aux/encoder/latency_s": 8.0 / 40,
+        "aux/encoder/queue_wait_s": 2.0 / 40,
+        "aux/encoder/process_s": 6.0 / 40,
+        "aux/encoder/requests_per_s": 40.0,
+        "aux/encoder/errors": 2,
+        "aux/encoder/workers": 3,
+        "aux/encoder/healthy_workers": 2,
+        "aux/encoder/live_proxies": 1,
+    })  # fmt: skip
+
+
+def test_idle_service_has_zero_latency_not_nan():
+    got = service_metrics("eval", [worker_window(None, stats(), 1.0)], [])
+    assert got["aux/eval/latency_s"] == 0.0 and got["aux/eval/requests_per_s"] == 0.0
+
+
+def test_proxy_table_drops_silent_proxies():
+    proxies = [{"address": "tcp://a:1", "live": 2}, None, {"address": "tcp://b:2", "live": 0}]
+    assert proxy_table(proxies) == {"tcp://a:1": 2, "tcp://b:2": 0}
+
+
+def test_dashboard_queries_names_the_monitor_writes():
+    panels = json.loads(DASHBOARD.read_text())["panels"]
+    queried = set()
+    for panel in panels:
+        for target in panel.get("targets", []):
+            sql = target.get("rawSql", "")
+            if "LIKE 'aux/%/" in sql:
+                queried.add(sql.split("LIKE 'aux/%/")[1].split("'")[0])
+    assert queried and queried <= set(fleet.METRICS)
