@@ -10,11 +10,12 @@
 
 Each rank writes its own shard; the DCP save's closing all-reduce tells rank 0 that every
 shard and the metadata are durable, and rank 0 then writes the commit marker, applies the
-retention policy and calls the checkpoint callbacks. Only replica group 0 writes (torchft
-replica groups, each its own process group). Within one process group, `dp_replica` is the
-rank's data-parallel replica (rank // shard size under DDP or HSDP): only the ranks of
-replica 0 snapshot and write the model and optimizer state; the others add just their own
-RNG states and data-loader progress.
+retention policy and calls the checkpoint callbacks. The marker is signed with the run's
+checkpoint key; only authentic checkpoints are resumed from (auth.py). Only replica group
+0 writes (torchft replica groups, each its own process group). Within one process group,
+`dp_replica` is the rank's data-parallel replica (rank // shard size under DDP or HSDP):
+only the ranks of replica 0 snapshot and write the model and optimizer state; the others
+add just their own RNG states and data-loader progress.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from torch.distributed.checkpoint.staging import DefaultStager, StagingOptions
 from torch.distributed.checkpoint.state_dict_saver import AsyncSaveResponse
 
 from driver.checkpoint.api import CheckpointCallback, new_counters
+from driver.checkpoint.auth import load_secret, marker_problem
 from driver.checkpoint.commit import FAILURES, Committing
 from driver.checkpoint.config import CheckpointConfig
 from driver.checkpoint.groups import training_cpu_group
@@ -58,11 +60,17 @@ class Checkpointer(Committing, Loading):
         replica_group: int = 0,
         callbacks: tuple[CheckpointCallback, ...] = (),
         dp_replica: int = 0,
+        secret: bytes | None = None,
     ):
         self.config = config
         self.rank = rank
         self.world_size = world_size
-        self.storage = Storage(run_uri(config.root, team, run))
+        self.team, self.run = team, run
+        self.secret = load_secret() if secret is None else secret  # see auth.py
+        self.storage = Storage(
+            run_uri(config.root, team, run),
+            check=lambda marker, uri: marker_problem(marker, self.secret, team, run),
+        )
         self.writes = replica_group == 0 and config.enabled
         self.holds_replica = dp_replica == 0  # snapshots the model and optimizer
         self.callbacks = list(callbacks)

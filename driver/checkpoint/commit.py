@@ -13,8 +13,9 @@ import time
 import torch.distributed as dist
 from torch.distributed.checkpoint.api import CheckpointException
 
+from driver.checkpoint.auth import sha256_of, sign
 from driver.checkpoint.errors import CheckpointError, summarize
-from driver.checkpoint.layout import Marker, step_dir, to_delete
+from driver.checkpoint.layout import METADATA, Marker, join, step_dir, to_delete
 
 log = logging.getLogger("driver.checkpoint")
 FAILURES = (Exception, CheckpointException)
@@ -65,8 +66,11 @@ class Committing:
 
     def _commit(self, step: int, uri: str, write_s: float) -> None:
         files = self.storage.files(uri)
-        marker = Marker(step, self.world_size, files, write_s, time.time())
-        self.storage.write_marker(uri, marker)
+        digests = {METADATA: sha256_of(self.storage.fs, join(uri, METADATA))}
+        marker = Marker(
+            step, self.world_size, files, write_s, time.time(), self.team, self.run, digests
+        )
+        self.storage.write_marker(uri, sign(marker, self.secret))
 
     def _failed(self, uri: str, error: BaseException) -> None:
         self.counters["saves_failed"] += 1

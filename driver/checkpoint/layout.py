@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 MARKER = "COMMITTED"
 METADATA = ".metadata"
@@ -57,7 +57,8 @@ def step_of_uri(uri: str) -> int | None:
 
 @dataclass(frozen=True)
 class Marker:
-    """Contents of the commit marker: enough to check and describe a checkpoint."""
+    """Contents of the commit marker: enough to check, describe and authenticate a
+    checkpoint (`driver.checkpoint.auth` signs it)."""
 
     step: int
     world_size: int
@@ -67,9 +68,19 @@ class Marker:
     """Seconds from the start of staging to the last byte written."""
     created: float
     """Unix time of the commit."""
+    team: str = ""
+    """Team and run the checkpoint belongs to (part of what the MAC covers)."""
+    run: str = ""
+    digests: dict[str, str] = field(default_factory=dict)
+    """SHA-256 of the files loading unpickles (DCP's `.metadata`)."""
+    mac: str = ""
+    """HMAC-SHA256 of everything above with the run's checkpoint key (hex)."""
 
-    def dumps(self) -> str:
-        return json.dumps(self.__dict__, sort_keys=True)
+    def dumps(self, with_mac: bool = True) -> str:
+        data = dict(self.__dict__)
+        if not with_mac:
+            data.pop("mac")
+        return json.dumps(data, sort_keys=True)
 
     @classmethod
     def loads(cls, text: str) -> Marker:
@@ -80,6 +91,10 @@ class Marker:
             files={str(k): int(v) for k, v in data["files"].items()},
             write_s=float(data["write_s"]),
             created=float(data["created"]),
+            team=str(data.get("team", "")),
+            run=str(data.get("run", "")),
+            digests={str(k): str(v) for k, v in data.get("digests", {}).items()},
+            mac=str(data.get("mac", "")),
         )
 
 

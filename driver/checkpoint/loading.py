@@ -1,7 +1,8 @@
-"""Loading checkpoints: the checks before (committed, complete, made for this model) and
-the Checkpointer's loading half (`Loading`: latest, resume, load).
+"""Loading checkpoints: the checks before (committed, authentic, complete, made for this
+model) and the Checkpointer's loading half (`Loading`: latest, resume, load).
 
-Each failure is a one-line CheckpointError naming the checkpoint.
+Each failure is a one-line CheckpointError naming the checkpoint. Non-tensor entries load
+weights-only (`PlainLoadPlanner`): DCP's default unpickles them with any class allowed.
 """
 
 from __future__ import annotations
@@ -12,12 +13,22 @@ import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint._nested_dict import flatten_state_dict
+from torch.distributed.checkpoint._traverse import set_element
 from torch.distributed.checkpoint.api import CheckpointException
+from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
 from torch.distributed.checkpoint.metadata import TensorStorageMetadata
 
 from driver.checkpoint.api import CheckpointRef
+from driver.checkpoint.auth import identity, load_secret, marker_problem, sha256_of
 from driver.checkpoint.errors import CheckpointError, summarize
-from driver.checkpoint.layout import Marker, file_problems, newest_committed, step_dir
+from driver.checkpoint.layout import (
+    METADATA,
+    Marker,
+    file_problems,
+    join,
+    newest_committed,
+    step_dir,
+)
 from driver.checkpoint.state import TrainState, apply_dict, load_dict
 from driver.checkpoint.storage import Storage, make_reader
 
@@ -27,8 +38,21 @@ def _first(problems: list[str]) -> str:
     return "; ".join(problems[:2]) + more
 
 
-def verified_marker(uri: str) -> Marker:
-    """The commit marker of `uri`, after checking every committed file is there, whole."""
+class PlainLoadPlanner(DefaultLoadPlanner):
+    """DCP's default load planner, but non-tensor entries load weights-only."""
+
+    def load_bytes(self, read_item, value) -> None:
+        obj = torch.load(value, weights_only=True)
+        if self.flatten_state_dict:
+            set_element(self.original_state_dict, self.mappings[read_item.dest_index.fqn], obj)
+        else:
+            self.state_dict[read_item.dest_index.fqn] = obj
+
+
+def verified_marker(uri: str, secret: bytes | None = None) -> Marker:
+    """The commit marker of `uri`, after checking it is authentic for the run the path
+    names (`secret`: the checkpoint secret, default `auth.load_secret()`), that every
+    committed file is there, whole, and that `.metadata` is the one committed."""
     storage = Storage(uri)
     if not storage.fs.exists(uri):
         raise CheckpointError(uri, "does not exist")
@@ -40,9 +64,18 @@ def verified_marker(uri: str) -> Marker:
         raise CheckpointError(
             uri, "has no commit marker (partial or still being written); refusing to load it"
         )
+    team, run = identity(uri)
+    problem = marker_problem(marker, load_secret() if secret is None else secret, team, run)
+    if problem:
+        raise CheckpointError(uri, f"is not authentic: {problem}; refusing to load it")
     problems = file_problems(marker.files, storage.files(uri))
     if problems:
         raise CheckpointError(uri, f"is truncated or corrupt: {_first(problems)}")
+    if METADATA not in marker.digests:
+        raise CheckpointError(uri, f"its marker has no digest of {METADATA}; refusing to load it")
+    for name, digest in sorted(marker.digests.items()):
+        if sha256_of(storage.fs, join(uri, name)) != digest:
+            raise CheckpointError(uri, f"{name} changed after the commit; refusing to load it")
     return marker
 
 
@@ -134,7 +167,7 @@ class Loading:
                 return None
             uri = ref.uri
         uri = uri.rstrip("/")
-        marker = verified_marker(uri)
+        marker = verified_marker(uri, self.secret)
         source_rank = self.rank if marker.world_size == self.world_size else None
         target = load_dict(state, source_rank)
         check_compatible(uri, target)
@@ -142,6 +175,7 @@ class Loading:
             dcp.load(
                 target,
                 storage_reader=make_reader(uri),
+                planner=PlainLoadPlanner(),
                 process_group=self._group,
                 no_dist=not self._distributed,
             )

@@ -4,20 +4,19 @@ A checkpoint's DCP state dict:
     model        model state dict (DTensor shards under FSDP2: each rank writes its own)
     optim        optimizer state, FQN-keyed by DCP's get_state_dict (reshardable)
     lr_scheduler scheduler.state_dict()
-    dataloader   {"rank<r>": pickled loader.state_dict()}  per rank (opaque to DCP)
+    dataloader   {"rank<r>": loader.state_dict() as JSON bytes}  per rank (opaque to DCP)
     extra        {name: obj.state_dict()}          other stateful objects
-    rng          {"rank<r>": pickled torch/cuda/numpy/python RNG states}  per rank
+    rng          {"rank<r>": torch/cuda/numpy/python RNG states as JSON bytes}  per rank
+
+Nothing here is a pickle (plain.py): a checkpoint's own entries cannot run code on load.
     step         the training step the state was taken after
 """
 
 from __future__ import annotations
 
-import pickle
-import random
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-import numpy as np
 import torch
 from torch.distributed.checkpoint.state_dict import (
     StateDictOptions,
@@ -26,6 +25,8 @@ from torch.distributed.checkpoint.state_dict import (
     set_model_state_dict,
     set_state_dict,
 )
+
+from driver.checkpoint.plain import decode_state, encode_state, restore_rng, rng_blob
 
 
 class Stateful(Protocol):
@@ -52,27 +53,6 @@ class TrainState:
     """Set by `Checkpointer.load` to the step the checkpoint was taken after."""
 
 
-def rng_blob() -> bytes:
-    """This process's RNG states (torch, CUDA, numpy, python) as bytes."""
-    states = {
-        "torch": torch.get_rng_state(),
-        "numpy": np.random.get_state(),
-        "python": random.getstate(),
-    }
-    if torch.cuda.is_available():
-        states["cuda"] = torch.cuda.get_rng_state_all()
-    return pickle.dumps(states)
-
-
-def restore_rng(blob: bytes) -> None:
-    states = pickle.loads(blob)
-    torch.set_rng_state(states["torch"])
-    np.random.set_state(states["numpy"])
-    random.setstate(states["python"])
-    if "cuda" in states and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(states["cuda"])
-
-
 def _model_and_optim(state: TrainState) -> tuple[dict, dict | None]:
     if state.optimizer is None:
         return get_model_state_dict(state.model), None
@@ -86,7 +66,7 @@ def save_dict(state: TrainState, step: int, rank: int, replica: bool = True) -> 
     own entries, the RNG states and the data-loader progress."""
     out: dict[str, Any] = {"step": step, "rng": {f"rank{rank}": rng_blob()}}
     if state.dataloader is not None:
-        out["dataloader"] = {f"rank{rank}": pickle.dumps(state.dataloader.state_dict())}
+        out["dataloader"] = {f"rank{rank}": encode_state(state.dataloader.state_dict())}
     if not replica:
         return out
     model_sd, optim_sd = _model_and_optim(state)
@@ -137,7 +117,7 @@ def apply_dict(state: TrainState, loaded: dict[str, Any], source_rank: int | Non
         state.lr_scheduler.load_state_dict(loaded["lr_scheduler"])
     if state.dataloader is not None:
         blob = loaded["dataloader"][f"rank{source_rank or 0}"]
-        state.dataloader.load_state_dict(pickle.loads(blob))
+        state.dataloader.load_state_dict(decode_state(blob))
     for name, obj in state.extra.items():
         obj.load_state_dict(loaded["extra"][name])
     if source_rank is not None:

@@ -6,14 +6,18 @@ directories, and builds the DCP writer/reader for a checkpoint URI.
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 import time
+from collections.abc import Callable
 from contextlib import contextmanager
 
 import fsspec
 
 from driver.checkpoint.layout import MARKER, Marker, join, parse_step
+
+log = logging.getLogger("driver.checkpoint")
 
 
 def is_local(uri: str) -> bool:
@@ -26,11 +30,15 @@ def local_path(uri: str) -> str:
 
 
 class Storage:
-    """The storage of one run's checkpoints, `<root>/<team>/<run>`."""
+    """The storage of one run's checkpoints, `<root>/<team>/<run>`. With `check` (marker,
+    step URI -> a problem or None), a step whose marker has a problem is left out of
+    `step_dirs` altogether: not resumable, not counted by retention, never deleted."""
 
-    def __init__(self, run_uri: str):
+    def __init__(self, run_uri: str, check: Callable[[Marker, str], str | None] | None = None):
         self.run_uri = run_uri
         self.fs, _ = fsspec.core.url_to_fs(run_uri)
+        self.check = check
+        self._reported: set[int] = set()
 
     def uri(self, name: str) -> str:
         return join(self.run_uri, name)
@@ -43,8 +51,23 @@ class Storage:
         for entry in self.fs.ls(self.run_uri, detail=True):
             step = parse_step(entry["name"])
             if step is not None and entry["type"] == "directory":
-                found[step] = self.fs.exists(join(self.uri(f"step-{step}"), MARKER))
+                committed = self.fs.exists(join(self.uri(f"step-{step}"), MARKER))
+                if not committed or self._accepted(step):
+                    found[step] = committed
         return found
+
+    def _accepted(self, step: int) -> bool:
+        if self.check is None:
+            return True
+        uri = self.uri(f"step-{step}")
+        try:
+            problem = self.check(self.read_marker(uri), uri)
+        except (ValueError, KeyError, TypeError, OSError) as exc:
+            problem = f"its commit marker is unreadable ({type(exc).__name__})"
+        if problem and step not in self._reported:
+            self._reported.add(step)
+            log.warning("ignoring checkpoint %s: %s (left in place)", uri, problem)
+        return problem is None
 
     def files(self, uri: str) -> dict[str, int]:
         """Files directly under a checkpoint directory -> size in bytes (marker excluded)."""

@@ -31,6 +31,13 @@ def checkpointers():
 
 
 @pytest.fixture(autouse=True)
+def _own_checkpoint_key(tmp_path_factory, monkeypatch):
+    """Each test's local checkpoint key lives in a folder of its own (not ~/.config)."""
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path_factory.mktemp("config")))
+    monkeypatch.delenv("REVE_CHECKPOINT_KEY", raising=False)
+
+
+@pytest.fixture(autouse=True)
 def _deterministic():
     torch.use_deterministic_algorithms(True)
     logging.getLogger("driver.checkpoint").setLevel(logging.INFO)
