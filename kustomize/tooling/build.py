@@ -21,6 +21,7 @@ TOOLS_DIR = ".tools/bin"
 CHECKOUT = Path(__file__).resolve().parents[2]  # the tools sit beside this code
 KUSTOMIZE_MAJOR = 5
 FAIR_SHARING_SUFFIX = "-fair-sharing"
+NODE_ADDONS_SUFFIX = "-node-addons"
 
 
 class ToolError(Exception):
@@ -71,7 +72,7 @@ def targets(root: Path) -> list[Target]:
             folder = kfile.parent
             if folder.name == "base":
                 continue
-            cluster = folder.name.removesuffix(FAIR_SHARING_SUFFIX)
+            cluster = folder.name.removesuffix(FAIR_SHARING_SUFFIX).removesuffix(NODE_ADDONS_SUFFIX)
             if not (root / "clusters" / cluster / "cluster.yaml").is_file():
                 raise InputError(str(kfile.relative_to(root)), None, f"no cluster {cluster!r}")
             found.append(Target(folder, cluster))

@@ -5,8 +5,9 @@
 
 For each cluster in `clusters/` it writes `kustomize/overlays/<name>/generated/` (a kustomize
 Component: team namespaces, Kueue flavors and queue, the image-cache pulls, cluster facts,
-the images of Warden's Jobs) and `kustomize/overlays/<name>-fair-sharing/` (the optional
-capacity-quota overlay).
+the images of Warden's Jobs), `kustomize/overlays/<name>-fair-sharing/` (the optional
+capacity-quota overlay) and `kustomize/overlays/<name>-node-addons/` (the GPU node add-ons
+its accelerators need, from `kustomize/bases/node-addons/`).
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ KUSTOMIZE_API = "kustomize.config.k8s.io/v1beta1"
 KUSTOMIZE_COMPONENT_API = "kustomize.config.k8s.io/v1alpha1"
 WARDEN_IMAGE = "warden"
 FAIR_SHARING_SUFFIX = "-fair-sharing"
+NODE_ADDONS_SUFFIX = "-node-addons"
+NODE_ADDONS_BASES = Path("kustomize/bases/node-addons")
 IMAGE_CACHE_TARGET = {"kind": "DaemonSet", "namespace": "image-cache", "name": "image-cache"}
 # Entries of kustomize/images.yaml that Warden's node-check and DCGM diag Jobs run.
 WARDEN_JOB_IMAGES = {"WARDEN_CHECK_IMAGE": "preflight", "WARDEN_DIAG_IMAGE": "dcgm-diag"}
@@ -119,6 +122,32 @@ def fair_sharing_files(cluster: Cluster) -> dict[str, str]:
     }
 
 
+def node_addons(cluster: Cluster, root: Path) -> list[str]:
+    """The node add-ons the cluster's accelerators need, in catalog order, without repeats."""
+    from catalog import accelerator
+
+    wanted = []
+    for key in cluster.accelerators():
+        for i, name in enumerate(accelerator(key).node_addons):
+            if not (root / NODE_ADDONS_BASES / name / "kustomization.yaml").is_file():
+                raise InputError("catalog/accelerators.yaml", f"{key}.node_addons[{i}]",
+                                 f"no add-on {name!r} in {NODE_ADDONS_BASES}/")  # fmt: skip
+            if name not in wanted:
+                wanted.append(name)
+    return wanted
+
+
+def node_addons_files(cluster: Cluster, root: Path) -> dict[str, str]:
+    """`overlays/<name>-node-addons/`: what the `node-addons` Application syncs (wave -3)."""
+    kustomization = {
+        "apiVersion": KUSTOMIZE_API,
+        "kind": "Kustomization",
+        "resources": [f"../../bases/node-addons/{n}" for n in node_addons(cluster, root)],
+        "labels": [{"pairs": {names.CLUSTER: cluster.name}, "includeSelectors": False}],
+    }
+    return {"kustomization.yaml": header(cluster) + dump([kustomization])}
+
+
 def expected_files(root: Path) -> dict[Path, str]:
     """Every generated file and its content, by path."""
     entries = images.load_entries(root)
@@ -130,6 +159,8 @@ def expected_files(root: Path) -> dict[Path, str]:
             out[overlay / "generated" / rel] = text
         for rel, text in fair_sharing_files(cluster).items():
             out[overlay.parent / f"{name}{FAIR_SHARING_SUFFIX}" / rel] = text
+        for rel, text in node_addons_files(cluster, root).items():
+            out[overlay.parent / f"{name}{NODE_ADDONS_SUFFIX}" / rel] = text
     return out
 
 

@@ -8,6 +8,8 @@
    or, for custom resources, the derived CRD schemas in kustomize/schemas/; scope,
    duplicates and references (ConfigMaps, service accounts, priority classes, roles)
    are checked.
+   Each cluster's GPU node add-ons provide every host path and device annotation its
+   accelerators' pods rely on (`kustomize.tooling.addons`).
 4. Versions are pinned: images by release tag or digest, charts by exact version, Grafana
    plugins by version; chart values are linted against the chart's values shape.
 5. With --charts DIR (chart sources, e.g. from `helm pull --untar` on a connected machine),
@@ -22,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from catalog import InputError, load_cluster, repo_root
-from kustomize.tooling import build, charts, checks, crds, generate, refs
+from kustomize.tooling import addons, build, charts, checks, crds, generate, refs
 
 OWN_REPO = "https://github.com/reve-platform/platform.git"
 OFFLINE_NOTE = (
@@ -103,6 +105,10 @@ def run(root: Path, charts_dir: Path | None = None, only: str | None = None) -> 
     report.add("generate", [f"{p.relative_to(root)} is stale; run generate" for p in stale])
     tool = build.kubectl(root)
     helm = build.find_tool("helm", root) if charts_dir else None
+    for cluster in sorted({t.cluster for t in chosen}):
+        folder = root / "kustomize" / "overlays" / f"{cluster}{build.NODE_ADDONS_SUFFIX}"
+        objects = build.build(root, folder, tool) if folder.is_dir() else []
+        report.add(f"node add-ons of {cluster}", addons.problems(load_cluster(cluster), objects))
     for target in chosen:
         name = target.name(root)
         version = load_cluster(target.cluster).kubernetes_version

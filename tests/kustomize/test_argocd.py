@@ -18,6 +18,10 @@ ORDER = [
     ("Application/kueue", "Application/runs"),  # Kueue webhooks -> queued runs
     ("Application/kuberay-operator", "Application/runs"),  # RayJob CRD -> RayJobs
     ("Application/platform", "Application/runs"),  # namespaces, priority classes, queues
+    ("AppProject/platform", "Application/node-addons"),
+    # GPU node DaemonSets -> anything that runs on GPU nodes (image cache, DCGM, runs)
+    ("Application/node-addons", "Application/platform"),
+    ("Application/node-addons", "Application/runs"),
 ]
 
 
