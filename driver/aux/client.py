@@ -1,0 +1,479 @@
+"""A training rank's client of one auxiliary service: calls with deadlines, over its proxies.
+
+    client = AuxClient("encoder", rank, {"tcp://10.0.0.5:41000": 4, "tcp://10.0.0.6:41000": 4})
+    emb = client.call("encode", {"tokens": tokens})["emb"]          # numpy array
+    future = client.submit("encode", {"tokens": tokens}); ...; future.result()
+
+Thread-safe: any thread may call or submit; one I/O thread owns the sockets (a DEALER per
+proxy). Requests go to the proxies by smooth weighted round robin, weight = the proxy's
+live worker count (the given count until its first pong reports one). A proxy whose
+connection drops, or that answers nothing (not even a ping) for `proxy_timeout_s`, gets
+weight 0 and its in-flight requests are re-sent to another proxy (up to `retries` re-sends,
+within the deadline) or fail with AuxUnavailable; it gets its weight back when it answers.
+With no proxy to send to, a request waits for one up to its deadline.
+
+Every call ends with a reply or a typed `AuxError` (errors.py), never silently: a deadline
+is enforced here whatever the proxies do. A re-sent request may run twice (at least once).
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import threading
+import time
+from collections import deque
+from typing import Any
+
+import zmq
+from zmq.utils.monitor import recv_monitor_message
+
+from driver.aux import wire
+from driver.aux.errors import (
+    AuxCancelled,
+    AuxError,
+    AuxProtocolError,
+    AuxTimeout,
+    AuxUnavailable,
+    from_code,
+)
+from driver.aux.routing import SmoothWeightedRoundRobin
+
+TICK_S = 0.02
+HWM = 100_000  # messages queued per socket before a send would block
+
+
+class AuxFuture:
+    """The eventual reply of one request."""
+
+    def __init__(self, client: AuxClient, request_id: int, deadline: float):
+        self.client, self.id, self.deadline = client, request_id, deadline
+        self.event = threading.Event()
+        self.value: Any = None
+        self.error: AuxError | None = None
+
+    def result(self, timeout: float | None = None) -> Any:
+        """The reply payload, or raise its AuxError; AuxTimeout if `timeout` passes first."""
+        limit = self.deadline - time.time() + 5.0 if timeout is None else timeout
+        if not self.event.wait(max(0.0, limit)):
+            raise AuxTimeout(
+                f"request {self.id}: no result within {limit:.3g} s", service=self.client.service
+            )
+        if self.error is not None:
+            raise self.error
+        return self.value
+
+    def done(self) -> bool:
+        return self.event.is_set()
+
+    def cancel(self) -> bool:
+        """Give up on the request (the worker drops it if it has not started it)."""
+        if not self._settle(error=AuxCancelled(f"request {self.id} cancelled")):
+            return False
+        self.client._command("cancel", self.id)
+        return True
+
+    def _settle(self, value: Any = None, error: AuxError | None = None) -> bool:
+        with self.client.settle_lock:
+            if self.event.is_set():
+                return False
+            self.value, self.error = value, error
+            self.event.set()
+            return True
+
+
+class Pending:
+    """A request not yet answered: what to send, where it went, how often."""
+
+    __slots__ = ("future", "method", "body", "rank", "proxy", "tries", "avoid")
+
+    def __init__(self, future: AuxFuture, method: str, body: list[Any], rank: int):
+        self.future, self.method, self.body, self.rank = future, method, body, rank
+        self.proxy: str | None = None
+        self.tries = 0
+        self.avoid: set[str] = set()
+
+    def frames(self) -> list[Any]:
+        f = self.future
+        msg = wire.Message("req", f.id, self.rank, self.method, f.deadline, body=self.body)
+        return wire.pack(msg)
+
+
+class AuxClient:
+    """Calls `service` for training rank `rank` through `proxies` ({address: live workers})."""
+
+    def __init__(
+        self,
+        service: str,
+        rank: int,
+        proxies: dict[str, int],
+        *,
+        deadline_s: float = 30.0,
+        retries: int = 1,
+        max_message_bytes: int = 64 << 20,
+        heartbeat_s: float = 1.0,
+        proxy_timeout_s: float = 5.0,
+        context: zmq.Context | None = None,
+    ):
+        self.service, self.rank, self.deadline_s, self.retries = service, rank, deadline_s, retries
+        self.max_bytes, self.heartbeat_s, self.proxy_timeout_s = (
+            max_message_bytes,
+            heartbeat_s,
+            proxy_timeout_s,
+        )
+        self.context = context or zmq.Context.instance()
+        self.ids = itertools.count(1)
+        self.settle_lock = threading.Lock()
+        self.commands: deque[tuple[str, Any]] = deque()
+        self.wake_lock = threading.Lock()
+        self.inbox = f"inproc://aux-client-{id(self)}"
+        self.wake = self.context.socket(zmq.PUSH)
+        self.pull = self.context.socket(zmq.PULL)
+        self.pull.bind(self.inbox)
+        self.wake.connect(self.inbox)
+        self.counts: dict[str, int] = {"sent": 0, "replies": 0, "resent": 0}
+        self.errors: dict[str, int] = {}
+        self.proxies: dict[str, Proxy] = {}
+        self.wrr = SmoothWeightedRoundRobin()
+        self.inflight: dict[int, Pending] = {}
+        self.parked: deque[Pending] = deque()
+        self.later: list[tuple[float, int, Pending]] = []  # re-sends after a back-off
+        self.deadlines: list[tuple[float, int]] = []
+        self.closed = False
+        self.thread = threading.Thread(target=self._loop, args=(dict(proxies),), daemon=True)
+        self.thread.name = f"aux-client-{service}"
+        self.thread.start()
+
+    # -- caller side -------------------------------------------------------------------------
+
+    def call(self, method: str, payload: dict, deadline_s: float | None = None) -> Any:
+        """Send and wait for the reply; raises an AuxError subclass."""
+        return self.submit(method, payload, deadline_s).result()
+
+    def submit(self, method: str, payload: dict, deadline_s: float | None = None) -> AuxFuture:
+        """Send without waiting; the future settles by the deadline at the latest."""
+        deadline = time.time() + (self.deadline_s if deadline_s is None else deadline_s)
+        future = AuxFuture(self, next(self.ids), deadline)
+        try:
+            body = wire.encode(payload)
+        except TypeError as err:
+            raise AuxProtocolError(str(err), service=self.service) from None
+        size = sum(wire._nbytes(frame) for frame in body)
+        if size > self.max_bytes:
+            raise AuxProtocolError(
+                f"request of {size} bytes over the limit {self.max_bytes}", service=self.service
+            )
+        if self.closed:
+            raise AuxUnavailable("client closed", service=self.service)
+        self._command("req", Pending(future, method, body, self.rank))
+        return future
+
+    def set_proxies(self, proxies: dict[str, int]) -> None:
+        """Replace the proxy set and their weights (live worker counts)."""
+        self._command("proxies", dict(proxies))
+
+    def stats(self) -> dict:
+        proxies = list(self.proxies.values())
+        return {
+            **self.counts,
+            "errors": dict(self.errors),
+            "inflight": len(self.inflight),
+            "parked": len(self.parked),
+            "proxies": {p.address: {"weight": p.weight(), "up": p.up} for p in proxies},
+        }
+
+    def close(self) -> None:
+        """Stop; requests still pending fail with AuxUnavailable."""
+        if self.closed:
+            return
+        self.closed = True
+        self._command("close", None)
+        self.thread.join(5)
+
+    def _command(self, kind: str, value: Any) -> None:
+        self.commands.append((kind, value))
+        with self.wake_lock:
+            if not self.wake.closed:
+                try:
+                    self.wake.send(b"", zmq.NOBLOCK)
+                except zmq.Again:
+                    pass  # the I/O thread has wake-ups queued already
+
+    # -- I/O thread --------------------------------------------------------------------------
+
+    def _loop(self, proxies: dict[str, int]) -> None:
+        self.poller = zmq.Poller()
+        self.poller.register(self.pull, zmq.POLLIN)
+        self._set_proxies(proxies)
+        next_beat = 0.0
+        try:
+            while not self._run_commands():
+                for sock, _ in self.poller.poll(TICK_S * 1000):
+                    self._drain(sock)
+                now = time.time()
+                self._timers(now)
+                if time.monotonic() >= next_beat:
+                    self._heartbeat()
+                    next_beat = time.monotonic() + 0.05
+        finally:
+            self._shutdown()
+
+    def _drain(self, sock: zmq.Socket) -> None:
+        if sock is self.pull:
+            while True:
+                try:
+                    sock.recv(zmq.NOBLOCK)
+                except zmq.Again:
+                    return
+        proxy = self.by_socket.get(sock)
+        for _ in range(1024):
+            try:
+                if proxy is None:
+                    owner = self.by_monitor[sock]
+                    self._on_event(owner, recv_monitor_message(sock, zmq.NOBLOCK))
+                    continue
+                frames = sock.recv_multipart(zmq.NOBLOCK, copy=False)
+            except (zmq.Again, KeyError):
+                return
+            self._on_message(proxy, frames)
+
+    def _run_commands(self) -> bool:
+        while self.commands:
+            kind, value = self.commands.popleft()
+            if kind == "req":
+                self._dispatch(value)
+            elif kind == "cancel":
+                self._cancel(value)
+            elif kind == "proxies":
+                self._set_proxies(value)
+            elif kind == "close":
+                return True
+        return False
+
+    def _set_proxies(self, proxies: dict[str, int]) -> None:
+        for address in [a for a in self.proxies if a not in proxies]:
+            proxy = self.proxies.pop(address)
+            self._proxy_down(proxy, "removed")
+            self.poller.unregister(proxy.sock)
+            self.poller.unregister(proxy.monitor)
+            proxy.close()
+        for address, weight in proxies.items():
+            if address in self.proxies:
+                self.proxies[address].given = weight
+            else:
+                self.proxies[address] = Proxy(address, weight, self.context, self.max_bytes)
+                self.poller.register(self.proxies[address].sock, zmq.POLLIN)
+                self.poller.register(self.proxies[address].monitor, zmq.POLLIN)
+        self.by_socket = {p.sock: p for p in self.proxies.values()}
+        self.by_monitor = {p.monitor: p for p in self.proxies.values()}
+        self._reweigh()
+
+    def _reweigh(self) -> None:
+        self.wrr.set_weights({a: p.weight() for a, p in self.proxies.items()})
+        self._unpark()
+
+    def _unpark(self) -> None:
+        if self.parked and any(p.weight() for p in self.proxies.values()):
+            parked, self.parked = self.parked, deque()
+            for pending in parked:
+                self._dispatch(pending)
+
+    def _dispatch(self, pending: Pending) -> None:
+        future = pending.future
+        if future.done():
+            return
+        if future.deadline <= time.time():
+            self._fail(pending, AuxTimeout(f"request {future.id}: deadline passed"))
+            return
+        busy: set[str] = set()
+        while True:
+            address = self.wrr.next(exclude=pending.avoid | busy) or self.wrr.next(exclude=busy)
+            if address is None:  # no proxy now, or all their send queues are full
+                self.parked.append(pending)
+                return
+            proxy = self.proxies[address]
+            try:
+                proxy.sock.send_multipart(pending.frames(), zmq.NOBLOCK, copy=False)
+            except zmq.Again:  # send queue full (a lost connection comes as an event)
+                busy.add(address)
+                continue
+            pending.proxy = address
+            proxy.inflight.add(future.id)
+            self.inflight[future.id] = pending
+            heapq.heappush(self.deadlines, (future.deadline, future.id))
+            self.counts["sent"] += 1
+            return
+
+    def _reweigh_only(self) -> None:
+        self.wrr.set_weights({a: p.weight() for a, p in self.proxies.items()})
+
+    def _on_message(self, proxy: Proxy, frames: list[Any]) -> None:
+        proxy.seen = time.monotonic()
+        if not proxy.answering:
+            proxy.answering = True
+            self._reweigh()
+        try:
+            msg = wire.parse(frames, self.max_bytes)
+        except wire.WireError:
+            self.errors["bad_reply"] = self.errors.get("bad_reply", 0) + 1
+            return
+        if msg.kind == "pong":
+            live = (msg.info or {}).get("live")
+            if isinstance(live, int) and live != proxy.reported:
+                proxy.reported = live
+                self._reweigh()
+            return
+        pending = self.inflight.pop(msg.id, None)
+        if pending is None:
+            return  # answered already (a re-send's twin, a cancelled or expired request)
+        proxy.inflight.discard(msg.id)
+        if msg.kind == "rep":
+            try:
+                value = wire.decode(msg.body)
+            except wire.WireError as err:
+                self._fail(pending, AuxProtocolError(f"reply: {err}"))
+                return
+            self.counts["replies"] += 1
+            pending.future._settle(value=value)
+        elif msg.code == "unavailable" and pending.tries < self.retries:
+            pending.tries += 1
+            pending.avoid.add(proxy.address)
+            left = max(0.0, pending.future.deadline - time.time())
+            delay = min(0.05 * 2**pending.tries, 1.0, left)
+            heapq.heappush(self.later, (time.time() + delay, msg.id, pending))
+        else:
+            self._fail(pending, from_code(msg.code or "error", msg.error))
+
+    def _on_event(self, proxy: Proxy, event: dict[str, Any]) -> None:
+        if event["event"] == zmq.EVENT_DISCONNECTED:
+            self._proxy_down(proxy, "disconnected")
+        elif event["event"] == zmq.EVENT_HANDSHAKE_SUCCEEDED:
+            proxy.up, proxy.answering, proxy.seen = True, True, time.monotonic()
+            proxy.ping()
+            self._reweigh()
+
+    def _proxy_down(self, proxy: Proxy, why: str) -> None:
+        if why == "disconnected":
+            proxy.up = False
+        else:
+            proxy.answering = False
+        proxy.reported = None
+        self._reweigh_only()
+        ids, proxy.inflight = proxy.inflight, set()
+        for rid in sorted(ids):
+            pending = self.inflight.pop(rid, None)
+            if pending is None:
+                continue
+            if pending.tries < self.retries:
+                pending.tries += 1
+                pending.avoid.add(proxy.address)
+                self.counts["resent"] += 1
+                self._dispatch(pending)
+            else:
+                self._fail(pending, AuxUnavailable(f"proxy {proxy.address} {why} in flight"))
+
+    def _timers(self, now: float) -> None:
+        while self.later and self.later[0][0] <= now:
+            _, _, pending = heapq.heappop(self.later)
+            self.counts["resent"] += 1
+            self._dispatch(pending)
+        while self.deadlines and self.deadlines[0][0] <= now:
+            _, rid = heapq.heappop(self.deadlines)
+            pending = self.inflight.pop(rid, None)
+            if pending is not None:
+                self.proxies[pending.proxy].inflight.discard(rid)
+                self.proxies[pending.proxy].cancel(rid, self.rank)
+                self._fail(pending, AuxTimeout(f"request {rid}: no reply by the deadline"))
+        self._unpark()
+        if self.parked:
+            keep: deque[Pending] = deque()
+            for pending in self.parked:
+                if pending.future.deadline <= now:
+                    self._fail(pending, AuxUnavailable("no live proxy before the deadline"))
+                else:
+                    keep.append(pending)
+            self.parked = keep
+
+    def _heartbeat(self) -> None:
+        now = time.monotonic()
+        for proxy in list(self.proxies.values()):
+            if proxy.up and proxy.answering and now - proxy.seen > self.proxy_timeout_s:
+                self._proxy_down(proxy, f"silent for {self.proxy_timeout_s:g} s")
+            # often while requests wait for a proxy that reported no live worker
+            every = 0.1 if self.parked and proxy.reported == 0 else self.heartbeat_s
+            if now - max(proxy.seen, proxy.pinged) > every:
+                proxy.ping()
+
+    def _cancel(self, rid: int) -> None:
+        pending = self.inflight.pop(rid, None)
+        if pending is not None and pending.proxy in self.proxies:
+            self.proxies[pending.proxy].inflight.discard(rid)
+            self.proxies[pending.proxy].cancel(rid, self.rank)
+
+    def _fail(self, pending: Pending, error: AuxError) -> None:
+        if not error.service:
+            error.service = self.service
+            error.args = (f"{self.service}: {error}",)
+        if pending.future._settle(error=error):
+            self.errors[error.code] = self.errors.get(error.code, 0) + 1
+
+    def _shutdown(self) -> None:
+        closing = AuxUnavailable("client closed")
+        for pending in [*self.inflight.values(), *self.parked, *(p for *_, p in self.later)]:
+            self._fail(pending, closing)
+        while self.commands:
+            kind, value = self.commands.popleft()
+            if kind == "req":
+                self._fail(value, closing)
+        for proxy in self.proxies.values():
+            proxy.close()
+        with self.wake_lock:
+            self.wake.close(0)
+        self.pull.close(0)
+
+
+class Proxy:
+    """The client's view of one proxy: its socket, weight and in-flight requests."""
+
+    def __init__(self, address: str, given: int, context: zmq.Context, max_bytes: int):
+        self.address, self.given = address, given
+        self.reported: int | None = None
+        self.up, self.answering, self.seen, self.pinged = False, True, time.monotonic(), 0.0
+        self.inflight: set[int] = set()
+        self.sock = context.socket(zmq.DEALER)
+        self.sock.setsockopt(zmq.LINGER, 0)
+        self.sock.setsockopt(zmq.IMMEDIATE, 1)
+        self.sock.setsockopt(zmq.SNDHWM, HWM)
+        self.sock.setsockopt(zmq.RCVHWM, HWM)
+        self.sock.setsockopt(zmq.MAXMSGSIZE, max_bytes + wire.MAX_ENVELOPE_BYTES)
+        self.sock.setsockopt(zmq.RECONNECT_IVL, 100)
+        self.sock.setsockopt(zmq.RECONNECT_IVL_MAX, 1000)
+        self.sock.setsockopt(zmq.HEARTBEAT_IVL, 1000)
+        self.sock.setsockopt(zmq.HEARTBEAT_TIMEOUT, 3000)
+        self.monitor = self.sock.get_monitor_socket(
+            zmq.EVENT_HANDSHAKE_SUCCEEDED | zmq.EVENT_DISCONNECTED
+        )
+        self.sock.connect(address)
+
+    def weight(self) -> int:
+        if not (self.up and self.answering):
+            return 0
+        return self.given if self.reported is None else self.reported
+
+    def ping(self) -> None:
+        self.pinged = time.monotonic()
+        self._send(wire.Message("ping"))
+
+    def cancel(self, rid: int, rank: int) -> None:
+        self._send(wire.Message("cancel", rid, rank))
+
+    def _send(self, msg: wire.Message) -> None:
+        try:
+            self.sock.send_multipart(wire.pack(msg), zmq.NOBLOCK)
+        except zmq.ZMQError:
+            pass  # not connected: the handshake event pings again
+
+    def close(self) -> None:
+        self.sock.disable_monitor()
+        self.monitor.close(0)
+        self.sock.close(0)

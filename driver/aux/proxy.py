@@ -1,0 +1,323 @@
+"""A service's proxy on one node: ranks connect over TCP, workers over local IPC.
+
+One thread polls a ROUTER bound on TCP (training ranks' `AuxClient`s), a ROUTER connected
+to every worker (`WorkerServer`, addressed by its endpoint string) and that socket's
+monitor. Requests are checked (`wire.parse`: envelope, frame count and lengths, declared
+size; a frame over `max_message_bytes` is refused by ZeroMQ before it is read, and the
+peer disconnected) and forwarded round robin to live workers; replies go back to the rank.
+
+Worker health: a worker is live after it answers a ping. It is dead at once when its
+socket disconnects (the process died) or a send finds no route, and after
+`worker_timeout_s` without a pong (hung). A dead worker gets no requests; the ones it held
+are re-sent to another live worker (`on_worker_loss="retry"`, at most once, within their
+deadline) or answered `unavailable` ("error"). ZeroMQ reconnects to the same address, and
+the worker is live again after its next pong.
+
+    proxy = ProxyServer("encoder", ["ipc:///tmp/enc-0.sock"]); address = proxy.start()
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import defaultdict
+from typing import Any
+
+import zmq
+from zmq.utils.monitor import recv_monitor_message
+
+from driver.aux import wire
+from driver.aux.routing import RoundRobin
+
+LOSS_POLICIES = ("retry", "error")
+HWM = 100_000  # messages queued per peer before a send would block
+
+
+class ProxyServer:
+    """Forwards `service` requests from ranks to `workers` (their bound addresses)."""
+
+    def __init__(
+        self,
+        service: str,
+        workers: list[str],
+        *,
+        host: str = "127.0.0.1",
+        max_message_bytes: int = 64 << 20,
+        bind: str | None = None,
+        on_worker_loss: str = "retry",
+        heartbeat_s: float = 0.5,
+        worker_timeout_s: float = 5.0,
+        context: zmq.Context | None = None,
+    ):
+        if on_worker_loss not in LOSS_POLICIES:
+            raise ValueError(f"on_worker_loss {on_worker_loss!r}: expected {LOSS_POLICIES}")
+        self.service, self.max_bytes = service, max_message_bytes
+        self.bind_to = bind or f"tcp://{host}:*"
+        self.policy, self.heartbeat_s, self.worker_timeout_s = (
+            on_worker_loss,
+            heartbeat_s,
+            worker_timeout_s,
+        )
+        self.context = context or zmq.Context.instance()
+        self.workers: dict[str, Worker] = {}
+        self.rr = RoundRobin()
+        self.wanted: list[str] | None = list(workers)
+        self.lock = threading.Lock()
+        self.running = threading.Event()
+        self.inflight: dict[tuple[bytes, int], Entry] = {}
+        self.counts: dict[str, int] = defaultdict(int)
+        self.refused: dict[str, int] = defaultdict(int)
+        self.thread: threading.Thread | None = None
+        self.address = ""
+
+    def start(self) -> str:
+        """Bind the ranks' socket, connect the workers, start the loop; "tcp://host:port"."""
+        self.front = self.context.socket(zmq.ROUTER)
+        self.front.setsockopt(zmq.LINGER, 0)
+        self.front.setsockopt(zmq.SNDHWM, HWM)
+        self.front.setsockopt(zmq.RCVHWM, HWM)
+        self.front.setsockopt(zmq.MAXMSGSIZE, self.max_bytes + wire.MAX_ENVELOPE_BYTES)
+        self.front.bind(self.bind_to)
+        self.address = self.front.getsockopt(zmq.LAST_ENDPOINT).decode()
+        self.back = self.context.socket(zmq.ROUTER)
+        self.back.setsockopt(zmq.LINGER, 0)
+        self.back.setsockopt(zmq.ROUTER_MANDATORY, 1)
+        self.back.setsockopt(zmq.SNDHWM, HWM)
+        self.back.setsockopt(zmq.RCVHWM, HWM)
+        self.back.setsockopt(zmq.RECONNECT_IVL, 50)
+        self.back.setsockopt(zmq.RECONNECT_IVL_MAX, 500)
+        self.monitor = self.back.get_monitor_socket(
+            zmq.EVENT_HANDSHAKE_SUCCEEDED | zmq.EVENT_DISCONNECTED
+        )
+        self.running.set()
+        self.thread = threading.Thread(target=self._loop, name=f"aux-proxy-{self.service}")
+        self.thread.daemon = True
+        self.thread.start()
+        return self.address
+
+    def set_workers(self, workers: list[str]) -> None:
+        """Replace the worker set (new ones are connected, removed ones lose their work)."""
+        with self.lock:
+            self.wanted = list(workers)
+
+    def live_workers(self) -> int:
+        return sum(worker.live for worker in list(self.workers.values()))
+
+    def stats(self) -> dict:
+        workers = list(self.workers.values())
+        return {
+            **self.counts,
+            "service": self.service,
+            "refused": dict(self.refused),
+            "inflight": len(self.inflight),
+            "live_workers": sum(w.live for w in workers),
+            "dead_workers": sorted(w.address for w in workers if not w.live),
+        }
+
+    def stop(self) -> None:
+        self.running.clear()
+        if self.thread is not None:
+            self.thread.join(5)
+            self.thread = None
+
+    # -- the loop ----------------------------------------------------------------------------
+
+    def _loop(self) -> None:
+        poller = zmq.Poller()
+        for sock in (self.front, self.back, self.monitor):
+            poller.register(sock, zmq.POLLIN)
+        next_beat = 0.0
+        try:
+            while self.running.is_set():
+                self._apply_workers()
+                for sock, _ in poller.poll(int(self.heartbeat_s * 1000 / 2)):
+                    for _ in range(256):
+                        try:
+                            if sock is self.monitor:
+                                self._on_event(recv_monitor_message(sock, zmq.NOBLOCK))
+                                continue
+                            frames = sock.recv_multipart(zmq.NOBLOCK, copy=False)
+                        except zmq.Again:
+                            break
+                        if sock is self.front:
+                            self._from_rank(frames)
+                        else:
+                            self._from_worker(frames)
+                if time.monotonic() >= next_beat:
+                    self._heartbeat()
+                    next_beat = time.monotonic() + self.heartbeat_s
+        finally:
+            self.back.disable_monitor()
+            for sock in (self.monitor, self.front, self.back):
+                sock.close(0)
+
+    def _apply_workers(self) -> None:
+        with self.lock:
+            wanted, self.wanted = self.wanted, None
+        if wanted is None:
+            return
+        for address in [a for a in self.workers if a not in wanted]:
+            self._lose(self.workers.pop(address), "removed")
+            self.back.disconnect(address)
+        for address in [a for a in wanted if a not in self.workers]:
+            self.workers[address] = Worker(address)
+            self.back.setsockopt(zmq.CONNECT_ROUTING_ID, address.encode())
+            self.back.connect(address)
+        self.rr.set_keys(wanted)
+
+    def _on_event(self, event: dict[str, Any]) -> None:
+        worker = self.workers.get(event["endpoint"].decode())
+        if worker is None:
+            return
+        if event["event"] == zmq.EVENT_DISCONNECTED:
+            self._lose(worker, "disconnected")
+        else:
+            self._ping(worker)
+
+    def _heartbeat(self) -> None:
+        now = time.monotonic()
+        for worker in list(self.workers.values()):
+            if worker.live and now - worker.seen > self.worker_timeout_s:
+                self._lose(worker, f"no answer for {self.worker_timeout_s:g} s")
+            self._ping(worker)
+        expired = [k for k, e in self.inflight.items() if e.deadline + 1.0 < time.time()]
+        for key in expired:  # the caller has given up on these
+            del self.inflight[key]
+        self.counts["expired"] += len(expired)
+
+    def _ping(self, worker: Worker) -> None:
+        try:
+            frames = [worker.address.encode(), b"", *wire.pack(wire.Message("ping"))]
+            self.back.send_multipart(frames, zmq.NOBLOCK)
+        except zmq.ZMQError:
+            pass  # not connected (yet): the next beat or handshake event pings again
+
+    # -- messages ----------------------------------------------------------------------------
+
+    def _from_rank(self, frames: list[Any]) -> None:
+        client = frames[0].bytes
+        try:
+            msg = wire.parse(frames[1:], self.max_bytes)
+        except wire.WireError as err:
+            self.refused[err.reason] += 1
+            self._answer(client, 0, "protocol", str(err))
+            return
+        if msg.kind == "req":
+            if msg.deadline <= time.time():
+                self._answer(client, msg.id, "timeout", "deadline passed before the proxy")
+                return
+            entry = Entry(client, frames[1:], msg.id, msg.rank, msg.deadline)
+            self.inflight[(client, msg.id)] = entry
+            self._dispatch(entry)
+        elif msg.kind == "cancel":
+            entry = self.inflight.pop((client, msg.id), None)
+            if entry is not None and entry.worker is not None:
+                entry.worker.inflight.discard((client, msg.id))
+                self._send_worker(entry.worker, frames)
+            self.counts["cancelled"] += 1
+        elif msg.kind == "ping":
+            info = {"live": self.live_workers(), "service": self.service}
+            self.front.send_multipart([client, *wire.pack(wire.Message("pong", msg.id, info=info))])
+        else:
+            self.refused["kind"] += 1
+            self._answer(client, msg.id, "protocol", f"unexpected {msg.kind} from a rank")
+
+    def _from_worker(self, frames: list[Any]) -> None:
+        worker = self.workers.get(frames[0].bytes.decode(errors="replace"))
+        if worker is None or len(frames) < 3:
+            return
+        worker.seen = time.monotonic()
+        if not worker.live:
+            worker.live = True
+            self.counts["worker_up"] += 1
+        client = frames[1].bytes
+        if not client:  # a pong for the proxy itself
+            return
+        try:
+            msg = wire.parse(frames[2:], self.max_bytes)
+        except wire.WireError:
+            self.refused["from_worker"] += 1
+            return
+        entry = self.inflight.pop((client, msg.id), None)
+        if entry is not None and entry.worker is not None:
+            entry.worker.inflight.discard((client, msg.id))
+        self.counts["replied"] += 1
+        self.front.send_multipart(frames[1:], copy=False)
+
+    def _dispatch(self, entry: Entry) -> None:
+        tried: set[str] = set()
+        while True:
+            live = [a for a, w in self.workers.items() if w.live and a not in tried]
+            address = self.rr.next(exclude=set(self.workers) - set(live)) if live else None
+            if address is None:
+                self.inflight.pop((entry.client, entry.id), None)
+                self.counts["unavailable"] += 1
+                self._answer(entry.client, entry.id, "unavailable", "no live worker")
+                return
+            worker = self.workers[address]
+            if self._send_worker(worker, [entry.client, *entry.frames]):
+                entry.worker = worker
+                worker.inflight.add((entry.client, entry.id))
+                self.counts["forwarded"] += 1
+                return
+            tried.add(address)
+
+    def _send_worker(self, worker: Worker, frames: list[Any]) -> bool:
+        try:
+            self.back.send_multipart([worker.address.encode(), *frames], zmq.NOBLOCK, copy=False)
+            return True
+        except zmq.Again:
+            return False  # its queue is full: try another
+        except zmq.ZMQError:
+            self._lose(worker, "unreachable")
+            return False
+
+    def _lose(self, worker: Worker, why: str) -> None:
+        if worker.live:
+            worker.live = False
+            self.counts["worker_lost"] += 1
+        keys, worker.inflight = worker.inflight, set()
+        for key in keys:
+            entry = self.inflight.get(key)
+            if entry is None:
+                continue
+            entry.worker = None
+            if self.policy == "retry" and entry.tries < 2 and entry.deadline > time.time():
+                entry.tries += 1
+                self.counts["retried"] += 1
+                self._dispatch(entry)
+            else:
+                del self.inflight[key]
+                self.counts["lost"] += 1
+                text = f"worker {worker.address} {why} with the request in flight"
+                self._answer(entry.client, entry.id, "unavailable", text)
+
+    def _answer(self, client: bytes, request_id: int, code: str, text: str) -> None:
+        self.counts[f"answered_{code}"] += 1
+        msg = wire.Message("err", request_id, code=code, error=text)
+        self.front.send_multipart([client, *wire.pack(msg)])
+
+
+class Worker:
+    """The proxy's view of one worker."""
+
+    def __init__(self, address: str):
+        self.address, self.live, self.seen = address, False, time.monotonic()
+        self.inflight: set[tuple[bytes, int]] = set()
+
+
+class Entry:
+    """A request the proxy has forwarded and not yet seen answered."""
+
+    __slots__ = ("client", "frames", "id", "rank", "deadline", "worker", "tries")
+
+    def __init__(self, client: bytes, frames: list[Any], rid: int, rank: int, deadline: float):
+        self.client, self.frames, self.id, self.rank, self.deadline = (
+            client,
+            frames,
+            rid,
+            rank,
+            deadline,
+        )
+        self.worker: Worker | None = None
+        self.tries = 1

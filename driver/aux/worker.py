@@ -1,0 +1,263 @@
+"""A service worker: serves one Handler over a local socket to its proxy, fairly per rank.
+
+The worker binds a ROUTER (usually `ipc:///...`); its proxy connects and forwards
+requests `[client id, envelope, *body]`. An I/O thread receives, answers the proxy's pings
+(so a long handler call never looks like a dead worker) and admits each request into its
+rank's bounded FIFO (`routing.FairQueues`); one handler thread dequeues the ranks round
+robin, calls `handler.handle`, and hands the reply back to the I/O thread over inproc.
+
+A request that finds its rank's queue full: policy "fail_fast" answers `queue_full` at
+once; policy "wait" holds it at the worker (in arrival order, at most `hold_bound` per rank)
+until a slot frees or its deadline passes (then `timeout`): the caller blocks up to its
+deadline and the worker never serves a held request ahead of other ranks' queued ones.
+
+    server = WorkerServer(handler, "ipc:///tmp/enc-0.sock", queue_bound=64)
+    address = server.start(); ...; server.stop()
+
+The host calls `handler.setup()` and `handler.ready()` before `start()`.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import defaultdict, deque
+from typing import Any
+
+import zmq
+
+from driver.aux import wire
+from driver.aux.handler import Handler, RequestContext
+from driver.aux.routing import FairQueues, admit
+
+
+class WorkerServer:
+    """Serves `handler` at `address` (ipc://, inproc:// or tcp://; a tcp port may be *)."""
+
+    def __init__(
+        self,
+        handler: Handler,
+        address: str,
+        *,
+        queue_bound: int = 64,
+        full_policy: str = "wait",
+        hold_bound: int | None = None,
+        max_message_bytes: int = 64 << 20,
+        context: zmq.Context | None = None,
+    ):
+        admit(False, full_policy, 0.0, 1.0)  # validates the policy name
+        self.handler, self.address = handler, address
+        self.policy, self.max_bytes = full_policy, max_message_bytes
+        self.hold_bound = hold_bound if hold_bound is not None else 16 * queue_bound
+        self.queues = FairQueues(queue_bound)
+        self.held: dict[int, deque[Item]] = defaultdict(deque)
+        self.cond = threading.Condition()
+        self.context = context or zmq.Context.instance()
+        self.running = threading.Event()
+        self.threads: list[threading.Thread] = []
+        self.inbox = f"inproc://aux-worker-{id(self)}"
+        self.counters: dict[str, Any] = defaultdict(int)
+        self.per_rank: dict[int, int] = defaultdict(int)
+        self.wait_s = self.process_s = 0.0
+        self.running_key: tuple[bytes, int] | None = None
+
+    def start(self) -> str:
+        """Bind, start the I/O and handler threads; returns the bound address."""
+        self.router = self.context.socket(zmq.ROUTER)
+        self.router.setsockopt(zmq.LINGER, 0)
+        self.router.setsockopt(zmq.SNDHWM, 100_000)
+        self.router.setsockopt(zmq.RCVHWM, 100_000)
+        self.router.setsockopt(zmq.MAXMSGSIZE, self.max_bytes + wire.MAX_ENVELOPE_BYTES)
+        self.router.bind(self.address)
+        self.address = self.router.getsockopt(zmq.LAST_ENDPOINT).decode()
+        self.pull = self.context.socket(zmq.PULL)
+        self.pull.bind(self.inbox)
+        self.running.set()
+        for target in (self._io_loop, self._handler_loop):
+            thread = threading.Thread(target=target, name=f"aux-worker-{target.__name__}")
+            thread.daemon = True
+            thread.start()
+            self.threads.append(thread)
+        return self.address
+
+    def stats(self) -> dict:
+        """Counts and sums since start: served, errors, pending, wait/process seconds."""
+        with self.cond:
+            held = sum(len(q) for q in self.held.values())
+            return {
+                **self.counters,
+                "served": self.counters["served"],
+                "errors": self.counters["errors"],
+                "pending": len(self.queues) + held,
+                "held": held,
+                "wait_s_sum": self.wait_s,
+                "process_s_sum": self.process_s,
+                "per_rank": dict(self.per_rank),
+            }
+
+    def stop(self) -> None:
+        self.running.clear()
+        with self.cond:
+            self.cond.notify_all()
+        for thread in self.threads:
+            thread.join(5)
+        self.threads.clear()
+
+    # -- I/O thread: receive, admit, answer pings, send replies ------------------------------
+
+    def _io_loop(self) -> None:
+        poller = zmq.Poller()
+        poller.register(self.router, zmq.POLLIN)
+        poller.register(self.pull, zmq.POLLIN)
+        next_sweep = time.monotonic()
+        try:
+            while self.running.is_set():
+                for sock, _ in poller.poll(50):
+                    for _ in range(256):  # drain, bounded so replies are not starved
+                        try:
+                            frames = sock.recv_multipart(zmq.NOBLOCK, copy=False)
+                        except zmq.Again:
+                            break
+                        if sock is self.pull:
+                            self.router.send_multipart(frames, copy=False)
+                        else:
+                            self._receive(frames)
+                if time.monotonic() >= next_sweep:
+                    self._expire_held()
+                    next_sweep = time.monotonic() + 0.05
+        finally:
+            self.router.close(0)
+            self.pull.close(0)
+
+    def _receive(self, frames: list[Any]) -> None:
+        if len(frames) < 3:
+            self.counters["refused_truncated"] += 1
+            return
+        route = frames[:2]
+        try:
+            msg = wire.parse(frames[2:], self.max_bytes)
+        except wire.WireError as err:
+            self.counters[f"refused_{err.reason}"] += 1
+            self._reply(route, _error(0, "protocol", str(err)))
+            return
+        if msg.kind == "ping":
+            self._reply(route, wire.Message("pong", msg.id, info={"pending": len(self.queues)}))
+        elif msg.kind == "cancel":
+            self._cancel(route[1].bytes, msg)
+        elif msg.kind == "req":
+            self._admit(Item(route, msg, time.time()))
+        else:
+            self.counters["refused_kind"] += 1
+            self._reply(route, _error(msg.id, "protocol", f"unexpected {msg.kind}"))
+
+    def _admit(self, item: Item) -> None:
+        rank = item.msg.rank
+        with self.cond:
+            held = self.held.get(rank)
+            full = self.queues.full(rank) or bool(held)  # held ones go first
+            decision = admit(full, self.policy, item.arrived, item.msg.deadline)
+            if decision == "hold" and held and len(held) >= self.hold_bound:
+                decision = "refuse"
+            if decision == "accept":
+                self.queues.push(rank, item)
+                self.cond.notify()
+                return
+            if decision == "hold":
+                self.held[rank].append(item)
+                self.counters["held_total"] += 1
+                return
+        code, text = {
+            "expire": ("timeout", "deadline passed before the worker got the request"),
+            "refuse": ("queue_full", f"rank {rank}'s queue at the worker is full"),
+        }[decision]
+        self.counters[f"refused_{code}"] += 1
+        self._reply(item.route, _error(item.msg.id, code, text))
+
+    def _cancel(self, client: bytes, msg: wire.Message) -> None:
+        def match(item: Item) -> bool:
+            return item.msg.id == msg.id and item.route[1].bytes == client
+
+        with self.cond:
+            taken = self.queues.remove(msg.rank, match)
+            held = self.held.get(msg.rank)
+            if held:
+                taken += [item for item in held if match(item)]
+                self.held[msg.rank] = deque(item for item in held if not match(item))
+        self.counters["cancelled"] += len(taken)
+
+    def _expire_held(self) -> None:
+        now, expired = time.time(), []
+        with self.cond:
+            for rank in [r for r, q in self.held.items() if q and q[0].msg.deadline <= now]:
+                queue = self.held[rank]
+                expired += [item for item in queue if item.msg.deadline <= now]
+                self.held[rank] = deque(item for item in queue if item.msg.deadline > now)
+        for item in expired:
+            self.counters["refused_timeout"] += 1
+            self._reply(item.route, _error(item.msg.id, "timeout", "deadline passed in queue"))
+
+    def _reply(self, route: list[Any], msg: wire.Message) -> None:
+        self.router.send_multipart([*route, *wire.pack(msg)], copy=False)
+
+    # -- handler thread ----------------------------------------------------------------------
+
+    def _handler_loop(self) -> None:
+        push = self.context.socket(zmq.PUSH)
+        push.setsockopt(zmq.LINGER, 0)
+        push.connect(self.inbox)
+        try:
+            while self.running.is_set():
+                item = self._next()
+                if item is not None:
+                    reply = self._serve(item)
+                    push.send_multipart([*item.route, *wire.pack(reply)], copy=False)
+        finally:
+            push.close(0)
+
+    def _next(self) -> Item | None:
+        with self.cond:
+            while not len(self.queues) and self.running.is_set():
+                self.cond.wait(0.1)
+            popped = self.queues.pop()
+            if popped is None:
+                return None
+            rank, item = popped
+            held = self.held.get(rank)
+            if held:
+                self.queues.push(rank, held.popleft())
+            return item
+
+    def _serve(self, item: Item) -> wire.Message:
+        msg, start = item.msg, time.time()
+        self.wait_s += start - item.arrived
+        if start >= msg.deadline:
+            self.counters["expired_in_queue"] += 1
+            return _error(msg.id, "timeout", "deadline passed in queue")
+        try:
+            payload = wire.decode(msg.body)
+            ctx = RequestContext(msg.rank, msg.id, msg.deadline)
+            result = self.handler.handle(msg.method, payload, ctx)
+            reply = wire.Message("rep", msg.id, body=wire.encode(result))
+            self.counters["served"] += 1
+            self.per_rank[msg.rank] += 1
+        except wire.WireError as err:
+            self.counters["refused_" + err.reason] += 1
+            reply = _error(msg.id, "protocol", str(err))
+        except Exception as err:  # the caller gets it as AuxRemoteError
+            self.counters["errors"] += 1
+            reply = _error(msg.id, "remote", f"{type(err).__name__}: {err}")
+        self.process_s += time.time() - start
+        return reply
+
+
+class Item:
+    """A request waiting at the worker: its route back, the message, its arrival time."""
+
+    __slots__ = ("route", "msg", "arrived")
+
+    def __init__(self, route: list[Any], msg: wire.Message, arrived: float):
+        self.route, self.msg, self.arrived = route, msg, arrived
+
+
+def _error(request_id: int, code: str, text: str) -> wire.Message:
+    return wire.Message("err", request_id, code=code, error=text)

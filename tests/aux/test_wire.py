@@ -1,0 +1,137 @@
+"""The wire format: payload round trips, array headers, and refusals of bad messages."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from driver.aux import wire
+from driver.aux.errors import AuxCancelled, AuxError, AuxQueueFull, AuxTimeout, from_code
+
+MAX = 1 << 20
+
+
+def roundtrip(payload, torch_back=False):
+    frames = wire.pack(wire.Message("req", 5, 2, "m", 9.5, body=wire.encode(payload)))
+    msg = wire.parse([bytearray(memoryview(f)) for f in frames], MAX)
+    assert (msg.kind, msg.id, msg.rank, msg.method, msg.deadline) == ("req", 5, 2, "m", 9.5)
+    return wire.decode(msg.body, torch=torch_back)
+
+
+def test_json_values_tuples_and_scalars_survive():
+    payload = {"a": None, "b": True, "c": 3, "d": 1.5, "e": "x", "f": [1, (2, "y")], "g": {}}
+    payload["s"] = np.int64(7)
+    out = roundtrip(payload)
+    assert out == payload and isinstance(out["f"][1], tuple) and out["s"].dtype == np.int64
+
+
+@pytest.mark.parametrize(
+    "array",
+    [
+        np.arange(12, dtype=np.float32).reshape(3, 4),
+        np.arange(12, dtype=">i4").reshape(3, 4),  # big-endian travels as is
+        np.asfortranarray(np.arange(6.0).reshape(2, 3)),
+        np.arange(20, dtype=np.int16)[::3],  # strided: sent contiguous
+        np.zeros((0, 5), np.uint8),
+        np.array(True),
+        np.ones(3, np.complex64),
+    ],
+)
+def test_arrays_keep_dtype_shape_and_values(array):
+    out = roundtrip({"x": array})["x"]
+    assert out.dtype == array.dtype and out.shape == array.shape
+    assert np.array_equal(out, array)
+
+
+def test_contiguity_and_byte_order_are_in_the_header():
+    body = wire.encode({"f": np.asfortranarray(np.ones((2, 3))), "b": np.ones(2, ">f8")})
+    headers = json.loads(body[0])["a"]
+    assert [h["o"] for h in headers] == ["F", "C"] and headers[1]["t"] == ">f8"
+
+
+def test_array_frames_are_not_copied_on_send():
+    array = np.arange(1 << 16, dtype=np.float64)
+    body = wire.encode({"x": array})
+    assert np.shares_memory(np.frombuffer(body[1], np.float64), array)
+
+
+def test_tensors_and_bytes():
+    tensors = {"t": torch.arange(6).reshape(2, 3), "bf": torch.ones(4, dtype=torch.bfloat16)}
+    out = roundtrip({**tensors, "raw": b"\x00\x01"})
+    assert isinstance(out["t"], np.ndarray) and out["t"].tolist() == [[0, 1, 2], [3, 4, 5]]
+    assert out["bf"].dtype == torch.bfloat16 and out["bf"].tolist() == [1.0] * 4
+    assert out["raw"] == b"\x00\x01"
+    back = roundtrip(tensors, torch_back=True)
+    assert torch.equal(back["t"], tensors["t"])
+    assert torch.from_numpy(out["t"]).sum().item() == 15
+
+
+@pytest.mark.parametrize(
+    ("payload", "match"),
+    [
+        ({1: "int key"}, "key 1"),
+        ({"$nd": 0}, r"\$nd"),
+        ({"x": object()}, "object is not JSON-able"),
+        ({"x": np.array(["a"], dtype=object)}, "cannot travel"),
+        ({"x": np.array(["2020-01-01"], dtype="datetime64[D]")}, "cannot travel"),
+    ],
+)
+def test_unsendable_payloads_name_the_field(payload, match):
+    with pytest.raises(TypeError, match=match):
+        wire.encode(payload)
+
+
+def req(**env):
+    base = {"v": 1, "k": "req", "id": 1, "r": 0, "m": "m", "d": 1.0, "s": [2]}
+    return [json.dumps({**base, **env}).encode(), b"{}"]
+
+
+@pytest.mark.parametrize(
+    ("frames", "reason"),
+    [
+        ([], "truncated"),
+        ([b"\xff\xfe garbage"], "garbage"),
+        ([b"[1, 2]"], "garbage"),
+        (req(v=2), "garbage"),
+        (req(k="nope"), "garbage"),
+        (req(id="7"), "garbage"),
+        (req(d="soon"), "garbage"),
+        (req(s=[-1]), "garbage"),
+        (req(s="2"), "garbage"),
+        (req(s=[2, 3]), "truncated"),  # a frame missing
+        (req(s=[5]), "truncated"),  # a frame shorter than declared
+        (req(s=[MAX + 1]), "oversized"),
+        ([b" " * (wire.MAX_ENVELOPE_BYTES + 1)], "oversized"),
+        ([json.dumps({"v": 1, "k": "req", "id": 1}).encode()], "truncated"),  # no body
+    ],
+)
+def test_bad_messages_are_refused_with_a_reason(frames, reason):
+    with pytest.raises(wire.WireError) as caught:
+        wire.parse(frames, MAX)
+    assert caught.value.reason == reason
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        [b"not json"],
+        [b'{"p": {"$nd": 0}, "a": []}'],
+        [b'{"p": {"$nd": 0}, "a": [{"t": "|O8", "s": [1], "o": "C", "k": "numpy"}]}', b"x" * 8],
+        [b'{"p": {"$nd": 0}, "a": [{"t": "<f4", "s": [3], "o": "C", "k": "numpy"}]}', b"x" * 8],
+        [b'{"p": {"$nd": 0}, "a": [{"t": "<f4", "s": [-2], "o": "C", "k": "numpy"}]}', b""],
+    ],
+)
+def test_bad_bodies_are_refused_not_crashed_on(body):
+    with pytest.raises(wire.WireError):
+        wire.decode(body)
+
+
+def test_error_codes_map_to_typed_errors():
+    assert isinstance(from_code("timeout", "late"), AuxTimeout)
+    assert isinstance(from_code("queue_full", "full"), AuxQueueFull)
+    assert isinstance(from_code("cancelled", ""), AuxCancelled)
+    odd = from_code("weird", "?")
+    assert type(odd) is AuxError and odd.code == "weird"

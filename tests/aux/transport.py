@@ -1,0 +1,66 @@
+"""Shared pieces of the transport tests: a test handler and servers in threads or processes."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from collections.abc import Iterator
+
+from driver.aux.proxy import ProxyServer
+from driver.aux.worker import WorkerServer
+
+
+class Echo:
+    """Test service: echo, sleep, boom (raises), pid."""
+
+    def __init__(self, delay_s: float = 0.0):
+        self.delay_s = delay_s
+
+    def setup(self) -> None:
+        pass
+
+    def ready(self) -> dict:
+        return {"pid": os.getpid()}
+
+    def handle(self, method, payload, ctx):
+        if method == "boom":
+            raise ValueError("no such token")
+        time.sleep(payload.get("sleep_s", self.delay_s) if isinstance(payload, dict) else 0)
+        if method == "pid":
+            return {"pid": os.getpid(), "rank": ctx.rank}
+        return payload
+
+
+@contextlib.contextmanager
+def stack(tmp_path, workers=2, delay_s=0.0, proxy_kw=None, **worker_kw) -> Iterator[tuple]:
+    """Workers (threads, IPC) behind one proxy: yields (proxy address, proxy, workers)."""
+    servers = [
+        WorkerServer(Echo(delay_s), f"ipc://{tmp_path}/w{i}.sock", **worker_kw)
+        for i in range(workers)
+    ]
+    addresses = [server.start() for server in servers]
+    proxy = ProxyServer("echo", addresses, **(proxy_kw or {}))
+    address = proxy.start()
+    try:
+        yield address, proxy, servers
+    finally:
+        proxy.stop()
+        for server in servers:
+            server.stop()
+
+
+def serve_worker(address: str, stop, delay_s: float = 0.0) -> None:
+    """Process entry: one worker until `stop` is set."""
+    server = WorkerServer(Echo(delay_s), address)
+    server.start()
+    stop.wait()
+    server.stop()
+
+
+def serve_proxy(workers: list[str], addresses, stop, bind: str | None = None) -> None:
+    """Process entry: one proxy until `stop` is set; puts its address on `addresses`."""
+    proxy = ProxyServer("echo", workers, bind=bind, heartbeat_s=0.2)
+    addresses.put(proxy.start())
+    stop.wait()
+    proxy.stop()
