@@ -28,7 +28,10 @@ NOT_METRICS = frozenset({"step", "time"})  # columns of their own, not metric na
 
 def metric_name(key: str) -> str:
     """The platform's metric name of a metrics-row key (docs/platform.md: `train/loss`,
-    `train/step_time_s`, `train/tokens_per_s`, ...; checkpoint fields under `ckpt/`)."""
+    `train/step_time_s`, `train/tokens_per_s`, ...; checkpoint fields under `ckpt/`;
+    auxiliary services' fields are already named `aux/<service>/<name>`, driver.aux.fleet)."""
+    if key.startswith("aux/"):
+        return key
     if key.startswith("ckpt_"):
         return "ckpt/" + key.removeprefix("ckpt_")
     if key == "step_time":

@@ -1,14 +1,15 @@
 """The driver's run on the Ray head: connect, plan capacity, start Ray Train, wait, report.
 
 `launch(cfg, config_yaml)` returns the end-of-run summary or raises `RunFailed` after
-writing a crash bundle. Ray: `address=auto` (or `run.address` / RAY_ADDRESS) joins a
+writing a crash bundle. Auxiliary services in the plan are started before training
+(driver.aux.coordinator; `AuxStartError` when one fails its start-up check) and stopped
+after it. Ray: `address=auto` (or `run.address` / RAY_ADDRESS) joins a
 cluster; otherwise an embedded Ray starts with just the CPUs the training workers need.
 Workers: one per GPU with nccl, or one per CPU slot with gloo.
 """
 
 from __future__ import annotations
 
-import math
 import os
 import time
 from pathlib import Path
@@ -52,12 +53,18 @@ def cluster_shape(nodes: list[dict], device: str, cpus_per_worker: float) -> tup
     return len(slots), min(slots), False
 
 
-def services(cfg) -> list[capacity.Service]:
-    """The auxiliary services of the config as planner requests."""
+def services(cfg, use_gpu: bool = True) -> list[capacity.Service]:
+    """The auxiliary services of the config as planner requests: a slot is a GPU, or on CPU
+    runs a CPU slot of `parallelism.cpus_per_worker` CPUs."""
+    slot = cfg.parallelism.cpus_per_worker
     return [
         capacity.Service(
-            name, s.gpus_per_worker, s.train_workers_per_worker, s.min_replicas, s.singleton
-        )
+            name,
+            s.gpus_per_worker if use_gpu else s.cpus_per_worker / slot,
+            s.train_workers_per_worker,
+            s.min_replicas,
+            s.singleton,
+        )  # fmt: skip
         for name, s in cfg.aux.services.items()
     ]
 
@@ -77,8 +84,9 @@ def connect(cfg) -> bool:
     if address:
         ray.init(address=address, log_to_driver=True)
         return False
-    par = cfg.parallelism
-    cpus = cfg.run.local_cpus or math.ceil((par.workers or 2) * par.cpus_per_worker)
+    from driver.aux.coordinator import local_cpus
+
+    cpus = cfg.run.local_cpus or local_cpus(cfg, cfg.parallelism.workers or 2)
     ray.init(
         num_cpus=cpus,
         include_dashboard=bool(cfg.run.local_dashboard),
@@ -97,7 +105,7 @@ def plan_capacity(cfg) -> tuple[capacity.Plan, bool]:
     nodes, slots, use_gpu = cluster_shape(ray.nodes(), par.device, par.cpus_per_worker)
     try:
         result = capacity.plan(
-            nodes, slots, services(cfg), par.replica_group_size, max_workers=par.workers
+            nodes, slots, services(cfg, use_gpu), par.replica_group_size, max_workers=par.workers
         )
     except capacity.CapacityError as err:
         raise InputError(None, "parallelism", str(err)) from None
@@ -106,8 +114,9 @@ def plan_capacity(cfg) -> tuple[capacity.Plan, bool]:
 
 
 def trainer_for(
-    cfg, world: int, use_gpu: bool, sink, output_dir: Path, control=None, embedded=False
-):
+    cfg, world: int, use_gpu: bool, sink, output_dir: Path, control=None, embedded=False,
+    aux=None,
+):  # fmt: skip
     """The Ray Train TorchTrainer running `driver.loop.train_worker` on `world` workers
     (on an embedded Ray, without the callbacks it does not use: driver/embedded.py)."""
     from ray.train import RunConfig, ScalingConfig
@@ -124,7 +133,7 @@ def trainer_for(
     trainer = lean_trainer(TorchTrainer) if embedded else TorchTrainer
     return trainer(
         train_worker,
-        train_loop_config={"cfg": cfg, "sink": sink, "control": control},
+        train_loop_config={"cfg": cfg, "sink": sink, "control": control, "aux": aux},
         scaling_config=ScalingConfig(
             num_workers=world, use_gpu=use_gpu, resources_per_worker=resources
         ),
@@ -142,6 +151,7 @@ def launch(cfg, config_yaml: str, fmt: str, say=print) -> dict:
     import ray
 
     from driver import crash
+    from driver.aux.coordinator import start_services
     from driver.checkpoint.control import relay_sigterm
     from driver.progress import Progress, summarize
     from driver.telemetry import start_channel
@@ -154,14 +164,17 @@ def launch(cfg, config_yaml: str, fmt: str, say=print) -> dict:
     sink = control = start_channel()  # metrics, failures, attempts, preemption notices
     progress = Progress(cfg, sink, output_dir, fmt)
     progress.log(f"ray {'embedded' if embedded else 'cluster'}: {ray.cluster_resources()}")
+    services_up = start_services(cfg, result, use_gpu, progress.log)  # before any training
     progress.log(f"starting {result.world_size} training workers ({'GPU' if use_gpu else 'CPU'})")
-    trainer = trainer_for(cfg, result.world_size, use_gpu, sink, output_dir, control, embedded)
+    trainer = trainer_for(cfg, result.world_size, use_gpu, sink, output_dir, control, embedded,
+                          services_up.spec(cfg))  # fmt: skip
     progress.start()
     stop_relay = relay_sigterm(control, progress.log) if cfg.checkpoint.active else lambda: None
     try:
         trainer.fit()
     except Exception as err:
         stop_relay()
+        services_up.stop()
         restarts = ray.get(control.restarts.remote(), timeout=30)
         if restarts:
             progress.log(f"the worker group was restarted {restarts} times")
@@ -171,6 +184,8 @@ def launch(cfg, config_yaml: str, fmt: str, say=print) -> dict:
         raise RunFailed(headline(err, ranks), bundle) from err
     stop_relay()
     progress.close()
+    aux_summary = services_up.summary()
+    services_up.stop()
     summary = summarize(progress.rows)
     summary.update(
         world_size=result.world_size,
@@ -181,6 +196,9 @@ def launch(cfg, config_yaml: str, fmt: str, say=print) -> dict:
     )
     final = ray.get(control.final.remote(), timeout=30)
     summary.update({k: v for k, v in final.items() if k.startswith(("ckpt_", "preempt"))})
+    if aux_summary:
+        summary["aux"] = aux_summary
+        summary.update({k: v for k, v in final.items() if k.startswith(("aux/", "refresh_"))})
     return summary
 
 

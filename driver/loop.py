@@ -6,8 +6,10 @@ and one metrics row per step pushed to the driver's sink by rank 0. Two hooks ke
 loop independent of the data pipeline and checkpoint libraries: the batch source
 (`data.source`, an iterator with state_dict) and the checkpoint session
 (`driver.checkpoint.session`: resume, periodic saves, preemption, the final save; used when
-`checkpoint.interval_steps` or `checkpoint.resume` ask for it). A failing rank records its
-traceback and log tail in the sink, then re-raises.
+`checkpoint.interval_steps` or `checkpoint.resume` ask for it). With auxiliary services the
+rank also gets an `AuxSession` (driver.aux.session): conditioning embeddings per batch,
+rank 0's weight refresh and evaluations, and the services' metrics in rank 0's rows. A
+failing rank records its traceback and log tail in the sink, then re-raises.
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ def train_worker(args: dict) -> None:
     logger, tail = worker_logger(cfg.logging.tail_lines)
     share_handlers(logger, "driver.checkpoint")
     try:
-        final = run(cfg, sink, logger, control)
+        final = run(cfg, sink, logger, control, args.get("aux"))
     except BaseException as err:
         record = {
             "host": socket.gethostname(),
@@ -111,7 +113,7 @@ def share_handlers(logger, name: str) -> None:
     other.propagate = False
 
 
-def run(cfg, sink, logger, control=None) -> dict:
+def run(cfg, sink, logger, control=None, aux_spec=None) -> dict:
     """Build everything and train; returns the final metrics."""
     import ray.train
     import torch
@@ -124,7 +126,8 @@ def run(cfg, sink, logger, control=None) -> dict:
     rank, world = ctx.get_world_rank(), ctx.get_world_size()
     device = setup_device(cfg, ctx, logger)
     torch.manual_seed(cfg.train.seed)
-    work = build(cfg.model, cfg.data)
+    aux = aux_session(cfg, aux_spec, rank)
+    work = build(cfg.model, cfg.data, cond_dim=aux.cond_dim() if aux else 0)
     model = wrap(work.model.to(device), cfg, device, world)
     optimizer, scheduler = optim.build(model, cfg.optimizer, cfg.train.steps)
     source = import_object(cfg.data.source)(
@@ -136,8 +139,10 @@ def run(cfg, sink, logger, control=None) -> dict:
     if not (session and session.rng_restored):  # else the checkpoint's RNG states go on
         torch.manual_seed(cfg.train.seed + 1000 * rank + start)
     loop = Loop(cfg, model, work, optimizer, scheduler, device, world)
+    finished = False
     try:
-        row = train_steps(cfg, loop, source, session, start, sink, logger)
+        row = train_steps(cfg, loop, source, session, start, sink, logger, aux)
+        finished = True
     except BaseException:
         if session:
             session.abandon()
@@ -145,20 +150,31 @@ def run(cfg, sink, logger, control=None) -> dict:
     finally:
         if hasattr(source, "close"):
             source.close()
-    final = {"final_loss": row.get("loss"), "steps": cfg.train.steps}
+        aux_final = aux.close(wait=finished) if aux else {}
+    final = {"final_loss": row.get("loss"), "steps": cfg.train.steps, **aux_final}
     return {**final, **(session.finish() if session else {})}
+
+
+def aux_session(cfg, spec: dict | None, rank: int):
+    """The rank's AuxSession when the run has auxiliary services, else None."""
+    if not spec or not spec.get("services"):
+        return None
+    from driver.aux.session import AuxSession
+
+    return AuxSession(cfg, spec, rank)
 
 
 PUSH_EVERY_S = 0.5  # how often rank 0 sends its metric rows to the driver's sink
 
 
-def train_steps(cfg, loop, source, session, start: int, sink, logger) -> dict:
+def train_steps(cfg, loop, source, session, start: int, sink, logger, aux=None) -> dict:
     """Steps `start`..`train.steps`, or until a preemption notice stops every rank; rank 0
-    pushes each row (with the checkpoint fields) to the sink. The last row."""
+    pushes each row (with the checkpoint fields and the aux services' metrics) to the sink.
+    The last row."""
     import ray.train
 
     rank = ray.train.get_context().get_world_rank()
-    batches = iter(source)
+    batches = aux.batches(iter(source)) if aux else iter(source)
     row: dict = {}
     pending: list[dict] = []  # rank 0's rows not yet sent: one actor call per PUSH_EVERY_S
     pushed = time.monotonic()
@@ -168,9 +184,13 @@ def train_steps(cfg, loop, source, session, start: int, sink, logger) -> dict:
             logger.info("step %d loss %.4f", step, row["loss"])
             if session:
                 session.after_step(step + 1, row)
+            if aux:
+                aux.after_step(step + 1, loop.model)
             if rank == 0:
                 pending.append(row)
                 if time.monotonic() - pushed >= PUSH_EVERY_S:
+                    if aux:
+                        row.update(aux.metrics())
                     sink.push_many.remote(pending)
                     pending, pushed = [], time.monotonic()
             inject_failure(cfg, step, rank)
@@ -178,6 +198,8 @@ def train_steps(cfg, loop, source, session, start: int, sink, logger) -> dict:
                 break
     finally:
         if pending:
+            if aux:
+                pending[-1].update(aux.metrics())
             sink.push_many.remote(pending)
     return row
 

@@ -1,6 +1,7 @@
 """Driver-side progress: drains the metrics sink, writes metrics.jsonl, shows progress.
 
-Locally a tqdm progress bar (loss, lr, throughput); in a cluster one JSON line per step on
+Locally a tqdm progress bar (loss, lr, throughput, and per auxiliary service its latency and
+queue; the evaluator's score); in a cluster one JSON line per step on
 stdout carrying the run's identity (run, team, cluster), for log collectors. Every step is
 appended to `<output_dir>/<logging.metrics_file>`. `summarize(rows)` is the pure end-of-run
 summary (final loss, first loss, steady-state steps/s).
@@ -29,6 +30,20 @@ def summarize(rows: list[dict], skip: int = 1) -> dict:
         "steps_per_s": (len(steady) - 1) / span if span > 0 else len(steady) / max(busy, 1e-9),
         "step_time_s": busy / len(steady),
     }
+
+
+def aux_postfix(row: dict) -> dict[str, str]:
+    """Per auxiliary service in a row: mean latency in ms and queued requests
+    (`encoder=3ms/q0`); the evaluator's newest held-out loss (`eval=0.412`)."""
+    out = {}
+    for key, value in row.items():
+        parts = key.split("/")
+        if len(parts) == 3 and parts[0] == "aux" and parts[2] == "latency_s":
+            depth = row.get(f"aux/{parts[1]}/queue_depth", 0)
+            out[parts[1]] = f"{value * 1000:.0f}ms/q{depth:.0f}"
+        elif len(parts) == 3 and parts[0] == "aux" and parts[2] == "eval_loss":
+            out["eval"] = f"{value:.3f}"
+    return out
 
 
 class Progress:
@@ -122,8 +137,9 @@ class Progress:
             self.bar.update(row["step"] - self.bar.n)
         postfix = {"loss": f"{row['loss']:.3f}", "lr": f"{row['lr']:.1e}"}
         for key, value in row.items():
-            if key.endswith("_per_s"):
+            if key.endswith("_per_s") and not key.startswith("aux/"):
                 postfix[key.replace("_per_s", "/s")] = f"{value:.0f}"
+        postfix.update(aux_postfix(row))
         self.bar.set_postfix(postfix)
 
     def close(self) -> None:

@@ -203,7 +203,8 @@ class AuxServiceConfig:
     queue_bound: int = 64
     """Requests one worker queues per training rank before it pushes back."""
     full_policy: str = "wait"
-    """When a rank's queue is full: `wait` (up to the deadline) or `fail` (AuxQueueFull at once)."""
+    """When a rank's queue is full: `wait` (up to the deadline) or `fail_fast` (the caller
+    gets AuxQueueFull at once)."""
     on_worker_death: str = "retry"
     """In-flight requests of a worker that dies: `retry` on another worker, or `error`
     (the caller gets AuxUnavailable)."""

@@ -3,7 +3,8 @@
 Composes the config (driver/conf groups + the YAML + overrides), prints it and saves it as
 `<run.output_dir>/config.yaml`, then runs training on Ray (embedded locally, `address=auto`
 in a cluster) and ends with a summary. Exit codes: 0 done, 1 the run failed (a crash bundle
-was written), 2 bad config (one line naming the key), 143 stopped by SIGTERM (after a final
+was written; or an auxiliary service failed its start-up check, one line naming it, before
+training), 2 bad config (one line naming the key), 143 stopped by SIGTERM (after a final
 checkpoint when it fitted `checkpoint.preemption_budget_s`; run again to resume).
 """
 
@@ -39,6 +40,7 @@ def format_summary(summary: dict) -> str:
             f"{summary['steps_per_s']:.2f} steps/s, {summary['wall_s']:.0f} s wall"
         )
     lines += checkpoint_lines(summary)
+    lines += aux_lines(summary)
     lines.append(f"  outputs: {summary['output_dir']} (metrics: {summary['metrics']})")
     return "\n".join(lines)
 
@@ -63,6 +65,23 @@ def checkpoint_lines(summary: dict) -> list[str]:
     if summary.get("preempted_at") is not None:
         reason = summary.get("preempt_reason", "")
         lines.append(f"  stopped by SIGTERM after step {summary['preempted_at']} ({reason})")
+    return lines
+
+
+def aux_lines(summary: dict) -> list[str]:
+    """One line per auxiliary service: workers, proxies, requests, errors, restarts, and
+    the evaluator's newest score."""
+    lines = []
+    for name, svc in summary.get("aux", {}).items():
+        line = (f"  aux {name}: {svc['workers']} workers, {svc['proxies']} proxies, "
+                f"{svc.get('served', 0)} requests, {svc.get('errors', 0)} errors")  # fmt: skip
+        if svc.get("restarts"):
+            line += f", {svc['restarts']} worker restarts"
+        score = summary.get(f"aux/{name}/eval_loss")
+        if score is not None:
+            step = summary.get(f"aux/{name}/eval_version")
+            line += f"; eval loss {score:.4f} (weights of step {step})"
+        lines.append(line)
     return lines
 
 
@@ -117,6 +136,7 @@ def check_resume(cfg, source: str) -> None:
 
 def _run(cfg, config_yaml: str, output_dir: Path, fmt: str, source: str) -> int:
     from driver import crash
+    from driver.aux.coordinator import AuxStartError
     from driver.launch import RunFailed, launch
 
     try:
@@ -127,6 +147,9 @@ def _run(cfg, config_yaml: str, output_dir: Path, fmt: str, source: str) -> int:
         return 2
     except RunFailed as err:
         print(f"error: run failed: {err}\ncrash bundle: {err.bundle}", file=sys.stderr)
+        return 1
+    except AuxStartError as err:  # a service failed its start-up check: nothing trained
+        print(f"error: {err}", file=sys.stderr)
         return 1
     except Exception as err:  # the driver itself failed: still leave a bundle behind
         bundle = crash.write_bundle(output_dir, config_yaml, err, {}, [traceback.format_exc()])

@@ -89,12 +89,13 @@ class AuxWorker:
 class AuxProxy:
     """Actor body: the service's proxy on one node."""
 
-    def __init__(self, service: str, workers: list[str]):
+    def __init__(self, service: str, workers: list[str], on_worker_loss: str = "retry"):
         import ray
 
         from driver.aux.proxy import ProxyServer
 
-        self.server = ProxyServer(service, workers, host=ray.util.get_node_ip_address())
+        host = ray.util.get_node_ip_address()
+        self.server = ProxyServer(service, workers, host=host, on_worker_loss=on_worker_loss)
         self.addr = self.server.start()
 
     def address(self) -> str:
@@ -156,7 +157,7 @@ def start_service(name: str, svc, layout: ServicePlan, root: str) -> ServiceRunt
         strategy = ray.util.scheduling_strategies.NodeAffinitySchedulingStrategy(node, soft=False)
         rt.proxies[node] = proxy.options(
             num_cpus=0, max_restarts=-1, scheduling_strategy=strategy
-        ).remote(name, [worker_address(root, name, i) for i in members])
+        ).remote(name, [worker_address(root, name, i) for i in members], svc.on_worker_death)
         address = ray.get(rt.proxies[node].address.remote(), timeout=svc.ready_timeout_s)
         rt.table[address] = len(members)
     return rt

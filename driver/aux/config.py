@@ -12,9 +12,9 @@ import math
 import re
 
 from catalog.errors import InputError
+from driver.aux.routing import POLICIES as FULL_POLICIES
 
 PLACEMENTS = ("SPREAD", "PACK", "STRICT_SPREAD", "STRICT_PACK")
-FULL_POLICIES = ("wait", "fail")
 DEATH_POLICIES = ("retry", "error")
 BACKENDS = ("auto", "gloo", "nccl")
 _HANDLER = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")

@@ -134,9 +134,23 @@ class AuxRuntime:
         }
 
     def summary(self) -> dict:
-        """Per service: workers, proxies (for the run's summary)."""
+        """Per service: workers, proxies, requests served, errors and worker restarts since
+        the start (from a last poll of the FleetMonitor), for the run's summary."""
+        import ray
+
+        totals = {}
+        if self.fleet is not None:
+            try:
+                ray.get(self.fleet.poll.remote(), timeout=30)
+                totals = ray.get(self.fleet.totals.remote(), timeout=10)
+            except Exception:  # the summary goes without the counts
+                totals = {}
         return {
-            name: {"workers": len(rt.workers), "proxies": len(rt.proxies)}
+            name: {
+                "workers": len(rt.workers),
+                "proxies": len(rt.proxies),
+                **totals.get(name, {}),
+            }  # fmt: skip
             for name, rt in self.services.items()
         }
 

@@ -74,6 +74,17 @@ def service_metrics(service: str, windows: list[dict], proxies: list[dict | None
     return {metric(service, name): value for name, value in values.items()}
 
 
+def totals(service: str, last: dict[str, dict], restarts: dict[str, int]) -> dict:
+    """Since the start, per service: served, errors, worker restarts (from the newest stats
+    of each worker, keyed "service/index"; a restarted worker's counts start again)."""
+    keys = [key for key in last if key.split("/")[0] == service]
+    return {
+        "served": sum(last[key].get("served", 0) for key in keys),
+        "errors": sum(last[key].get("errors", 0) for key in keys),
+        "restarts": sum(restarts.get(key, 0) for key in keys),
+    }
+
+
 def proxy_table(proxies: list[dict | None]) -> dict[str, int]:
     """Proxy address -> live workers, from the proxies' stats (a silent proxy weighs 0 and
     drops out; ranks keep its last address with weight 0 until it answers again)."""
@@ -87,6 +98,7 @@ class FleetMonitor:
         self.interval_s = interval_s
         self.services: dict[str, tuple[list, list]] = {}
         self.last: dict[str, dict] = {}  # worker key -> last stats
+        self.restarts: dict[str, int] = {}  # worker key -> restarts seen (a new pid)
         self.metrics: dict[str, float] = {}
         self.workers: dict[str, dict] = {}  # "service/index" -> window
         self.tables: dict[str, dict[str, int]] = {}
@@ -120,9 +132,12 @@ class FleetMonitor:
             windows = []
             for index, cur in enumerate(stats):
                 key = f"{name}/{index}"
-                windows.append(worker_window(self.last.get(key), cur, dt))
+                prev = self.last.get(key)
+                windows.append(worker_window(prev, cur, dt))
                 workers[key] = windows[-1]
                 if cur is not None:
+                    if prev is not None and prev.get("pid") != cur.get("pid"):
+                        self.restarts[key] = self.restarts.get(key, 0) + 1
                     self.last[key] = cur
             metrics.update(service_metrics(name, windows, pstats))
             tables[name] = proxy_table(pstats)
@@ -133,6 +148,11 @@ class FleetMonitor:
         """The newest per-service metrics, `aux/<service>/<name>` -> value."""
         with self.lock:
             return dict(self.metrics)
+
+    def totals(self) -> dict[str, dict]:
+        """Per service since the start: served, errors, restarts."""
+        with self.lock:
+            return {name: totals(name, self.last, self.restarts) for name in self.services}
 
     def per_worker(self) -> dict[str, dict]:
         with self.lock:

@@ -28,7 +28,7 @@ def test_dit_local_composes_with_the_runs_model_in_the_evaluators_kwargs():
         (f"{ENC}.handler=nope", f"{ENC}.handler", "is not module:Class"),
         (f"{ENC}.handler=no_such_pkg.mod:Cls", f"{ENC}.handler", "no module no_such_pkg.mod"),
         (f"{ENC}.placement=EVERYWHERE", f"{ENC}.placement", "is not one of SPREAD"),
-        (f"{ENC}.full_policy=drop", f"{ENC}.full_policy", "is not one of wait, fail"),
+        (f"{ENC}.full_policy=drop", f"{ENC}.full_policy", "is not one of wait, fail_fast"),
         (f"{ENC}.on_worker_death=ignore", f"{ENC}.on_worker_death", "not one of retry, error"),
         (f"{ENC}.queue_bound=0", f"{ENC}.queue_bound", "must be at least 1"),
         (f"{ENC}.min_replicas=0", f"{ENC}.min_replicas", "must be at least 1"),

@@ -1,0 +1,163 @@
+"""The training side of auxiliary services: one `AuxSession` per training rank.
+
+Built from what the coordinator hands every rank (`AuxRuntime.spec`): an `AuxClient` per
+service over that service's proxy table, refreshed from the FleetMonitor every
+`aux.fleet_interval_s` (a restarted proxy has a new address; a dead one weighs 0). For the
+loop it offers:
+- `batches(source)`: the batch iterator with each batch's conditioning embeddings from
+  `aux.condition`'s service, requested every step (batches become (images, embeddings));
+- `after_step(step, model)` on rank 0: every `aux.refresh.every_steps` steps, broadcast the
+  weights to the refresh service's workers (driver.aux.refresh) and ask `aux.evaluate`'s
+  service to score that version;
+- `metrics()` on rank 0, once per logging interval: the FleetMonitor's newest summary and
+  finished evaluations, as `aux/<service>/<name>` fields of the metrics row.
+"""
+
+from __future__ import annotations
+
+import threading
+
+from driver.aux.fleet import metric
+
+
+class AuxSession:
+    """Clients, conditioning, refresh and metrics of one training rank."""
+
+    def __init__(self, cfg, spec: dict, rank: int):
+        from driver.aux.client import AuxClient
+
+        self.cfg, self.rank, self.fleet = cfg, rank, spec.get("fleet")
+        self.services = spec.get("services", {})
+        self.clients = {
+            name: AuxClient(
+                name, rank, s["proxies"], deadline_s=s["deadline_s"], retries=s["retries"]
+            )  # fmt: skip
+            for name, s in self.services.items()
+        }
+        self.sender = None
+        self.evaluations: list[tuple[int, object]] = []
+        self.last_scores: dict = {}  # the newest evaluation, for the run's summary
+        self.summary_ref = None
+        self.stopped = threading.Event()
+        self.thread = threading.Thread(target=self._refresh_tables, name="aux-tables", daemon=True)
+        if self.fleet is not None and self.clients:
+            self.thread.start()
+
+    def info(self, service: str) -> dict:
+        """The service's readiness reply (e.g. the encoder's {"dim": ...})."""
+        return dict(self.services.get(service, {}).get("info", {}))
+
+    def cond_dim(self) -> int:
+        """Size of the conditioning embeddings the model takes (0: none)."""
+        service = self.cfg.aux.condition
+        return int(self.info(service).get("dim", 0)) if service else 0
+
+    def _refresh_tables(self) -> None:
+        import ray
+
+        while not self.stopped.wait(self.cfg.aux.fleet_interval_s):
+            try:
+                tables = ray.get(self.fleet.tables_now.remote(), timeout=10)
+            except Exception:  # the monitor is busy or gone: keep the last table
+                continue
+            for name, table in tables.items():
+                if table and name in self.clients:
+                    self.clients[name].set_proxies(table)
+
+    def batches(self, source):
+        """`source`'s batches, each with its embeddings when the model is conditioned."""
+        if not self.cfg.aux.condition:
+            yield from source
+            return
+        import numpy as np
+        import torch
+
+        client = self.clients[self.cfg.aux.condition]
+        for batch in source:
+            reply = client.call("encode", {"images": batch})
+            yield batch, torch.from_numpy(np.array(reply["embeddings"]))
+
+    def after_step(self, step: int, model) -> None:
+        """Rank 0: refresh the weights and request an evaluation every N steps."""
+        refresh = self.cfg.aux.refresh
+        if self.rank != 0 or not refresh.every_steps or step % refresh.every_steps:
+            return
+        state = unwrap(model).state_dict()
+        if self.sender is None:
+            self.sender = self._sender(state, refresh)
+        if self.sender.push(step, state) and self.cfg.aux.evaluate:
+            client = self.clients[self.cfg.aux.evaluate]
+            self.evaluations.append((step, client.submit("evaluate", {"version": step})))
+
+    def _sender(self, state: dict, refresh):
+        from driver.aux.refresh import Sender, layout_of, ray_join
+
+        workers = self.services[refresh.service]["workers"]
+        backend = refresh.backend
+        if backend == "auto":
+            backend = "nccl" if next(iter(state.values())).is_cuda else "gloo"
+        layout = layout_of(state)
+        join = ray_join(workers, layout, backend, refresh.timeout_s)
+        return Sender(refresh.service, len(workers), join, layout, backend, refresh.timeout_s)
+
+    def metrics(self) -> dict:
+        """Rank 0: the newest fleet summary (never waits for it) and finished scores."""
+        import ray
+
+        row: dict = {}
+        if self.fleet is not None:
+            if self.summary_ref is not None:
+                ready, _ = ray.wait([self.summary_ref], timeout=0)
+                if ready:
+                    try:
+                        row.update(ray.get(self.summary_ref))
+                    except Exception:
+                        pass
+                    self.summary_ref = None
+            if self.summary_ref is None:
+                self.summary_ref = self.fleet.summary.remote()
+        row.update(self._scores())
+        return row
+
+    def _scores(self) -> dict:
+        row, left = {}, []
+        for step, future in self.evaluations:
+            if not future.done():
+                left.append((step, future))
+                continue
+            try:
+                reply = future.result(timeout=0)
+            except Exception:  # counted by the fleet as an error; training goes on
+                row[metric(self.cfg.aux.evaluate, "eval_errors")] = 1
+                continue
+            row[metric(self.cfg.aux.evaluate, "eval_loss")] = float(reply["loss"])
+            row[metric(self.cfg.aux.evaluate, "eval_version")] = int(reply["version"])
+        self.evaluations = left
+        self.last_scores.update(row)
+        return row
+
+    def close(self, wait: bool = True) -> dict:
+        """Stop the refresh group and the clients. Rank 0 returns its refresh counts and,
+        after waiting (`wait`, up to each evaluation's deadline) for the evaluations still
+        running, the newest scores (the run's summary shows them)."""
+        self.stopped.set()
+        final: dict = {}
+        for _, future in self.evaluations if wait else []:
+            try:
+                future.result()
+            except Exception:
+                pass
+        if self.rank == 0:
+            self._scores()
+            final.update(self.last_scores)
+        if self.sender is not None:
+            self.sender.close()
+            final.update({f"refresh_{k}": v for k, v in self.sender.stats().items()})
+        for client in self.clients.values():
+            client.close()
+        return final
+
+
+def unwrap(model):
+    """The module under DDP (`.module`); FSDP models are not refreshed."""
+    return getattr(model, "module", model)
