@@ -3,7 +3,8 @@
 The objects of kinds that come from CRDs (Argo CD Applications, Kueue queues, Managed
 Prometheus monitors) are validated against `kustomize/schemas/<group>_<version>_<kind>.json`:
 the CRD's openAPIV3Schema, descriptions dropped, unknown fields rejected where the API server
-would prune them. CEL rules (x-kubernetes-validations) are not checked.
+would prune them. Their CEL rules (`x-kubernetes-validations`) are kept and evaluated by
+`kustomize.tooling.cel`.
 
     python -m kustomize.tooling.crds derive CRD.yaml [...]   (re)write the committed schemas
 """
@@ -20,6 +21,8 @@ import jsonschema
 import yaml
 
 SCHEMAS_DIR = Path(__file__).resolve().parents[1] / "schemas"
+CEL_KEY = "x-kubernetes-validations"
+"""CEL rules kept from the CRD (rule, message), evaluated by `kustomize.tooling.cel`."""
 KEEP = ("type", "required", "enum", "pattern", "minimum", "maximum", "minLength", "maxLength",
         "minItems", "maxItems", "format")  # fmt: skip
 
@@ -50,6 +53,12 @@ def convert(node: dict) -> dict:
         out["additionalProperties"] = False
     if node.get("nullable") and isinstance(out.get("type"), str):
         out["type"] = [out["type"], "null"]
+    rules = [
+        {k: v for k, v in rule.items() if k in ("rule", "message", "messageExpression")}
+        for rule in node.get("x-kubernetes-validations", [])
+    ]
+    if rules:
+        out[CEL_KEY] = rules
     return out
 
 
@@ -107,7 +116,9 @@ def problems(obj: dict) -> list[str] | None:
     for err in validator.iter_errors(obj):
         where = ".".join(str(p) for p in err.absolute_path) or "(root)"
         found.append(f"{where}: {err.message}")
-    return found
+    from kustomize.tooling import cel  # CEL rules after the structural schema
+
+    return found + cel.problems(obj, validator.schema)
 
 
 def scope(api_version: str, kind: str) -> str | None:

@@ -5,7 +5,8 @@
 1. The generated YAML is up to date (`python -m kustomize.tooling.generate --check`).
 2. Every overlay and app-of-apps under kustomize/ builds with the real kustomize.
 3. Every object validates against the Kubernetes schemas of its cluster's version (strict)
-   or, for custom resources, the derived CRD schemas in kustomize/schemas/; scope,
+   or, for custom resources, the derived CRD schemas in kustomize/schemas/ including their
+   CEL rules (`kustomize.tooling.cel`); so do the runs rendered into apps/<cluster>/; scope,
    duplicates and references (ConfigMaps, service accounts, priority classes, roles)
    are checked.
    Each cluster's GPU node add-ons provide every host path and device annotation its
@@ -24,12 +25,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from catalog import InputError, load_cluster, repo_root
-from kustomize.tooling import addons, build, charts, checks, crds, generate, refs
+from kustomize.tooling import addons, build, cel, charts, checks, crds, generate, refs
 
 OWN_REPO = "https://github.com/reve-platform/platform.git"
 OFFLINE_NOTE = (
-    "not checked offline: CEL rules of CRDs, admission webhooks, and chart templates unless "
-    "--charts DIR gives their sources"
+    "not checked offline: CEL transition rules and rules cel-python cannot evaluate (counted "
+    "above), admission webhooks, and chart templates unless --charts DIR gives their sources"
 )
 
 
@@ -59,6 +60,32 @@ def check_objects(objects: list[dict], version: str, scoped: bool = True) -> lis
         if obj.get("kind") == "Application":
             items += charts.values_problems(obj)
         found += [f"{name}: {item}" for item in items]
+    return found
+
+
+def app_objects(root: Path, cluster: str) -> dict[str, list[dict]]:
+    """The runs `runner render` wrote for a cluster (what the `runs` Application syncs)."""
+    import yaml
+
+    out = {}
+    for path in sorted((root / "apps" / cluster).rglob("*.yaml")):
+        docs = [d for d in yaml.safe_load_all(path.read_text()) if d]
+        out[str(path.relative_to(root))] = docs
+    return out
+
+
+def check_apps(objects: list[dict], version: str) -> list[str]:
+    """Rendered runs: schemas (KubeRay CRDs with their CEL rules), scope and pinned images.
+
+    References (the team's service account, queues, priority classes) live in the platform
+    overlay, so they are not checked here."""
+    found = []
+    for obj in objects:
+        items = checks.schema_problems(obj, version)
+        if problem := checks.scope_problem(obj):
+            items.append(problem)
+        items += checks.image_problems(obj)
+        found += [f"{checks.ident(obj)}: {item}" for item in items]
     return found
 
 
@@ -109,6 +136,11 @@ def run(root: Path, charts_dir: Path | None = None, only: str | None = None) -> 
         folder = root / "kustomize" / "overlays" / f"{cluster}{build.NODE_ADDONS_SUFFIX}"
         objects = build.build(root, folder, tool) if folder.is_dir() else []
         report.add(f"node add-ons of {cluster}", addons.problems(load_cluster(cluster), objects))
+    for cluster in sorted({t.cluster for t in chosen}):
+        version = load_cluster(cluster).kubernetes_version
+        for rel, objects in app_objects(root, cluster).items():
+            report.objects += len(objects)
+            report.add(rel, check_apps(objects, version))
     for target in chosen:
         name = target.name(root)
         version = load_cluster(target.cluster).kubernetes_version
@@ -151,6 +183,9 @@ def main(argv: list[str] | None = None) -> int:
         print(problem)
     for item in report.rendered:
         print(f"rendered {item}")
+    stats = cel.STATS
+    print(f"CEL rules: {stats['evaluated']} evaluated, {stats['transition']} transition rules "
+          f"(need the old object), {stats['unsupported']} not evaluable offline")  # fmt: skip
     print(OFFLINE_NOTE if args.charts is None else OFFLINE_NOTE.split(", and chart")[0])
     status = "FAILED" if report.problems else "ok"
     print(f"{status}: {report.targets} kustomizations, {report.objects} objects, "
