@@ -113,8 +113,10 @@ class AuxClient:
         max_message_bytes: int = 64 << 20,
         heartbeat_s: float = 1.0,
         proxy_timeout_s: float = 5.0,
+        torch: bool = False,
         context: zmq.Context | None = None,
     ):
+        self.torch = torch  # arrays sent as tensors come back as tensors
         self.service, self.rank, self.deadline_s, self.retries = service, rank, deadline_s, retries
         self.max_bytes, self.heartbeat_s, self.proxy_timeout_s = (
             max_message_bytes,
@@ -329,7 +331,7 @@ class AuxClient:
         proxy.inflight.discard(msg.id)
         if msg.kind == "rep":
             try:
-                value = wire.decode(msg.body)
+                value = wire.decode(msg.body, torch=self.torch)
             except wire.WireError as err:
                 self._fail(pending, AuxProtocolError(f"reply: {err}"))
                 return

@@ -43,10 +43,13 @@ class WorkerServer:
         full_policy: str = "wait",
         hold_bound: int | None = None,
         max_message_bytes: int = 64 << 20,
+        torch: bool | None = None,
         context: zmq.Context | None = None,
     ):
         admit(False, full_policy, 0.0, 1.0)  # validates the policy name
         self.handler, self.address = handler, address
+        # arrays sent as tensors reach the handler as tensors (default: the handler's say)
+        self.torch = bool(getattr(handler, "torch_arrays", False)) if torch is None else torch
         self.policy, self.max_bytes = full_policy, max_message_bytes
         self.hold_bound = hold_bound if hold_bound is not None else 16 * queue_bound
         self.queues = FairQueues(queue_bound)
@@ -234,7 +237,7 @@ class WorkerServer:
             self.counters["expired_in_queue"] += 1
             return _error(msg.id, "timeout", "deadline passed in queue")
         try:
-            payload = wire.decode(msg.body)
+            payload = wire.decode(msg.body, torch=self.torch)
             ctx = RequestContext(msg.rank, msg.id, msg.deadline)
             result = self.handler.handle(msg.method, payload, ctx)
             reply = wire.Message("rep", msg.id, body=wire.encode(result))

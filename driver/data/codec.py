@@ -1,18 +1,18 @@
-"""Batch codec: a tree of arrays laid out in one flat buffer plus a small picklable spec.
+"""Batch codec: a tree of arrays laid out in one flat buffer plus a small spec.
 
-Used for shared-memory batch slots and as the wire format of stages that run elsewhere.
+Used for shared-memory batch slots; the spec travels only between the pipeline's own
+processes (stages served elsewhere use the auxiliary-service wire format, driver.aux.wire).
 Leaves that are numpy arrays, torch tensors or bytes go into the buffer (64-byte aligned);
 every other leaf (ints, strings, ...) stays in the spec. Dicts, lists and tuples nest.
 
     spec, arrays, nbytes = encode(batch)           # leaves may be Stack(sample arrays)
     write(arrays, spec_offsets(spec), buf)         # buf: a writable buffer of ≥ nbytes
     batch = decode(spec, np.frombuffer(buf, np.uint8), to_torch=True)
-    frames = to_frames(sample); sample = from_frames(frames)   # for a transport
+    frames = to_frames(sample); sample = from_frames(frames)   # wire form, no pickle
 """
 
 from __future__ import annotations
 
-import pickle
 from dataclasses import dataclass
 from typing import Any
 
@@ -125,23 +125,19 @@ def decode(spec: Any, base: np.ndarray, to_torch: bool = False) -> Any:
     return spec
 
 
-def to_frames(tree: Any) -> list[bytes | memoryview]:
-    """Transport form: a pickled spec frame then one frame per array (no copy of arrays)."""
-    spec, arrays, _ = encode(tree)
-    return [pickle.dumps(spec, protocol=5), *(memoryview(raw) for raw in arrays)]
+def to_frames(tree: Any) -> list[Any]:
+    """Transport form, no pickle: the body frames of `driver.aux.wire` (a JSON frame, then
+    one raw frame per array, not copied)."""
+    from driver.aux import wire
+
+    return wire.encode(tree)
 
 
 def from_frames(frames: list[Any]) -> Any:
-    """Inverse of `to_frames` (frames may be bytes, bytearrays or memoryviews)."""
-    spec = pickle.loads(frames[0])
-    parts = refs(spec)
-    if len(parts) != len(frames) - 1:
-        raise ValueError(f"expected {len(parts) + 1} frames, got {len(frames)}")
-    total = parts[-1].offset + parts[-1].nbytes if parts else 0
-    base = np.empty(total, dtype=np.uint8)
-    for ref, frame in zip(parts, frames[1:], strict=True):
-        base[ref.offset : ref.offset + ref.nbytes] = np.frombuffer(frame, dtype=np.uint8)
-    return decode(spec, base, to_torch=False)
+    """Inverse of `to_frames` (tensors come back as tensors); ValueError if malformed."""
+    from driver.aux import wire
+
+    return wire.decode(frames, torch=True)
 
 
 def _as_bytes(node: Any) -> tuple[np.ndarray, str, tuple[int, ...], str] | None:

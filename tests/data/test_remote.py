@@ -1,15 +1,19 @@
-"""A stage served over ZeroMQ by another process, shared by the pipelines of two ranks."""
+"""A stage served by auxiliary workers (driver.aux, no pickle on the wire), shared by the
+pipelines of two ranks."""
 
 from __future__ import annotations
 
 import multiprocessing as mp
+import pickle
+import threading
 
 import numpy as np
 import pytest
+import torch
 
 from driver.data import CorruptSample, DataPipeline, PipelineConfig, StageHung
 from driver.data.remote import RemoteStage, serve_stage
-from driver.data.stages import Stage
+from driver.data.stages import FunctionStage, SampleContext, Stage, WorkerInfo
 from tests.data.conftest import IndexDataset, ids_of
 
 CFG = PipelineConfig(batch_size=4, producers=2, seed=3, poll_interval_s=0.05)
@@ -77,3 +81,40 @@ def test_silent_service_is_reported_hung(tmp_path):
     with DataPipeline(IndexDataset(8), cfg, 0, 1, stages=[stage]) as data:
         with pytest.raises(StageHung, match=r"producer-\d .*sample \d+ .*sample_timeout_s"):
             ids_of(data)
+
+
+@pytest.fixture
+def threads_serving(tmp_path):
+    """Two services in threads, each tagging samples with its name."""
+    stop, threads, addresses = threading.Event(), [], {}
+    for tag in ("a", "b"):
+        stage = FunctionStage(lambda sample, tag=tag: {**sample, "by": tag}, name=f"tag-{tag}")
+        address = f"ipc://{tmp_path}/{tag}.sock"
+        threads.append(threading.Thread(target=serve_stage, args=(stage, address, stop, 0.05)))
+        threads[-1].start()
+        addresses[address] = 1
+    yield addresses
+    stop.set()
+    for thread in threads:
+        thread.join(10)
+
+
+def test_samples_cross_without_pickle_and_keep_their_types(threads_serving, monkeypatch):
+    def refuse(*args, **kwargs):
+        raise AssertionError("pickle used")
+
+    monkeypatch.setattr(pickle, "dumps", refuse)
+    monkeypatch.setattr(pickle, "loads", refuse)
+    client = RemoteStage(threads_serving, "tag").client(WorkerInfo("producer", 0, 1))
+    sample = {"t": torch.arange(4.0), "pair": (1, "x"), "a": np.ones((2, 2), ">f4"), "b": b"z"}
+    out = client.process(sample, SampleContext(3, 0, 9, 1))
+    assert torch.equal(out["t"], sample["t"]) and out["pair"] == (1, "x") and out["b"] == b"z"
+    assert out["a"].dtype == np.dtype(">f4") and np.array_equal(out["a"], sample["a"])
+    client.close()
+
+
+def test_requests_spread_over_several_proxies(threads_serving):
+    client = RemoteStage(threads_serving, "tag").client(WorkerInfo("producer", 0, 0))
+    tags = [client.process({"i": i}, SampleContext(i, 0, i, 0))["by"] for i in range(20)]
+    assert sorted(set(tags)) == ["a", "b"] and min(tags.count("a"), tags.count("b")) >= 5
+    client.close()
