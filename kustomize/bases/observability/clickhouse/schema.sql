@@ -82,8 +82,13 @@ AS SELECT
     remediation_id AS workflow
 FROM platform.warden_actions;
 
--- NCCL Inspector lines as Fluent Bit ships them (one JSON line per collective per rank),
--- kept a week. The materialized view below parses them into nccl_collectives.
+-- NCCL Inspector lines as Fluent Bit ships them, kept a week. The Inspector plugin
+-- (NVIDIA/nccl plugins/profiler/inspector, output format v4.0) writes one compact JSON
+-- object per line to <NCCL_INSPECTOR_DUMP_DIR>/<hostname>-pid<pid>.log: `header` (the
+-- communicator: id, comm_name, rank, n_ranks, nnodes), `metadata` (dump_timestamp_us,
+-- hostname, pid, ...) and either `coll_perf` (a collective) or `p2p_perf` (a send/recv,
+-- not kept). The materialized view below parses collectives into nccl_collectives;
+-- observability/inspector.py is the same mapping in Python (a test holds them equal).
 CREATE TABLE IF NOT EXISTS platform.nccl_inspector_raw
 (
     date        Float64,
@@ -96,6 +101,13 @@ ENGINE = MergeTree
 ORDER BY (node, date)
 TTL toDateTime(toUInt32(date)) + INTERVAL 7 DAY;
 
+-- One collective of one rank: `rank` and `n_ranks` are the rank's place in the communicator
+-- `comm_id`; a process is (node, pod, pid), its global rank its rank in its largest
+-- communicator. `seq` is NCCL's per-communicator count of that collective, the same on every
+-- rank, so (comm_id, collective, msg_size_bytes, seq) names one instance across ranks.
+-- `exec_time_us` is wait plus transfer (the kernel starts when the rank arrives and ends
+-- when the last rank's data is through): observability/sql/ reads arrival skew from it.
+-- `ts` is when the Inspector wrote the record (within one dump interval of its end).
 CREATE TABLE IF NOT EXISTS platform.nccl_collectives
 (
     ts               DateTime64(6, 'UTC'),
@@ -106,6 +118,8 @@ CREATE TABLE IF NOT EXISTS platform.nccl_collectives
     pod              String,
     node             LowCardinality(String),
     comm_id          String,
+    comm_name        String DEFAULT '',
+    pid              UInt32 DEFAULT 0,
     rank             UInt32,
     n_ranks          UInt32,
     n_nodes          UInt32,
@@ -135,6 +149,8 @@ AS SELECT
     JSONExtractString(kubernetes, 'pod_name') AS pod,
     if(node != '', node, JSONExtractString(log, 'metadata', 'hostname')) AS node,
     JSONExtractString(log, 'header', 'id') AS comm_id,
+    JSONExtractString(log, 'header', 'comm_name') AS comm_name,
+    JSONExtractUInt(log, 'metadata', 'pid') AS pid,
     JSONExtractUInt(log, 'header', 'rank') AS rank,
     JSONExtractUInt(log, 'header', 'n_ranks') AS n_ranks,
     JSONExtractUInt(log, 'header', 'nnodes') AS n_nodes,
