@@ -11,7 +11,9 @@ socket disconnects (the process died) or a send finds no route, and after
 `worker_timeout_s` without a pong (hung). A dead worker gets no requests; the ones it held
 are re-sent to another live worker (`on_worker_loss="retry"`, at most once, within their
 deadline) or answered `unavailable` ("error"). ZeroMQ reconnects to the same address, and
-the worker is live again after its next pong.
+the worker is live again after its next pong. A request that finds no live worker waits at
+the proxy until one is live or its deadline passes (then `timeout`); meanwhile the proxy's
+pongs report 0 live workers, so clients send elsewhere.
 
     proxy = ProxyServer("encoder", ["ipc:///tmp/enc-0.sock"]); address = proxy.start()
 """
@@ -20,7 +22,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections import defaultdict
+from collections import defaultdict, deque
 from typing import Any
 
 import zmq
@@ -65,6 +67,7 @@ class ProxyServer:
         self.lock = threading.Lock()
         self.running = threading.Event()
         self.inflight: dict[tuple[bytes, int], Entry] = {}
+        self.waiting: deque[Entry] = deque()  # requests that found no live worker
         self.counts: dict[str, int] = defaultdict(int)
         self.refused: dict[str, int] = defaultdict(int)
         self.thread: threading.Thread | None = None
@@ -77,6 +80,7 @@ class ProxyServer:
         self.front.setsockopt(zmq.SNDHWM, HWM)
         self.front.setsockopt(zmq.RCVHWM, HWM)
         self.front.setsockopt(zmq.MAXMSGSIZE, self.max_bytes + wire.MAX_ENVELOPE_BYTES)
+        self.front_monitor = self.front.get_monitor_socket(zmq.EVENT_DISCONNECTED)
         self.front.bind(self.bind_to)
         self.address = self.front.getsockopt(zmq.LAST_ENDPOINT).decode()
         self.back = self.context.socket(zmq.ROUTER)
@@ -110,6 +114,7 @@ class ProxyServer:
             "service": self.service,
             "refused": dict(self.refused),
             "inflight": len(self.inflight),
+            "waiting": len(self.waiting),
             "live_workers": sum(w.live for w in workers),
             "dead_workers": sorted(w.address for w in workers if not w.live),
         }
@@ -124,7 +129,7 @@ class ProxyServer:
 
     def _loop(self) -> None:
         poller = zmq.Poller()
-        for sock in (self.front, self.back, self.monitor):
+        for sock in (self.front, self.back, self.monitor, self.front_monitor):
             poller.register(sock, zmq.POLLIN)
         next_beat = 0.0
         try:
@@ -135,6 +140,10 @@ class ProxyServer:
                         try:
                             if sock is self.monitor:
                                 self._on_event(recv_monitor_message(sock, zmq.NOBLOCK))
+                                continue
+                            if sock is self.front_monitor:  # a rank went away, or was
+                                recv_monitor_message(sock, zmq.NOBLOCK)  # cut off: a frame
+                                self.counts["rank_disconnects"] += 1  # over the limit
                                 continue
                             frames = sock.recv_multipart(zmq.NOBLOCK, copy=False)
                         except zmq.Again:
@@ -148,7 +157,8 @@ class ProxyServer:
                     next_beat = time.monotonic() + self.heartbeat_s
         finally:
             self.back.disable_monitor()
-            for sock in (self.monitor, self.front, self.back):
+            self.front.disable_monitor()
+            for sock in (self.monitor, self.front_monitor, self.front, self.back):
                 sock.close(0)
 
     def _apply_workers(self) -> None:
@@ -180,6 +190,13 @@ class ProxyServer:
             if worker.live and now - worker.seen > self.worker_timeout_s:
                 self._lose(worker, f"no answer for {self.worker_timeout_s:g} s")
             self._ping(worker)
+        if self.waiting and any(e.deadline <= time.time() for e in self.waiting):
+            waiting, self.waiting = self.waiting, deque()
+            for entry in waiting:
+                if entry.deadline > time.time():
+                    self.waiting.append(entry)
+                elif self.inflight.pop((entry.client, entry.id), None) is not None:
+                    self._answer(entry.client, entry.id, "timeout", "no live worker in time")
         expired = [k for k, e in self.inflight.items() if e.deadline + 1.0 < time.time()]
         for key in expired:  # the caller has given up on these
             del self.inflight[key]
@@ -200,7 +217,7 @@ class ProxyServer:
             msg = wire.parse(frames[1:], self.max_bytes)
         except wire.WireError as err:
             self.refused[err.reason] += 1
-            self._answer(client, 0, "protocol", str(err))
+            self._answer(client, wire.peek_id(frames[1:]), "protocol", str(err))
             return
         if msg.kind == "req":
             if msg.deadline <= time.time():
@@ -230,6 +247,10 @@ class ProxyServer:
         if not worker.live:
             worker.live = True
             self.counts["worker_up"] += 1
+            waiting, self.waiting = self.waiting, deque()
+            for entry in waiting:
+                if (entry.client, entry.id) in self.inflight:
+                    self._dispatch(entry)
         client = frames[1].bytes
         if not client:  # a pong for the proxy itself
             return
@@ -249,10 +270,10 @@ class ProxyServer:
         while True:
             live = [a for a, w in self.workers.items() if w.live and a not in tried]
             address = self.rr.next(exclude=set(self.workers) - set(live)) if live else None
-            if address is None:
-                self.inflight.pop((entry.client, entry.id), None)
-                self.counts["unavailable"] += 1
-                self._answer(entry.client, entry.id, "unavailable", "no live worker")
+            if address is None:  # wait for a worker to come (back), up to the deadline
+                entry.worker = None
+                self.waiting.append(entry)
+                self.counts["waited"] += 1
                 return
             worker = self.workers[address]
             if self._send_worker(worker, [entry.client, *entry.frames]):

@@ -116,6 +116,16 @@ def parse(frames: list[Any], max_bytes: int) -> Message:
     return msg
 
 
+def peek_id(frames: list[Any]) -> int:
+    """The request id of a refused message if its envelope shows one (else 0), so the
+    error reply can name it."""
+    try:
+        rid = json.loads(bytes(_buffer(frames[0]))[:MAX_ENVELOPE_BYTES]).get("id", 0)
+    except (IndexError, ValueError, AttributeError, UnicodeDecodeError):
+        return 0
+    return rid if _count(rid) else 0
+
+
 def encode(payload: Any) -> list[Any]:
     """Body frames for a payload: JSON with array placeholders, then the raw buffers."""
     headers: list[dict[str, Any]] = []

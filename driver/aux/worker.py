@@ -141,7 +141,7 @@ class WorkerServer:
             msg = wire.parse(frames[2:], self.max_bytes)
         except wire.WireError as err:
             self.counters[f"refused_{err.reason}"] += 1
-            self._reply(route, _error(0, "protocol", str(err)))
+            self._reply(route, _error(wire.peek_id(frames[2:]), "protocol", str(err)))
             return
         if msg.kind == "ping":
             self._reply(route, wire.Message("pong", msg.id, info={"pending": len(self.queues)}))

@@ -1,0 +1,107 @@
+"""A proxy facing garbage, truncated and oversized frames: each refused with an error reply
+(or, over the frame limit, cut off before it is read), counted, and the proxy stays up."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+import zmq
+
+from driver.aux import wire
+from driver.aux.client import AuxClient
+from tests.aux.transport import stack
+
+LIMIT = 1 << 16
+
+
+@pytest.fixture
+def proxy(tmp_path):
+    with stack(tmp_path, workers=1, proxy_kw={"max_message_bytes": LIMIT}) as running:
+        yield running
+
+
+@pytest.fixture
+def raw(proxy):
+    sock = zmq.Context.instance().socket(zmq.DEALER)
+    sock.setsockopt(zmq.LINGER, 0)
+    sock.setsockopt(zmq.RCVTIMEO, 5000)
+    sock.connect(proxy[0])
+    yield sock
+    sock.close(0)
+
+
+def exchange(sock, frames):
+    sock.send_multipart(frames)
+    return wire.parse(sock.recv_multipart(), LIMIT)
+
+
+def envelope(**fields):
+    return json.dumps({"v": 1, "k": "req", "id": 9, "r": 0, "m": "echo", "d": 4e9, **fields})
+
+
+def still_serves(address):
+    client = AuxClient("echo", 0, {address: 1}, deadline_s=10)
+    try:
+        return client.call("echo", {"ok": True}) == {"ok": True}
+    finally:
+        client.close()
+
+
+@pytest.mark.parametrize(
+    ("frames", "reason"),
+    [
+        ([b"\x00garbage"], "garbage"),
+        ([b""], "garbage"),
+        ([b'{"v": 1, "k": "req"', b"x"], "garbage"),  # cut mid-envelope
+        ([envelope(s=[2, 10]).encode(), b"{}"], "truncated"),  # a frame missing
+        ([envelope(s=[10]).encode(), b"{}"], "truncated"),  # a frame cut short
+        ([envelope(s=[LIMIT + 1]).encode(), b"{}"], "oversized"),  # declared too big
+        ([envelope(s=[2] * (wire.MAX_FRAMES + 1)).encode()], "garbage"),
+    ],
+)
+def test_bad_messages_get_an_error_reply_and_are_counted(proxy, raw, frames, reason):
+    address, server, _ = proxy
+    reply = exchange(raw, frames)
+    assert reply.kind == "err" and reply.code == "protocol" and reason in reply.error
+    assert server.stats()["refused"] == {reason: 1}
+    assert still_serves(address)
+
+
+def test_a_refusal_names_the_request_id_when_it_can(proxy, raw):
+    reply = exchange(raw, [envelope(s=[10]).encode(), b"{}"])
+    assert reply.id == 9
+
+
+def test_a_garbage_body_is_refused_by_the_worker(proxy, raw):
+    address, _, workers = proxy
+    reply = exchange(raw, [envelope(s=[6]).encode(), b"not{js"])
+    assert reply.kind == "err" and reply.code == "protocol" and reply.id == 9
+    assert workers[0].stats()["refused_garbage"] == 1 and still_serves(address)
+
+
+def test_a_frame_over_the_limit_is_cut_off_before_it_is_read(proxy, raw):
+    address, server, _ = proxy
+    raw.send_multipart([envelope(s=[4 * LIMIT]).encode(), b"x" * (4 * LIMIT)])
+    with pytest.raises(zmq.Again):  # no reply: the connection is dropped by ZeroMQ
+        raw.setsockopt(zmq.RCVTIMEO, 1000)
+        raw.recv_multipart()
+    assert server.stats()["rank_disconnects"] >= 1
+    assert still_serves(address)
+
+
+def test_a_rank_cannot_send_replies_or_pongs(proxy, raw):
+    _, server, _ = proxy
+    reply = exchange(raw, [json.dumps({"v": 1, "k": "rep", "id": 3, "s": [2]}).encode(), b"{}"])
+    assert reply.code == "protocol" and reply.id == 3 and server.stats()["refused"] == {"kind": 1}
+
+
+def test_random_frames_never_take_the_proxy_down(proxy, raw):
+    address, server, _ = proxy
+    rng = random.Random(14)
+    for _ in range(200):
+        frames = [rng.randbytes(rng.randint(0, 64)) for _ in range(rng.randint(1, 4))]
+        assert exchange(raw, frames).code == "protocol"
+    assert sum(server.stats()["refused"].values()) == 200
+    assert still_serves(address)
