@@ -25,6 +25,7 @@ from warden import jobs, rules
 from warden.control import ControlActivities
 from warden.draining import DrainActivities
 from warden.gcp import Instance, WardenGcp, request_id
+from warden.keep import KeepActivities
 from warden.kube import NotFound, Object, WardenKube, event_manifest, job_state
 from warden.model import (
     ActionResult,
@@ -74,7 +75,7 @@ def _short(remediation_id: str) -> str:
     return hashlib.sha1(remediation_id.encode()).hexdigest()[:10]
 
 
-class WardenActivities(ControlActivities, DrainActivities):
+class WardenActivities(ControlActivities, DrainActivities, KeepActivities):
     """Activities bound to one cluster's adapters and a telemetry sink."""
 
     def __init__(self, kube: WardenKube, gcp: WardenGcp, prom: Prometheus | None, sink, settings):

@@ -139,6 +139,25 @@ class FakeKube:
         self.store.pause()
         return result
 
+    def set_node_keep(self, name, labels, annotations, taints, resource_version=None) -> Object:
+        with self.store.txn() as state:
+            node = state["nodes"][name]
+            if resource_version and resource_version != node["metadata"]["resourceVersion"]:
+                raise Conflict(f"node {name} changed since it was read")
+            _touch(node)
+            for key, values in (("labels", labels), ("annotations", annotations)):
+                stored = node["metadata"].setdefault(key, {})
+                for item, value in values.items():
+                    if value is None:
+                        stored.pop(item, None)
+                    else:
+                        stored[item] = value
+            node["spec"]["taints"] = copy.deepcopy(taints)
+            self.store.count(state, "keep", name)
+            result = copy.deepcopy(node)
+        self.store.pause()
+        return result
+
     def list_pods(self, node=None, namespace=None, labels=None) -> list[Object]:
         with self.store.txn() as state:
             pods = [

@@ -119,6 +119,11 @@ class FakeCluster:
         with self.store.txn() as state:
             state["pods"][f"{namespace}/{name}"] = make_pod(name, namespace, node, **kwargs)
 
+    def delete_pod(self, namespace: str, name: str) -> None:
+        """The pod is gone (its run ended or was deleted)."""
+        with self.store.txn() as state:
+            state["pods"].pop(f"{namespace}/{name}", None)
+
     def add_raycluster(self, namespace: str, name: str, groups: dict[str, int]) -> None:
         specs = [
             {"groupName": g, "replicas": n, "minReplicas": n, "maxReplicas": n}

@@ -6,6 +6,7 @@ import uuid
 from datetime import UTC, datetime, timedelta
 
 from catalog import labels
+from runner import keepnodes
 from warden.kube import Object
 
 ZONE_LABEL = "topology.kubernetes.io/zone"
@@ -42,12 +43,16 @@ def make_node(name: str, pool: str = "h200-main", zone: str = "us-central1-b") -
 
 def make_pod(
     name: str, namespace: str, node: str, priority: str = labels.PRIORITY_DEFAULT,
-    run: str | None = None, owner: tuple[str, str] | None = None,
+    run: str | None = None, owner: tuple[str, str] | None = None, keep_s: int | None = None,
 ) -> Object:  # fmt: skip
-    """A running pod; `run` sets the run label, `owner` a (kind, name) controller."""
+    """A running pod; `run` sets the run label, `owner` a (kind, name) controller, `keep_s`
+    the marks of a RayJob worker asking to keep its node that long (`keep_nodes`)."""
     meta: dict = {"name": name, "namespace": namespace, "labels": {}, "uid": str(uuid.uuid4())}
     if run:
         meta["labels"][labels.RUN] = run
+    if keep_s:
+        meta["labels"][keepnodes.POD_LABEL] = "true"
+        meta["annotations"] = {keepnodes.POD_SECONDS: str(keep_s)}
     if owner:
         meta["ownerReferences"] = [{"kind": owner[0], "name": owner[1], "controller": True}]
     spec = {"nodeName": node, "priorityClassName": priority}

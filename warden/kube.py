@@ -49,6 +49,18 @@ class WardenKube(Protocol):
         activity running at once (a timed-out attempt still finishing) never both act."""
         ...
 
+    def set_node_keep(
+        self,
+        name: str,
+        labels: dict[str, str | None],
+        annotations: dict[str, str | None],
+        taints: list[Object],
+        resource_version: str | None = None,
+    ) -> Object:
+        """Set labels and annotations (None: remove) and replace `spec.taints` with `taints`;
+        conditional on `resource_version` like `patch_node` (Conflict when it changed)."""
+        ...
+
     def list_pods(
         self, node: str | None = None, namespace: str | None = None, labels: dict | None = None
     ) -> list[Object]: ...
@@ -180,6 +192,15 @@ class RealKube:
             patch["metadata"]["resourceVersion"] = resource_version
         if unschedulable is not None:
             patch["spec"] = {"unschedulable": unschedulable}
+        kind = "application/strategic-merge-patch+json"
+        return self._call("PATCH", f"/api/v1/nodes/{name}", patch, kind)
+
+    def set_node_keep(self, name, labels, annotations, taints, resource_version=None) -> Object:
+        # spec.taints has no merge key: the list given replaces the node's whole list
+        patch: Object = {"metadata": {"labels": labels, "annotations": annotations}}
+        if resource_version:
+            patch["metadata"]["resourceVersion"] = resource_version
+        patch["spec"] = {"taints": taints}
         kind = "application/strategic-merge-patch+json"
         return self._call("PATCH", f"/api/v1/nodes/{name}", patch, kind)
 

@@ -49,6 +49,9 @@ class Timings:
     node waits up to this long for its cordon (goal: 6 s)."""
     sweeps_per_run: int = 100
     """sweeps before the sweep workflow continues as new (keeps its history short)."""
+    keep_period_s: float = 30.0
+    """period of the kept-nodes round (`keep_nodes` of a RayJob): a node is kept, or released
+    when its time is up, up to this long late."""
 
 
 @dataclass
@@ -263,3 +266,26 @@ def stress_workflow_id(node: str) -> str:
 class DetectInput:
     sweep: int
     """sequence number of the sweep (for the record)."""
+
+
+@dataclass
+class KeepInput:
+    """The kept-nodes workflow: a round every `timings.keep_period_s`; `rounds` > 0 stops
+    after that many (tests)."""
+
+    timings: Timings
+    rounds: int = 0
+
+
+@dataclass
+class KeepResult:
+    """Node changes of one round (or of a whole workflow run)."""
+
+    rounds: int = 0
+    watched: int = 0
+    kept: int = 0
+    released: int = 0
+
+
+def keep_workflow_id(cluster: str) -> str:
+    return f"warden-keep-{cluster}"

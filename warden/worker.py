@@ -20,20 +20,33 @@ from temporalio.worker import Worker
 
 from warden.activities import Settings, WardenActivities
 from warden.config import WardenConfig
-from warden.model import ShrinkInput, ShrinkResult, SweepInput, Timings
+from warden.model import (
+    KeepInput,
+    ShrinkInput,
+    ShrinkResult,
+    SweepInput,
+    Timings,
+    keep_workflow_id,
+)
 from warden.report import connect
 from warden.telemetry import ClickHouseSink, JsonlSink, TeeSink
-from warden.workflows import NodeWorkflow, ShrinkWorkflow, StressTestWorkflow, SweepWorkflow
+from warden.workflows import (
+    KeepWorkflow,
+    NodeWorkflow,
+    ShrinkWorkflow,
+    StressTestWorkflow,
+    SweepWorkflow,
+)
 
 ACTIVITY_THREADS = 32
-WORKFLOWS = [NodeWorkflow, StressTestWorkflow, SweepWorkflow, ShrinkWorkflow]
+WORKFLOWS = [NodeWorkflow, StressTestWorkflow, SweepWorkflow, ShrinkWorkflow, KeepWorkflow]
 
 
 def activity_functions(acts: WardenActivities) -> list:
     return [
         acts.cordon, acts.uncordon, acts.start_job, acts.job_status, acts.inspect, acts.notify,
         acts.drain, acts.reboot, acts.boot_state, acts.escalate, acts.record, acts.detect,
-        acts.dispatch, acts.shrink,
+        acts.dispatch, acts.shrink, acts.keep_nodes,
     ]  # fmt: skip
 
 
@@ -64,6 +77,19 @@ async def start_sweep(client: Client, cluster: str, task_queue: str, t: Timings,
         SweepWorkflow.run,
         SweepInput(t, task_queue, sweeps),
         id=sweep_workflow_id(cluster),
+        task_queue=task_queue,
+        id_conflict_policy=WorkflowIDConflictPolicy.TERMINATE_EXISTING,
+        task_timeout=timedelta(seconds=t.workflow_task_timeout_s),
+    )
+
+
+async def start_keep(client: Client, cluster: str, task_queue: str, t: Timings, rounds=0):
+    """Start the kept-nodes rounds (one per cluster), replacing a running one: like the
+    sweep, its state lives on the nodes."""
+    return await client.start_workflow(
+        KeepWorkflow.run,
+        KeepInput(t, rounds),
+        id=keep_workflow_id(cluster),
         task_queue=task_queue,
         id_conflict_policy=WorkflowIDConflictPolicy.TERMINATE_EXISTING,
         task_timeout=timedelta(seconds=t.workflow_task_timeout_s),
@@ -130,7 +156,8 @@ async def serve_until_signalled(worker: Worker) -> None:
 
 
 async def run(config: WardenConfig, fake: str | None = None, sweep: bool = True) -> None:
-    """Serve until signalled: the worker, and (once per cluster) the periodic sweep."""
+    """Serve until signalled: the worker, and (once per cluster) the periodic sweep and the
+    kept-nodes rounds."""
     runtime = None
     if config.metrics_address:
         from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
@@ -142,6 +169,7 @@ async def run(config: WardenConfig, fake: str | None = None, sweep: bool = True)
     worker = build_worker(client, queue, activities_for(config, fake), config.timings)
     if sweep:
         await start_sweep(client, config.cluster, queue, config.timings)
+        await start_keep(client, config.cluster, queue, config.timings)
     await serve_until_signalled(worker)
 
 

@@ -8,6 +8,9 @@
 - `SweepWorkflow`: periodic detection, starting node workflows for findings and for nodes
   Warden cordoned earlier (the recovery sweep).
 - `ShrinkWorkflow`: lower a RayCluster worker group after training dropped a replica group.
+- `KeepWorkflow` (ID `warden-keep-<cluster>`): every `keep_period_s`, keep the nodes of
+  finished RayJobs that asked for it for their namespace, and release them when the time is
+  up (`warden.keep`).
 
 All side effects are activities (`warden.activities`); the remediation id is the run id.
 """
@@ -27,6 +30,8 @@ with workflow.unsafe.imports_passed_through():
         DispatchInput,
         DrainInput,
         JobInput,
+        KeepInput,
+        KeepResult,
         NodeAction,
         NodeInput,
         NodeResult,
@@ -238,3 +243,25 @@ class ShrinkWorkflow:
     @workflow.run
     async def run(self, inp: ShrinkInput) -> ShrinkResult:
         return await workflow.execute_activity_method(A.shrink, inp, **options(Timings()))
+
+
+@workflow.defn
+class KeepWorkflow:
+    @workflow.run
+    async def run(self, inp: KeepInput) -> KeepResult:
+        t = inp.timings
+        total = KeepResult()
+        while True:
+            done = await workflow.execute_activity_method(
+                A.keep_nodes, inp, **options(t, max(t.activity_timeout_s, 120))
+            )
+            total.rounds += 1
+            total.watched += done.watched
+            total.kept += done.kept
+            total.released += done.released
+            if inp.rounds and total.rounds >= inp.rounds:
+                return total
+            if total.rounds >= t.sweeps_per_run:
+                left = inp.rounds - total.rounds if inp.rounds else 0
+                workflow.continue_as_new(KeepInput(t, left))
+            await workflow.sleep(t.keep_period_s)

@@ -1,8 +1,11 @@
 """Host checks: memory, /dev/shm, mounts present and writable, GPU libraries and the NCCL
 transport (environment and NICs) against the accelerator catalog.
 
-Every expected figure comes from `catalog.accelerator(key)`; `root` prefixes absolute paths
-so tests can point the checks at a prepared folder tree.
+Every expected figure comes from `catalog.accelerator(key)`, and what a pod on `gpus` GPUs
+gets from `runner.gpupod.gpu_settings` (the whole-node rule: a partial-node pod has the
+default network and NCCL sockets, no GPUDirect NICs, plugin or NCCL values; `gpus` None
+means the whole node). `root` prefixes absolute paths so tests can point the checks at a
+prepared folder tree.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from pathlib import Path
 
 from catalog.quantity import parse_bytes
 from catalog.schema import Accelerator
+from runner.gpupod import GpuSettings, gpu_settings
 from runner.preflight.rows import FAIL, NO_GPU, PASS, SKIP, WARN, Row
 
 GIB = 1 << 30
@@ -22,6 +26,16 @@ MIN_SHM = GIB  # below this, data loader workers and NCCL's shared-memory transp
 
 def _at(root: Path, path: str) -> Path:
     return root / path.lstrip("/")
+
+
+def _pod(acc: Accelerator, gpus: int | None) -> GpuSettings:
+    """What the pod was given: the settings runner renders for `gpus` GPUs of `acc`."""
+    return gpu_settings(acc, gpus or acc.gpus_per_node)
+
+
+def expected_nccl_env(acc: Accelerator, gpus: int | None = None) -> dict[str, str]:
+    """The NCCL variables a pod on `gpus` GPUs gets (the catalog's on a whole node)."""
+    return {k: v for k, v in _pod(acc, gpus).env.items() if k.startswith("NCCL_")}
 
 
 def mem_total(meminfo: str) -> int:
@@ -75,25 +89,29 @@ def writable(paths: list[str], root: Path = Path("/")) -> Row:
     return Row("mounts-writable", PASS, ", ".join(paths))
 
 
-def mounts(acc: Accelerator | None, root: Path = Path("/")) -> Row:
-    """The accelerator's host mounts are present in the container."""
+def mounts(acc: Accelerator | None, root: Path = Path("/"), gpus: int | None = None) -> Row:
+    """The accelerator's host mounts (those a pod on `gpus` GPUs gets) are present."""
     if acc is None:
         return Row("mounts", SKIP, NO_GPU)
-    missing = [m.mount_path for m in acc.mounts if not _at(root, m.mount_path).exists()]
+    paths = [m["mount_path"] for m in _pod(acc, gpus).mounts]
+    missing = [p for p in paths if not _at(root, p).exists()]
     if missing:
         return Row("mounts", FAIL, "missing: " + ", ".join(missing))
-    return Row("mounts", PASS, ", ".join(m.mount_path for m in acc.mounts))
+    return Row("mounts", PASS, ", ".join(paths))
 
 
-def required_files(acc: Accelerator) -> list[tuple[str, str]]:
-    """(description, path or glob) the accelerator's NCCL setup needs, from the catalog."""
-    env = acc.nccl_env
-    plugin_dir = env.get("NCCL_PLUGIN_PATH", acc.library_path)
+def required_files(acc: Accelerator, gpus: int | None = None) -> list[tuple[str, str]]:
+    """(description, path or glob) the accelerator's NCCL setup needs, from the catalog;
+    a partial-node pod (NCCL sockets) needs only the driver libraries."""
     needs = [
         ("CUDA driver", f"{acc.library_path}/libcuda.so*"),
         ("NVML", f"{acc.library_path}/libnvidia-ml.so*"),
-        ("NCCL net plugin", f"{plugin_dir}/libnccl-net*.so*"),
     ]
+    if not _pod(acc, gpus).whole_node:
+        return needs
+    env = acc.nccl_env
+    plugin_dir = env.get("NCCL_PLUGIN_PATH", acc.library_path)
+    needs.append(("NCCL net plugin", f"{plugin_dir}/libnccl-net*.so*"))
     if "NCCL_TUNER_PLUGIN" in env:
         needs.append(("NCCL tuner plugin", f"{acc.library_path}/{env['NCCL_TUNER_PLUGIN']}"))
     for key, value in sorted(env.items()):
@@ -102,37 +120,44 @@ def required_files(acc: Accelerator) -> list[tuple[str, str]]:
     return needs
 
 
-def libraries(acc: Accelerator | None, root: Path = Path("/")) -> Row:
+def libraries(acc: Accelerator | None, root: Path = Path("/"), gpus: int | None = None) -> Row:
     if acc is None:
         return Row("libraries", SKIP, NO_GPU)
     missing = []
-    for what, pattern in required_files(acc):
+    needs = required_files(acc, gpus)
+    for what, pattern in needs:
         path = Path(pattern)
         if not any(_at(root, str(path.parent)).glob(path.name)):
             missing.append(f"{what} ({pattern})")
     if missing:
         return Row("libraries", FAIL, "missing: " + "; ".join(missing))
-    return Row("libraries", PASS, f"{len(required_files(acc))} files present")
+    return Row("libraries", PASS, f"{len(needs)} files present")
 
 
-def nccl_env(acc: Accelerator | None, environ: Mapping[str, str]) -> Row:
-    """The container's NCCL environment equals the catalog's."""
+def nccl_env(acc: Accelerator | None, environ: Mapping[str, str], gpus: int | None = None) -> Row:
+    """The container's NCCL environment equals the catalog's (sockets on a partial node)."""
     if acc is None:
         return Row("nccl-env", SKIP, NO_GPU)
+    want = expected_nccl_env(acc, gpus)
     wrong = [
         f"{k}={environ.get(k, '<unset>')} (want {v})"
-        for k, v in sorted(acc.nccl_env.items())
+        for k, v in sorted(want.items())
         if environ.get(k) != v
     ]
     if wrong:
         return Row("nccl-env", FAIL, "; ".join(wrong))
-    return Row("nccl-env", PASS, f"{len(acc.nccl_env)} variables as in the catalog")
+    return Row("nccl-env", PASS, f"{len(want)} variables as in the catalog")
 
 
-def nics(acc: Accelerator | None, root: Path = Path("/")) -> Row:
-    """Every interface of the pod's network annotation exists; GPU NICs have the catalog MTU."""
+def nics(acc: Accelerator | None, root: Path = Path("/"), gpus: int | None = None) -> Row:
+    """Every interface of the pod's network annotation exists; GPU NICs have the catalog MTU.
+    A partial-node pod has the default network only."""
     if acc is None:
         return Row("nics", SKIP, NO_GPU)
+    if not _pod(acc, gpus).whole_node:
+        if not _at(root, "/sys/class/net/eth0").is_dir():
+            return Row("nics", FAIL, "eth0 (default) missing")
+        return Row("nics", PASS, "default network only (a partial node)")
     problems = []
     for entry in acc.network.interfaces():
         name = entry["interfaceName"]

@@ -64,10 +64,10 @@ def run_suite(options: SuiteOptions) -> list[Row]:
             host.memory(acc),
             host.shm(options.shm or (acc.default_shm if acc else None)),
             host.writable(options.writable),
-            host.mounts(acc),
-            host.libraries(acc),
-            host.nccl_env(acc, os.environ),
-            host.nics(acc),
+            host.mounts(acc, gpus=options.gpus),
+            host.libraries(acc, gpus=options.gpus),
+            host.nccl_env(acc, os.environ, options.gpus),
+            host.nics(acc, gpus=options.gpus),
         ]
     if "matmul" not in options.skip:
         rows += _guarded("matmul", lambda: _matmul(acc, options))

@@ -114,3 +114,24 @@ def test_shm_and_writable(tmp_path):
     assert host.writable([str(tmp_path)]).result == PASS
     row = host.writable([str(tmp_path), "/no/such/dir"])
     assert row.result == FAIL and "/no/such/dir" in row.detail
+
+
+@pytest.mark.parametrize("key", ["H100", "H200"])
+def test_a_partial_node_pod_is_checked_for_sockets_not_gpudirect(tmp_path, key):
+    """What runner.gpupod gives a pod on part of a node: driver libraries, eth0, sockets."""
+    from runner.gpupod import SOCKET_NCCL_ENV
+
+    acc = accelerator(key)
+    for _, pattern in host.required_files(acc, gpus=1):
+        path = tmp_path / pattern.lstrip("/").replace("*", "")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("")
+    (tmp_path / "usr/local/nvidia").mkdir(parents=True, exist_ok=True)
+    (tmp_path / "sys/class/net/eth0").mkdir(parents=True)
+    assert [what for what, _ in host.required_files(acc, gpus=1)] == ["CUDA driver", "NVML"]
+    assert host.mounts(acc, tmp_path, gpus=1).result == PASS
+    assert host.libraries(acc, tmp_path, gpus=1).result == PASS
+    assert host.nics(acc, tmp_path, gpus=1).result == PASS
+    assert host.nccl_env(acc, SOCKET_NCCL_ENV, gpus=1).result == PASS
+    assert host.nccl_env(acc, dict(acc.nccl_env), gpus=1).result == FAIL
+    assert host.nics(acc, tmp_path).result == FAIL  # a whole-node pod needs the GPU NICs

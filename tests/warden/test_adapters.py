@@ -163,6 +163,25 @@ def test_real_kube_requests(kube_server):
     ]
 
 
+def test_real_kube_keeps_a_node_with_one_conditional_patch(kube_server):
+    kube = real_kube(kube_server.url)
+    taint = {"key": "platform.reve.dev/kept-for", "value": "research", "effect": "NoSchedule"}
+    kube.set_node_keep("n1", {"platform.reve.dev/kept-for": "research"}, {"k": None}, [taint], "7")
+    assert kube.list_pods(labels={"platform.reve.dev/keep-nodes": "true"}) == []
+    (method, path, headers, body), listing = kube_server.requests
+    assert (method, path) == ("PATCH", "/api/v1/nodes/n1")
+    assert headers["Content-Type"] == "application/strategic-merge-patch+json"
+    assert body == {
+        "metadata": {
+            "labels": {"platform.reve.dev/kept-for": "research"},
+            "annotations": {"k": None},
+            "resourceVersion": "7",
+        },
+        "spec": {"taints": [taint]},  # no merge key: the whole list replaces the node's
+    }
+    assert listing[:2] == ("GET", "/api/v1/pods?labelSelector=platform.reve.dev/keep-nodes%3Dtrue")
+
+
 class Session:
     """Records requests like google.auth's AuthorizedSession; answers from `replies`."""
 
