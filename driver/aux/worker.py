@@ -30,6 +30,17 @@ from driver.aux import wire
 from driver.aux.handler import Handler, RequestContext
 from driver.aux.routing import FairQueues, admit
 
+COUNTERS = (
+    "served",
+    "errors",
+    "cancelled",
+    "held_total",
+    "expired_in_queue",
+    *(f"refused_{r}" for r in ("garbage", "truncated", "oversized", "kind")),
+    "refused_queue_full",
+    "refused_timeout",
+)
+
 
 class WorkerServer:
     """Serves `handler` at `address` (ipc://, inproc:// or tcp://; a tcp port may be *)."""
@@ -59,7 +70,7 @@ class WorkerServer:
         self.running = threading.Event()
         self.threads: list[threading.Thread] = []
         self.inbox = f"inproc://aux-worker-{id(self)}"
-        self.counters: dict[str, Any] = defaultdict(int)
+        self.counters: dict[str, Any] = defaultdict(int, dict.fromkeys(COUNTERS, 0))
         self.per_rank: dict[int, int] = defaultdict(int)
         self.wait_s = self.process_s = 0.0
         self.running_key: tuple[bytes, int] | None = None
@@ -89,8 +100,6 @@ class WorkerServer:
             held = sum(len(q) for q in self.held.values())
             return {
                 **self.counters,
-                "served": self.counters["served"],
-                "errors": self.counters["errors"],
                 "pending": len(self.queues) + held,
                 "held": held,
                 "wait_s_sum": self.wait_s,

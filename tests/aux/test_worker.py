@@ -1,0 +1,173 @@
+"""A worker on its own (a DEALER plays the proxy): per-rank round robin, back-pressure
+policies, deadlines, cancellation and refusals, with the handler held on an Event."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+import pytest
+import zmq
+
+from driver.aux import wire
+from driver.aux.worker import WorkerServer
+
+
+class Gate:
+    """Blocks every request until `open` is set; records (rank, i) in handling order."""
+
+    def __init__(self):
+        self.open = threading.Event()
+        self.order: list[tuple[int, int]] = []
+        self.started = 0
+
+    def setup(self):
+        pass
+
+    def ready(self):
+        return {}
+
+    def handle(self, method, payload, ctx):
+        self.started += 1
+        self.open.wait(10)
+        self.order.append((ctx.rank, payload["i"]))
+        return {"i": payload["i"]}
+
+
+@pytest.fixture
+def served(tmp_path, request):
+    kw = getattr(request, "param", {})
+    gate = Gate()
+    server = WorkerServer(gate, f"ipc://{tmp_path}/w.sock", **kw)
+    sock = zmq.Context.instance().socket(zmq.DEALER)
+    sock.setsockopt(zmq.LINGER, 0)
+    sock.setsockopt(zmq.RCVTIMEO, 5000)
+    sock.connect(server.start())
+    yield gate, server, sock
+    gate.open.set()
+    sock.close(0)
+    server.stop()
+
+
+def send(sock, rank, i, deadline_s=10.0, client=b"c"):
+    body = wire.encode({"i": i})
+    msg = wire.Message("req", i, rank, "m", time.time() + deadline_s, body=body)
+    sock.send_multipart([client, *wire.pack(msg)])
+
+
+def receive(sock):
+    client, *frames = sock.recv_multipart()
+    return wire.parse(frames, 1 << 20)
+
+
+def wait_for(predicate, timeout=5.0):
+    limit = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < limit
+        time.sleep(0.01)
+
+
+def test_ranks_are_served_in_turn_whoever_floods(served):
+    gate, server, sock = served
+    send(sock, 0, 0)
+    wait_for(lambda: gate.started == 1)
+    for i in range(1, 8):
+        send(sock, 0, i)  # rank 0 floods
+    send(sock, 1, 100)
+    send(sock, 2, 200)
+    wait_for(lambda: server.stats()["pending"] == 9)
+    gate.open.set()
+    replies = [receive(sock).id for _ in range(10)]
+    assert sorted(replies) == [*range(8), 100, 200]
+    assert [rank for rank, _ in gate.order[:4]] == [0, 0, 1, 2]  # not behind rank 0's seven
+    assert server.stats()["per_rank"] == {0: 8, 1: 1, 2: 1}
+
+
+@pytest.mark.parametrize("served", [{"queue_bound": 2, "full_policy": "fail_fast"}], indirect=True)
+def test_fail_fast_refuses_at_once_when_the_ranks_queue_is_full(served):
+    gate, server, sock = served
+    send(sock, 0, 0)
+    wait_for(lambda: gate.started == 1)
+    for i in range(1, 4):  # 2 queued, the 4th refused
+        send(sock, 0, i)
+    refused = receive(sock)
+    assert (refused.kind, refused.code, refused.id) == ("err", "queue_full", 3)
+    send(sock, 1, 10)  # another rank still gets in
+    gate.open.set()
+    assert sorted(receive(sock).id for _ in range(4)) == [0, 1, 2, 10]
+    assert server.stats()["refused_queue_full"] == 1
+
+
+@pytest.mark.parametrize("served", [{"queue_bound": 1, "hold_bound": 2}], indirect=True)
+def test_wait_holds_in_order_then_refuses_past_the_hold_bound(served):
+    gate, server, sock = served
+    send(sock, 0, 0)
+    wait_for(lambda: gate.started == 1)
+    for i in range(1, 5):  # 1 queued, 2 held, the 5th refused
+        send(sock, 0, i)
+    assert receive(sock).code == "queue_full"
+    assert server.stats()["held"] == 2
+    gate.open.set()
+    assert [receive(sock).id for _ in range(4)] == [0, 1, 2, 3]
+    assert gate.order == [(0, 0), (0, 1), (0, 2), (0, 3)]
+
+
+@pytest.mark.parametrize("served", [{"queue_bound": 1}], indirect=True)
+def test_held_and_queued_requests_expire_at_their_deadline(served):
+    gate, server, sock = served
+    send(sock, 0, 0)
+    wait_for(lambda: gate.started == 1)
+    send(sock, 0, 1, deadline_s=0.2)  # queued
+    send(sock, 0, 2, deadline_s=0.2)  # held
+    held = receive(sock)
+    assert (held.id, held.code) == (2, "timeout")
+    gate.open.set()
+    replies = {msg.id: msg for msg in (receive(sock), receive(sock))}
+    assert replies[0].kind == "rep" and replies[1].code == "timeout"
+    assert send(sock, 0, 3, deadline_s=-1) is None and receive(sock).code == "timeout"
+
+
+def test_cancel_removes_a_queued_request(served):
+    gate, server, sock = served
+    send(sock, 0, 0)
+    wait_for(lambda: gate.started == 1)
+    send(sock, 0, 1)
+    wait_for(lambda: server.stats()["pending"] == 1)
+    sock.send_multipart([b"c", *wire.pack(wire.Message("cancel", 1, 0))])
+    wait_for(lambda: server.stats()["cancelled"] == 1)
+    gate.open.set()
+    assert receive(sock).id == 0
+    with pytest.raises(zmq.Again):
+        sock.setsockopt(zmq.RCVTIMEO, 300)
+        receive(sock)
+    assert gate.order == [(0, 0)]
+
+
+def test_pings_are_answered_while_the_handler_is_busy(served):
+    gate, server, sock = served
+    send(sock, 0, 0)
+    sock.send_multipart([b"", *wire.pack(wire.Message("ping"))])
+    pong = receive(sock)
+    assert pong.kind == "pong" and pong.info == {"pending": 0}
+
+
+def test_bad_messages_get_protocol_errors(served):
+    gate, server, sock = served
+    gate.open.set()
+    sock.send_multipart([b"c", b"\x01junk"])
+    assert receive(sock).code == "protocol"
+    env = {"v": 1, "k": "req", "id": 4, "r": 0, "m": "m", "d": 4e9, "s": [5]}
+    sock.send_multipart([b"c", json.dumps(env).encode(), b"{}{}{"])
+    bad_body = receive(sock)
+    assert (bad_body.id, bad_body.code) == (4, "protocol")
+    sock.send_multipart([b"only-one-frame"])  # no envelope at all: dropped, counted
+    send(sock, 0, 5)
+    assert receive(sock).id == 5
+    stats = server.stats()
+    assert stats["refused_garbage"] == 2 and stats["refused_truncated"] == 1
+
+
+def test_unknown_policy_is_refused(tmp_path):
+    with pytest.raises(ValueError, match="policy 'drop'"):
+        WorkerServer(Gate(), f"ipc://{tmp_path}/w.sock", full_policy="drop")
