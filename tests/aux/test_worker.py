@@ -147,9 +147,11 @@ def test_cancel_removes_a_queued_request(served):
 def test_pings_are_answered_while_the_handler_is_busy(served):
     gate, server, sock = served
     send(sock, 0, 0)
+    send(sock, 0, 1)
+    wait_for(lambda: gate.started == 1)
     sock.send_multipart([b"", *wire.pack(wire.Message("ping"))])
     pong = receive(sock)
-    assert pong.kind == "pong" and pong.info == {"pending": 0}
+    assert pong.kind == "pong" and pong.info == {"pending": 1}
 
 
 def test_bad_messages_get_protocol_errors(served):
