@@ -104,7 +104,8 @@ def pod_context(**values: Any) -> dict[str, Any]:
     missing = {"labels", "container", "image", "resources", "shm"} - values.keys()
     if missing:
         raise TypeError(f"pod_context lacks {sorted(missing)}")
-    return {**POD_DEFAULTS, **values}
+    fresh = {k: v.copy() if isinstance(v, dict | list) else v for k, v in POD_DEFAULTS.items()}
+    return {**fresh, **values}
 
 
 def needs_nics(accel: Accelerator, mount) -> bool:

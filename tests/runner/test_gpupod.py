@@ -125,3 +125,13 @@ def test_the_driver_library_mount_is_the_one_a_partial_pod_keeps():
     for key, kept in (("H100", {"nvidia-libs"}), ("H200", {"nvidia-libs"})):
         acc = accelerator(key)
         assert {m.name for m in acc.mounts if not needs_nics(acc, m)} == kept
+
+
+def test_pod_contexts_share_no_mutable_default():
+    from runner.gpupod import pod_context
+
+    required = {"labels": {}, "container": "c", "image": IMAGE, "resources": {}, "shm": "1Gi"}
+    first, second = pod_context(**required), pod_context(**required)
+    first["env"]["X"] = "1"
+    first["tolerations"].append({"key": "k", "effect": "NoSchedule"})
+    assert second["env"] == {} and second["tolerations"] == []
