@@ -48,6 +48,42 @@ def image_problem(ref: str) -> str | None:
     return None
 
 
+def digest_of(ref: str) -> str | None:
+    """The `sha256:<hex>` a reference is pinned to, or None."""
+    match = DIGEST.search(ref)
+    return match.group(0)[1:] if match else None
+
+
+def repository(ref: str) -> str:
+    """`host/path/name[:tag][@sha256:...]` -> `host/path/name`."""
+    repo = ref.split("@", 1)[0]
+    head, _, last = repo.rpartition("/")
+    return f"{head}/{last.split(':', 1)[0]}" if head else last.split(":", 1)[0]
+
+
+def digest_problems(cluster: Cluster, entries: list[dict], refs: list[str]) -> list[str]:
+    """Images used by runs that the cluster caches: both must name the same digest.
+
+    A run's image from the image list (same repository in the cluster's registry) is pulled
+    from the node's cache only when both references carry the same digest."""
+    cached = {repository(i.image): i for i in cluster_images(cluster, entries)}
+    found = []
+    for ref in refs:
+        image = cached.get(repository(ref))
+        if image is None:
+            continue
+        want = digest_of(image.image)
+        if ref == image.image:
+            continue
+        if want is None:
+            found.append(f"{IMAGES_FILE}: {image.name}: {image.image!r} is not pinned by "
+                         f"digest, but runs use it ({ref})")  # fmt: skip
+        elif digest_of(ref) != want:
+            found.append(f"{ref} differs from the cached {image.name} image ({want}); "
+                         "run python -m kustomize.tooling.pin_images")  # fmt: skip
+    return found
+
+
 def load_entries(root: Path) -> list[dict]:
     """The entries of the image list, checked field by field."""
     data = read_yaml(root / IMAGES_FILE, IMAGES_FILE)

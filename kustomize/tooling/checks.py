@@ -100,6 +100,17 @@ def pod_specs(obj: dict) -> list[dict]:
     return [template.get("spec", {})] if isinstance(template, dict) else []
 
 
+def containers(obj: dict) -> list[dict]:
+    """Every container of a workload, including those of KubeRay's head and worker groups."""
+    specs = pod_specs(obj)
+    spec = obj.get("spec") or {}
+    cluster = spec.get("rayClusterSpec") or (spec if obj.get("kind") == "RayCluster" else {})
+    groups = [cluster.get("headGroupSpec") or {}, *(cluster.get("workerGroupSpecs") or [])]
+    specs += [g.get("template", {}).get("spec", {}) for g in groups if g]
+    return [c for s in specs for key in ("initContainers", "containers")
+            for c in s.get(key) or []]  # fmt: skip
+
+
 def image_problems(obj: dict) -> list[str]:
     """Every container image pinned; Grafana plugins installed at a version."""
     found = []

@@ -9,6 +9,7 @@ from catalog.images import (  # noqa: F401  (re-exported for the generator and t
     IMAGES_FILE,
     CachedImage,
     cluster_images,
+    digest_problems,
     image_named,
     image_problem,
     load_entries,

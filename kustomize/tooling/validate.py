@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from catalog import InputError, load_cluster, repo_root
-from kustomize.tooling import addons, build, cel, charts, checks, crds, generate, refs
+from kustomize.tooling import addons, build, cel, charts, checks, crds, generate, images, refs
 
 OWN_REPO = "https://github.com/reve-platform/platform.git"
 OFFLINE_NOTE = (
@@ -136,11 +136,14 @@ def run(root: Path, charts_dir: Path | None = None, only: str | None = None) -> 
         folder = root / "kustomize" / "overlays" / f"{cluster}{build.NODE_ADDONS_SUFFIX}"
         objects = build.build(root, folder, tool) if folder.is_dir() else []
         report.add(f"node add-ons of {cluster}", addons.problems(load_cluster(cluster), objects))
+    entries = images.load_entries(root)
     for cluster in sorted({t.cluster for t in chosen}):
-        version = load_cluster(cluster).kubernetes_version
+        spec = load_cluster(cluster)
         for rel, objects in app_objects(root, cluster).items():
             report.objects += len(objects)
-            report.add(rel, check_apps(objects, version))
+            report.add(rel, check_apps(objects, spec.kubernetes_version))
+            refs = list(dict.fromkeys(c["image"] for o in objects for c in checks.containers(o)))
+            report.add(rel, images.digest_problems(spec, entries, refs))
     for target in chosen:
         name = target.name(root)
         version = load_cluster(target.cluster).kubernetes_version
