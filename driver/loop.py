@@ -199,7 +199,7 @@ def train_steps(cfg, loop, source, session, start: int, sink, logger, aux=None) 
     finally:
         if pending:
             if aux:
-                pending[-1].update(aux.metrics())
+                pending[-1].update(aux.metrics(final=True))
             sink.push_many.remote(pending)
     return row
 

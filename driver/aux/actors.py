@@ -53,12 +53,12 @@ class AuxWorker:
                 self.handler, address, queue_bound=queue_bound, full_policy=full_policy
             )
             self.address = self.server.start()
-        except Exception as err:
-            self.error = f"{type(err).__name__}: {err}".splitlines()[0]
+        except Exception as err:  # raised again, as it is, by ready()
+            self.error = err
 
     def ready(self) -> dict:
-        if self.error:
-            raise RuntimeError(self.error)
+        if self.error is not None:
+            raise self.error
         return self.handler.ready()
 
     def stats(self) -> dict:
@@ -118,14 +118,15 @@ def start_fleet(interval_s: float):
     return actor.options(scheduling_strategy=strategy).remote(interval_s)
 
 
-def start_service(name: str, svc, layout: ServicePlan, root: str) -> ServiceRuntime:
-    """Placement group, workers, readiness, proxies; AuxStartError naming the service."""
+def start_service(name: str, svc, layout: ServicePlan, root: str, runtime) -> ServiceRuntime:
+    """Placement group, workers, readiness, proxies (added to `runtime` as they are made,
+    so a failure stops them); AuxStartError naming the service."""
     import ray
     from ray.util.placement_group import placement_group, placement_group_table
     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-    rt = ServiceRuntime(name)
-    rt.group = placement_group(layout.bundles, strategy=layout.strategy, name=f"aux-{name}")
+    rt = runtime.services[name] = ServiceRuntime(name)
+    rt.group = placement_group(layout.bundles, strategy=layout.strategy)
     try:
         ray.get(rt.group.ready(), timeout=svc.ready_timeout_s)
     except Exception as err:

@@ -184,8 +184,7 @@ def start_services(cfg, plan, use_gpu: bool, say=print) -> AuxRuntime:
         for name, replicas in plan.replicas.items():
             svc = cfg.aux.services[name]
             layout = service_plan(name, svc, replicas, use_gpu, plan.nodes > 1)
-            rt = start_service(name, svc, layout, root)
-            runtime.services[name] = rt
+            rt = start_service(name, svc, layout, root, runtime)
             runtime.fleet.add_service.remote(name, rt.workers, list(rt.proxies.values()))
             say(f"aux {name}: {len(rt.workers)} workers ready behind {len(rt.proxies)} proxies")
     except BaseException:

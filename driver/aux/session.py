@@ -100,11 +100,19 @@ class AuxSession:
         join = ray_join(workers, layout, backend, refresh.timeout_s)
         return Sender(refresh.service, len(workers), join, layout, backend, refresh.timeout_s)
 
-    def metrics(self) -> dict:
-        """Rank 0: the newest fleet summary (never waits for it) and finished scores."""
+    def metrics(self, final: bool = False) -> dict:
+        """Rank 0: the newest fleet summary (never waits for it, except for a fresh one at
+        the `final` push) and finished scores."""
         import ray
 
         row: dict = {}
+        if final and self.fleet is not None:
+            try:
+                ray.get(self.fleet.poll.remote(), timeout=10)
+                self.summary_ref = self.fleet.summary.remote()
+                ray.wait([self.summary_ref], timeout=10)
+            except Exception:  # the row goes without the services' figures
+                pass
         if self.fleet is not None:
             if self.summary_ref is not None:
                 ready, _ = ray.wait([self.summary_ref], timeout=0)

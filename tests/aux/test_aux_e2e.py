@@ -1,0 +1,114 @@
+"""The DiT with its services end to end on one embedded Ray (3 logical CPUs: two training
+workers, the encoder and the evaluator at half a CPU each): embeddings every step, weights
+refreshed and scored, the services' metrics in metrics.jsonl and the summary; a service
+that fails its start-up check stops the run before training (exit 1, one line naming it);
+a worker killed mid-run is restarted by Ray and training finishes."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+import pytest
+
+from driver.train import main
+from tests.driver.conftest import TINY_DIT
+
+FAST = ["train.steps=12", "optimizer.warmup_steps=3", "data.size=512", "logging.format=json",
+        "aux.refresh.every_steps=5"]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def ray_aux():
+    import os
+
+    import ray
+
+    os.environ.setdefault("RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", "0.5")
+    os.environ.setdefault("RAY_TRAIN_ENABLE_PRINT_PATCH", "0")
+    ray.init(num_cpus=3, include_dashboard=False, log_to_driver=False, logging_level="WARNING")
+    yield ray
+    ray.shutdown()
+
+
+def rows_of(out) -> list[dict]:
+    return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+
+
+def test_dit_with_encoder_and_evaluator(ray_aux, tmp_path, capsys):
+    out = tmp_path / "dit"
+    assert main([TINY_DIT, *FAST, f"run.output_dir={out}"]) == 0
+    rows = rows_of(out)
+    assert [row["step"] for row in rows] == list(range(1, 13))
+    aux = {k: v for row in rows for k, v in row.items() if k.startswith("aux/")}
+    assert aux["aux/encoder/workers"] == 1 and aux["aux/encoder/healthy_workers"] == 1
+    assert "aux/encoder/latency_s" in aux and "aux/encoder/queue_depth" in aux
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["aux"]["encoder"]["served"] == 24  # 12 steps x 2 ranks, one call each
+    assert summary["aux"]["encoder"]["errors"] == 0
+    assert summary["refresh_sent"] >= 1 and summary["refresh_failures"] == 0
+    assert summary["aux/evaluator/eval_version"] in (5, 10)
+    assert summary["aux/evaluator/eval_loss"] > 0
+    printed = capsys.readouterr()
+    assert "encoder    1         0.5" in printed.out + printed.err  # the plan table
+    assert "aux encoder: 1 workers, 1 proxies, 24 requests, 0 errors" in printed.out
+
+
+def test_failed_start_up_check_stops_before_training(ray_aux, tmp_path, capsys):
+    out = tmp_path / "bad"
+    args = [TINY_DIT, *FAST, f"run.output_dir={out}", "aux.services.encoder.kwargs.dim=0"]
+    assert main(args) == 1
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.startswith("error:")]
+    assert lines == [
+        "error: aux service encoder: readiness check failed: "
+        "ValueError: encoder dim must be at least 1, not 0"
+    ]
+    assert not (out / "metrics.jsonl").exists() or not rows_of(out)
+    assert not list(out.glob("crash-*"))
+    import ray
+
+    assert not [a for a in ray.util.list_named_actors() if a.startswith("aux-")]
+
+
+@pytest.mark.slow
+def test_start_up_timeout_names_the_service(ray_aux, tmp_path, capsys):
+    out = tmp_path / "slow"
+    args = [TINY_DIT, *FAST, f"run.output_dir={out}",
+            "aux.services.encoder.handler=tests.aux.handlers:SlowStart",
+            "+aux.services.encoder.kwargs.setup_s=30", "aux.services.encoder.ready_timeout_s=2",
+            "aux.condition=null"]  # fmt: skip
+    assert main(args) == 1
+    err = capsys.readouterr().err
+    assert "error: aux service encoder: not ready within ready_timeout_s=2 s" in err
+
+
+@pytest.mark.slow
+def test_killed_worker_is_restarted_and_training_finishes(ray_aux, tmp_path):
+    import ray
+
+    out = tmp_path / "kill"
+    killed = []
+
+    def kill_when_training():
+        deadline = time.time() + 120
+        while time.time() < deadline and not killed:
+            path = out / "metrics.jsonl"
+            if path.exists() and path.read_text().count("\n") >= 5:
+                ray.kill(ray.get_actor("aux-encoder-0"), no_restart=False)
+                killed.append(time.time())
+            time.sleep(0.2)
+
+    thread = threading.Thread(target=kill_when_training, daemon=True)
+    thread.start()
+    args = [TINY_DIT, "train.steps=150", "data.size=512", "logging.format=json",
+            f"run.output_dir={out}", "aux.services.encoder.deadline_s=20"]  # fmt: skip
+    assert main(args) == 0
+    thread.join(5)
+    assert killed
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["steps"] == 150
+    assert summary["aux"]["encoder"]["restarts"] >= 1  # the FleetMonitor saw a new process
+    step_times = [row["step_time"] for row in rows_of(out)]
+    assert max(step_times) < 20 + 5  # no step waited past the encoder's deadline (+ slack)
