@@ -29,7 +29,8 @@ class Settings:
     revision: str = "main"
     """Branch or tag the root Application tracks."""
     awaiting_delivery: tuple[str, ...] = field(default=())
-    """GPU pools whose (future) reservation is not delivered yet: declared with 0 nodes."""
+    """GPU pools whose reservation is not fulfilled yet: declared with 0 nodes (a future
+    reservation says so in the cluster file instead: `future.delivered`)."""
     admin_cidrs: tuple[str, ...] = field(default=())
     """CIDRs allowed to reach the control plane's public endpoint (empty: none besides GCP)."""
     source: str = "stack config"
