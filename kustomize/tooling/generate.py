@@ -18,7 +18,7 @@ from pathlib import Path
 
 import yaml
 
-from catalog import Cluster, InputError, cluster_names, load_cluster, repo_root
+from catalog import Cluster, InputError, accelerator, cluster_names, load_cluster, repo_root
 from catalog import labels as names
 from kustomize.tooling import images, objects
 
@@ -124,8 +124,6 @@ def fair_sharing_files(cluster: Cluster) -> dict[str, str]:
 
 def node_addons(cluster: Cluster, root: Path) -> list[str]:
     """The node add-ons the cluster's accelerators need, in catalog order, without repeats."""
-    from catalog import accelerator
-
     wanted = []
     for key in cluster.accelerators():
         for i, name in enumerate(accelerator(key).node_addons):
