@@ -136,7 +136,11 @@ def test_dev_job_image_defaults_to_the_trainer_image(fake, monkeypatch):
     assert result.exit_code == 0 and result.stdout == "hi\n"
     job = fake.objects[("batch/v1", "Job", "research", "dev-" + getpass.getuser())]
     image = job["spec"]["template"]["spec"]["containers"][0]["image"]
-    assert image == "us-docker.pkg.dev/reve-train-ultra/training/trainer:2026.11.0"
+    from catalog import load_cluster
+    from runner.nodecheck import default_image
+
+    assert image == default_image(load_cluster("ultra-usc1"), "trainer")
+    assert image.startswith("us-docker.pkg.dev/reve-train-ultra/training/trainer:")
     assert job["spec"]["template"]["spec"]["nodeSelector"] == labels.cpu_node_labels()
 
 
