@@ -7,6 +7,8 @@ offline is counted, never passed silently:
 - transition rules (they read `oldSelf`, which exists only on an update);
 - rules that use a Kubernetes CEL library function cel-python lacks, or that fail for any
   reason other than a missing field.
+Schema defaults are not applied first (the API server applies them): a rule that reads a
+defaulted field the object leaves out fails here, so write such fields out.
 
     from kustomize.tooling import cel
     cel.problems(obj, schema)    # ["spec.x: <message>", ...]
