@@ -99,14 +99,20 @@ def _capacity(spec: RunSpec, cluster: Cluster, accel: Accelerator, pools: list[G
         )
 
 
-def _keep_seconds(spec: RunSpec, accel: Accelerator | None) -> int | None:
-    """`keep_nodes` in seconds; only a GPU rayjob keeps its nodes."""
+def _keep_seconds(spec: RunSpec, accel: Accelerator | None, gpus: int) -> int | None:
+    """`keep_nodes` in seconds; only a rayjob on whole GPU nodes keeps its nodes."""
     if spec.keep_nodes is None:
         return None
     if spec.type != "rayjob":
         raise spec.error("keep_nodes", f"only a rayjob keeps its nodes, not a {spec.type}")
     if accel is None:
         raise spec.error("keep_nodes", "a CPU run has no GPU nodes to keep")
+    if gpus < accel.gpus_per_node:
+        raise spec.error(
+            "keep_nodes",
+            f"only whole nodes are kept; this run takes {gpus} of the {accel.gpus_per_node} "
+            f"GPUs of an {accel.name} node",
+        )
     try:
         seconds = keepnodes.parse_duration(spec.keep_nodes)
         keepnodes.check_seconds(seconds)
@@ -242,5 +248,5 @@ def resolve(spec: RunSpec) -> Plan:
         head_memory=head_memory,
         pools=pools,
         priority_class=_priority(spec),
-        keep_seconds=_keep_seconds(spec, accel),
+        keep_seconds=_keep_seconds(spec, accel, gpus),
     )

@@ -132,6 +132,12 @@ CASES = [
         "runs/bad.yaml: keep_nodes: only a rayjob keeps its nodes, not a job",
     ),
     (
+        {"keep_nodes": "30m", "gpus": 4},
+        [],
+        "runs/bad.yaml: keep_nodes: only whole nodes are kept; this run takes 4 of the 8 GPUs "
+        "of an H200 node",
+    ),
+    (
         {"keep_nodes": "30m", "accelerator": None},
         [],
         "runs/bad.yaml: keep_nodes: a CPU run has no GPU nodes to keep",
