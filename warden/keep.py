@@ -133,8 +133,15 @@ def _time(text: str | None) -> datetime | None:
 
 
 def _tracked(node: Object) -> bool:
+    """The node carries a mark of ours (annotation, label or taint)."""
     notes = node["metadata"].get("annotations") or {}
-    return bool(KEEP_FOR in notes or KEPT_UNTIL in notes or kept_namespace(node))
+    taints = node.get("spec", {}).get("taints") or []
+    return bool(
+        KEEP_FOR in notes
+        or KEPT_UNTIL in notes
+        or kept_namespace(node)
+        or len(_others(node)) != len(taints)
+    )
 
 
 class KeepActivities:

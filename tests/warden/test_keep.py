@@ -159,3 +159,13 @@ def test_the_keep_workflow_keeps_then_releases(temporal_address, fleet):
     first, rest = harness.run(body)
     assert (first.watched, rest.kept, rest.released) == (1, 1, 1)
     assert kept_for(fleet, a) == (None, [])
+
+
+def test_a_stray_taint_is_released(setup):
+    fleet, acts, clock = setup
+    a = fleet.node_name(0)
+    obj = fleet.node(a)
+    fleet.kube.set_node_keep(a, {}, {}, [keepnodes.taint("research")], None)
+    assert keepnodes.KEPT_FOR not in obj["metadata"]["labels"]
+    assert acts.keep_nodes(KeepInput(FAST)).released == 1
+    assert kept_for(fleet, a) == (None, [])
