@@ -130,8 +130,9 @@ def run(cfg, sink, logger, control=None, aux_spec=None) -> dict:
     work = build(cfg.model, cfg.data, cond_dim=aux.cond_dim() if aux else 0)
     model = wrap(work.model.to(device), cfg, device, world)
     optimizer, scheduler = optim.build(model, cfg.optimizer, cfg.train.steps)
+    stages = {"stages": aux.stages()} if aux and cfg.data.remote_stage else {}
     source = import_object(cfg.data.source)(
-        work.dataset, cfg.train.micro_batch_size, rank, world, cfg.train.seed
+        work.dataset, cfg.train.micro_batch_size, rank, world, cfg.train.seed, **stages
     )
     session = checkpointing(cfg, model, optimizer, scheduler, source, rank, world, control)
     start = session.resume() if session else 0

@@ -91,3 +91,20 @@ def positive(key: str, value: float) -> None:
 
 def _choice(value, allowed: tuple) -> str:
     return f"{value!r} is not one of {', '.join(allowed)}"
+
+
+def check_remote_stage(cfg) -> None:
+    """`data.remote_stage` names a service, and `data.source` takes remote stages."""
+    import inspect
+
+    name = cfg.data.remote_stage
+    if name is None:
+        return
+    check_reference("data.remote_stage", name, cfg.aux.services)
+    module, _, attr = cfg.data.source.partition(":")
+    source = getattr(importlib.import_module(module), attr)
+    if "stages" not in inspect.signature(source).parameters:
+        raise InputError(
+            None, "data.source", f"{cfg.data.source} takes no remote stage "
+            "(use driver.aux.services.stage:RemoteStageSource)",
+        )  # fmt: skip

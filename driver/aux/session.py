@@ -52,6 +52,14 @@ class AuxSession:
         service = self.cfg.aux.condition
         return int(self.info(service).get("dim", 0)) if service else 0
 
+    def stages(self) -> list:
+        """The data pipeline's stage run by `data.remote_stage`'s workers."""
+        from driver.data.remote import RemoteStage
+
+        name = self.cfg.data.remote_stage
+        spec = self.services[name]
+        return [RemoteStage(spec["proxies"], name, deadline_s=spec["deadline_s"])]
+
     def _refresh_tables(self) -> None:
         import ray
 

@@ -1,5 +1,6 @@
-"""The DiT with its services end to end on one embedded Ray (3 logical CPUs: two training
-workers, the encoder and the evaluator at half a CPU each): embeddings every step, weights
+"""The DiT with its services end to end on one embedded Ray (4 logical CPUs: two training
+workers, the encoder, the evaluator and a data stage at half a CPU each): embeddings every
+step, the pipeline's stage on a service serving both ranks, weights
 refreshed and scored, the services' metrics in metrics.jsonl and the summary; a service
 that fails its start-up check stops the run before training (exit 1, one line naming it);
 a worker killed mid-run is restarted by Ray and training finishes."""
@@ -13,7 +14,9 @@ import time
 import pytest
 
 from driver.train import main
-from tests.driver.conftest import TINY_DIT
+from tests.driver.conftest import ROOT, TINY_DIT
+
+REMOTE_DATA = str(ROOT / "runs/train/tiny-dit-remote-data.yaml")
 
 FAST = ["train.steps=12", "optimizer.warmup_steps=3", "data.size=512", "logging.format=json",
         "aux.refresh.every_steps=5"]  # fmt: skip
@@ -27,7 +30,7 @@ def ray_aux():
 
     os.environ.setdefault("RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", "0.5")
     os.environ.setdefault("RAY_TRAIN_ENABLE_PRINT_PATCH", "0")
-    ray.init(num_cpus=3, include_dashboard=False, log_to_driver=False, logging_level="WARNING")
+    ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False, logging_level="WARNING")
     yield ray
     ray.shutdown()
 
@@ -112,3 +115,16 @@ def test_killed_worker_is_restarted_and_training_finishes(ray_aux, tmp_path):
     assert summary["aux"]["encoder"]["restarts"] >= 1  # the FleetMonitor saw a new process
     step_times = [row["step_time"] for row in rows_of(out)]
     assert max(step_times) < 20 + 5  # no step waited past the encoder's deadline (+ slack)
+
+
+@pytest.mark.slow
+def test_remote_data_stage_serves_both_ranks(ray_aux, tmp_path):
+    out = tmp_path / "stage"
+    args = [REMOTE_DATA, "train.steps=6", "data.size=256", "logging.format=json",
+            f"run.output_dir={out}"]  # fmt: skip
+    assert main(args) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["world_size"] == 2 and summary["steps"] == 6
+    flip = summary["aux"]["flip"]
+    assert flip["workers"] == 1 and flip["errors"] == 0
+    assert flip["served"] >= 6 * 2 * 32  # every sample of both ranks went through the stage

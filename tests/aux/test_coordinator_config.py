@@ -59,3 +59,32 @@ def test_driver_exits_2_with_one_line(capsys):
     assert main([TINY_DIT, "aux=dit_local", f"{ENC}.full_policy=drop"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and f"{ENC}.full_policy" in err and "tiny-dit.yaml" in err
+
+
+REMOTE_DATA = TINY_DIT.replace("tiny-dit.yaml", "tiny-dit-remote-data.yaml")
+
+
+@pytest.mark.parametrize(
+    ("overrides", "key", "message"),
+    [
+        (["data.remote_stage=nope"], "data.remote_stage", "no service 'nope' in aux.services"),
+        (["data.source=driver.batches:LocalBatchSource"], "data.source", "takes no remote stage"),
+    ],
+)
+def test_remote_stage_needs_a_service_and_a_source_that_takes_it(overrides, key, message):
+    from driver.aux.config import check_remote_stage
+
+    cfg, _ = compose(REMOTE_DATA, overrides)
+    with pytest.raises(InputError) as caught:
+        check_remote_stage(cfg)
+    assert caught.value.field == key and message in caught.value.message
+
+
+def test_remote_data_config_composes():
+    from driver.aux.config import check_remote_stage
+
+    cfg, _ = compose(REMOTE_DATA)
+    check_remote_stage(cfg)
+    assert cfg.data.remote_stage == "flip" and set(cfg.aux.services) == {
+        "encoder", "evaluator", "flip"
+    }  # fmt: skip

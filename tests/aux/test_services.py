@@ -78,3 +78,20 @@ def test_evaluator_scores_the_language_model():
     handler.load_weights(3, build(model, data).model.state_dict())
     reply = handler.handle("evaluate", {"version": 3}, CTX)
     assert reply["version"] == 3 and 2.0 < reply["loss"] < 6.0  # about ln(vocab) untrained
+
+
+def test_stage_service_serves_the_configured_stage():
+    from driver.aux.services.stage import StageService
+
+    handler = StageService("driver.aux.services.stage:RandomFlip", {"p": 1.0})
+    handler.setup()
+    image = np.arange(12, dtype=np.float32).reshape(1, 3, 4)
+    reply = handler.handle("process", {"sample": image, "ctx": [0, 0, 5, 1]}, CTX)
+    assert np.array_equal(reply["sample"], image[..., ::-1]) and handler.ready()
+
+
+def test_stage_service_refuses_what_is_not_a_stage():
+    from driver.aux.services.stage import StageService
+
+    with pytest.raises(TypeError, match="not a driver.data.stages.Stage"):
+        StageService("driver.aux.services.encoder:EncoderHandler")
