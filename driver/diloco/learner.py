@@ -1,0 +1,236 @@
+"""The learner side of DiLoCo: a component the training loop calls after every step.
+
+    learner = Learner(cfg)                  # cfg: LearnerConfig (or LearnerConfig.from_env())
+    learner.start(model)                    # join: take the shared weights (or offer ours)
+    for step in ...:
+        ...; optimizer.step()
+        learner.after_step(step, model)     # every H local steps: push, then merge
+    learner.close()
+
+Every `sync_every` (H) local steps it sends its pseudo-gradient (shared weights it started
+from minus its weights now, in `compression`) to the synchronizer. `barrier` mode waits for
+the merged update (up to `barrier_timeout_s`, then trains on and pushes again at the next
+sync point); `decoupled` mode trains on and merges when the update arrives, by `merge`:
+`delta` (default) keeps the steps taken while the round was in flight, `replace` drops
+them (see outer.merge). The inner optimizer's state is kept across merges. A late or
+returning learner gets the shared weights whole and continues from them.
+
+In a multi-process learner (torch.distributed initialised, several ranks) rank 0 talks to
+the synchronizer and broadcasts each merge to the other ranks; every rank calls after_step.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from dataclasses import dataclass, fields
+
+import torch
+
+from driver.aux import wire
+from driver.diloco import outer
+from driver.diloco.link import Client
+
+log = logging.getLogger("driver.diloco.learner")
+ENV_PREFIX = "REVE_DILOCO_"
+
+
+@dataclass
+class LearnerConfig:
+    """How a learner syncs; `from_env` reads `REVE_DILOCO_<FIELD>` (upper case)."""
+
+    address: str
+    """The synchronizer's endpoint (tcp://host:port)."""
+    learner: str
+    """This learner's name (its label; its key is `<keys>/<learner>.key_secret`)."""
+    keys: str
+    """Keys folder (driver.diloco.keys layout; a mounted Secret in a cluster)."""
+    sync_every: int = 50
+    """H: local steps between syncs."""
+    mode: str = "barrier"
+    """`barrier` (wait for the merged weights) or `decoupled` (train on, merge on arrival)."""
+    merge: str = "delta"
+    """Decoupled merge rule: `delta` (keep steps taken in flight) or `replace`."""
+    compression: str = "bf16"
+    """Precision of the pseudo-gradients on the wire: `bf16`, `fp16` or `fp32`."""
+    barrier_timeout_s: float = 120.0
+    """Barrier mode: longest wait for the merged weights before training on."""
+    join_timeout_s: float = 60.0
+    """Longest wait for the shared weights at start (then train on from our own)."""
+    retry_s: float = 120.0
+    """Decoupled mode: a push unanswered this long is sent again at the next sync point."""
+
+    def __post_init__(self) -> None:
+        checks = [
+            (self.sync_every >= 1, "sync_every", "at least 1"),
+            (self.mode in outer.MODES, "mode", f"one of {outer.MODES}"),
+            (self.merge in outer.MERGE_RULES, "merge", f"one of {outer.MERGE_RULES}"),
+            (
+                self.compression in outer.COMPRESSIONS,
+                "compression",
+                str(sorted(outer.COMPRESSIONS)),
+            ),
+            (self.address.startswith("tcp://"), "address", "tcp://host:port"),
+        ]
+        for ok, name, want in checks:
+            if not ok:
+                raise ValueError(
+                    f"{ENV_PREFIX}{name.upper()}: {getattr(self, name)!r}: expected {want}"
+                )
+
+    @classmethod
+    def from_env(cls, environ: dict | None = None) -> LearnerConfig | None:
+        """The config from `REVE_DILOCO_*`, or None when `REVE_DILOCO_ADDRESS` is unset."""
+        env = os.environ if environ is None else environ
+        if not env.get(ENV_PREFIX + "ADDRESS"):
+            return None
+        values = {}
+        for f in fields(cls):
+            raw = env.get(ENV_PREFIX + f.name.upper())
+            if raw is not None:
+                kind = {"int": int, "float": float}.get(str(f.type), str)
+                try:
+                    values[f.name] = kind(raw)
+                except ValueError:
+                    raise ValueError(
+                        f"{ENV_PREFIX}{f.name.upper()}: {raw!r} is not {f.type}"
+                    ) from None
+        return cls(**values)
+
+
+class Learner:
+    """One learner's sync state: the shared weights it started from, its push in flight."""
+
+    def __init__(self, cfg: LearnerConfig):
+        self.cfg = cfg
+        self.rank = torch.distributed.get_rank() if _distributed() else 0
+        self.client = Client(cfg.address, cfg.keys, cfg.learner) if self.rank == 0 else None
+        self.base: outer.Params = {}
+        self.round = -1
+        self.local_steps = 0
+        self.pending: tuple[int, float] | None = None  # (request id, sent at)
+        self.snapshot: outer.Params = {}
+        self.residual: outer.Params = {}  # what compression left out of the last push
+        self.merges: list[dict] = []  # one record per merge (round, kind, step)
+        self.wait_s = 0.0  # time spent blocked on the synchronizer
+        self.dirty = False  # merged since the last broadcast to the other ranks
+
+    def start(self, model: torch.nn.Module) -> None:
+        """Join: continue from the shared weights, or offer ours when there are none yet."""
+        self.base = outer.clone(_params(model))
+        if self.rank == 0:
+            join = {"learner": self.cfg.learner, "digest": outer.digest(self.base)}
+            request = self.client.request("join", join)
+            self.pending, self.snapshot = (request, time.time()), self.base
+            self._wait(model, self.cfg.join_timeout_s, step=-1)
+        self._share(model)
+
+    def after_step(self, step: int, model: torch.nn.Module) -> None:
+        """Call after every optimizer step (every rank)."""
+        self.local_steps += 1
+        sync = self.local_steps % self.cfg.sync_every == 0
+        if self.rank == 0:
+            if self.cfg.mode == "decoupled" and self.pending:
+                self._poll(model, step, 0.0)
+            if sync:
+                self._sync_point(model, step)
+        if sync or self.cfg.mode == "decoupled":
+            self._share(model)
+
+    def _sync_point(self, model: torch.nn.Module, step: int) -> None:
+        fresh = self.pending and time.time() - self.pending[1] < self.cfg.retry_s
+        if self.cfg.mode == "decoupled" and fresh:
+            return  # the previous round is still in flight
+        self.snapshot = outer.clone(_params(model))
+        grad, self.residual = outer.with_feedback(
+            outer.pseudo_gradient(self.base, self.snapshot), self.residual, self.cfg.compression
+        )
+        request = self.client.request(
+            "push", {"learner": self.cfg.learner, "round": self.round, "step": step, "grad": grad}
+        )
+        self.pending = (request, time.time())
+        if self.cfg.mode == "barrier":
+            self._wait(model, self.cfg.barrier_timeout_s, step)
+
+    def _offer(self, model: torch.nn.Module) -> None:
+        self.snapshot = outer.clone(_params(model))
+        request = self.client.request(
+            "init", {"learner": self.cfg.learner, "weights": {"t": self.snapshot}}
+        )
+        self.pending = (request, time.time())
+
+    def _wait(self, model: torch.nn.Module, timeout_s: float, step: int) -> None:
+        start = time.time()
+        while self.pending and time.time() - start < timeout_s:
+            self._poll(model, step, min(0.5, timeout_s))
+        self.wait_s += time.time() - start
+        if self.pending:
+            log.warning(
+                "%s: no answer from the synchronizer in %.0f s; training on",
+                self.cfg.learner,
+                timeout_s,
+            )
+
+    def _poll(self, model: torch.nn.Module, step: int, timeout_s: float) -> None:
+        msg = self.client.recv(timeout_s)
+        if msg is None or not self.pending or msg.id != self.pending[0]:
+            return  # nothing, or the answer to a request given up on
+        self.pending = None
+        if msg.kind == "err":
+            log.warning("%s: synchronizer refused: %s %s", self.cfg.learner, msg.code, msg.error)
+            return
+        try:
+            reply = wire.decode(msg.body, torch=True)
+            self._apply(model, reply, step)
+        except (ValueError, KeyError, TypeError) as err:
+            log.warning("%s: bad reply from the synchronizer: %s", self.cfg.learner, err)
+
+    def _apply(self, model: torch.nn.Module, reply: dict, step: int) -> None:
+        kind, weights = reply["kind"], reply.get("weights")
+        if kind == "empty":  # no shared weights yet: offer ours (the answer comes as full)
+            return self._offer(model)
+        if kind == "same":  # we hold the shared weights already
+            new_base = self.base
+        elif kind == "delta":
+            new_base = outer.apply_delta(self.base, outer.unpack(weights, self.base, "delta"))
+        else:
+            new_base = outer.unpack(weights, self.base, "shared weights")
+        now = _params(model)
+        local = outer.merge(self.cfg.merge, now, self.snapshot, new_base)
+        with torch.no_grad():
+            for name, tensor in now.items():
+                tensor.copy_(local[name])
+        self.base, self.round = new_base, int(reply["round"])
+        self.merges.append({"round": self.round, "kind": kind, "step": step})
+        self.dirty = True
+
+    def _share(self, model: torch.nn.Module) -> None:
+        """Multi-rank learners: rank 0's merges reach every rank (a no-op on one process)."""
+        if not _distributed() or torch.distributed.get_world_size() == 1:
+            self.dirty = False
+            return
+        flag = torch.tensor([int(self.dirty)])
+        torch.distributed.broadcast(flag, 0)
+        if flag.item():
+            for tensor in _params(model).values():
+                torch.distributed.broadcast(tensor.data, 0)
+        self.dirty = False
+
+    def finish(self, model: torch.nn.Module) -> None:
+        """At the end of training: wait for the update of a round still in flight."""
+        if self.rank == 0 and self.pending:
+            self._wait(model, self.cfg.barrier_timeout_s, step=self.local_steps - 1)
+        self._share(model)
+
+    def close(self) -> None:
+        if self.client:
+            self.client.close()
+
+
+def _params(model: torch.nn.Module) -> outer.Params:
+    return dict(model.named_parameters())
+
+
+def _distributed() -> bool:
+    return torch.distributed.is_available() and torch.distributed.is_initialized()

@@ -1,0 +1,119 @@
+"""A DiLoCo experiment on this machine: a synchronizer and N learners as local processes.
+
+    python -m driver.diloco.local --learners 2 --steps 200 --sync-every 20 [--mode decoupled]
+        [--out outputs/diloco-local] [trainer options: --d-model --batch --lr ...]
+
+Keys are generated into `<out>/keys` (`driver.diloco.keys`), the synchronizer binds a free
+loopback port and keeps its state in `<out>/state`, each learner is
+`python -m driver.diloco.trainer` (its lines in `<out>/<learner>.jsonl`). Prints each
+learner's final held-out loss and the rounds merged. Exit 0 when every process ended well.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from driver.diloco import keys, state, trainer
+
+NAMES = "abcdefghijklmnopqrstuvwxyz"
+
+
+def learner_names(count: int) -> list[str]:
+    return [f"learner-{NAMES[i]}" for i in range(count)]
+
+
+def start_synchronizer(out: Path, extra: list[str], bind: str = "tcp://127.0.0.1:*"):
+    """Start the synchronizer process; returns (process, its bound endpoint)."""
+    endpoint = out / "endpoint"
+    endpoint.unlink(missing_ok=True)
+    cmd = [
+        sys.executable,
+        "-m",
+        "driver.diloco.synchronizer",
+        "--bind",
+        bind,
+        "--keys",
+        str(out / "keys"),
+        "--state",
+        str(out / "state"),
+        "--endpoint-file",
+        str(endpoint),
+        *extra,
+    ]
+    log = open(out / "synchronizer.log", "a")
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+    deadline = time.time() + 120
+    while not endpoint.exists():
+        if proc.poll() is not None or time.time() > deadline:
+            proc.kill()
+            raise RuntimeError(f"synchronizer did not start (see {out / 'synchronizer.log'})")
+        time.sleep(0.1)
+    return proc, endpoint.read_text()
+
+
+def learner_cmd(name: str, index: int, count: int, address: str, out: Path, extra: list[str]):
+    return [
+        sys.executable,
+        "-m",
+        "driver.diloco.trainer",
+        "--learner",
+        name,
+        "--index",
+        str(index),
+        "--learners",
+        str(count),
+        "--address",
+        address,
+        "--keys",
+        str(out / "keys"),
+        "--out",
+        str(out),
+        *extra,
+    ]
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(
+        prog="python -m driver.diloco.local", description=__doc__.split("\n\n")[0]
+    )
+    p.add_argument("--learners", type=int, default=2)
+    p.add_argument("--out", default="outputs/diloco-local")
+    p.add_argument("--round-timeout", type=float, default=60.0)
+    args, rest = p.parse_known_args(argv)
+    trainer.parse_args(["--out", "x", *rest])  # bad trainer options fail here, exit 2
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    names = learner_names(args.learners)
+    keys.generate(out / "keys", names)
+    sync, address = start_synchronizer(out, ["--round-timeout", str(args.round_timeout)])
+    print(f"synchronizer on {address}; {len(names)} learners; outputs in {out}")
+    try:
+        procs = [
+            subprocess.Popen(learner_cmd(n, i, len(names), address, out, rest))
+            for i, n in enumerate(names)
+        ]
+        codes = [proc.wait() for proc in procs]
+    finally:
+        sync.terminate()
+        sync.wait(30)
+    for name in names:
+        summary = (
+            json.loads((out / f"{name}.json").read_text())
+            if (out / f"{name}.json").exists()
+            else {}
+        )
+        print(
+            f"  {name}: held-out loss {summary.get('final_eval', float('nan')):.4f}, "
+            f"round {summary.get('round')}"
+        )
+    print(f"  rounds merged: {len(state.read_rounds(out / 'state'))}")
+    return 0 if all(code == 0 for code in codes) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

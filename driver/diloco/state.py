@@ -1,0 +1,102 @@
+"""The synchronizer's outer state on disk: raw tensor frames + JSON, never pickle.
+
+`<dir>/outer.state` holds one `driver.aux.wire` body (the JSON document, then one raw frame
+per tensor), each frame preceded by its length (8 bytes, little-endian), after a magic line.
+It is written to a temporary file and renamed, so a crash leaves the previous round's state.
+Loading checks every frame length and tensor header (`wire.decode`) before it builds anything.
+`<dir>/rounds.jsonl` gets one line per merged round: who contributed, who was late.
+
+    save(dir, OuterState(...));  state = load(dir)  # None when the folder holds no state
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from driver.aux import wire
+from driver.diloco.outer import Params
+
+MAGIC = b"reve-diloco-outer-state v1\n"
+FILE = "outer.state"
+ROUNDS = "rounds.jsonl"
+MAX_FRAMES = 1 << 16
+
+
+@dataclass
+class OuterState:
+    """Everything the synchronizer needs to resume: the round, the shared weights, the outer
+    momentum and the learners' view of the shared weights (what they hold after the last
+    delta they were sent)."""
+
+    round: int
+    shared: Params
+    momentum: Params
+    view: Params
+    meta: dict = field(default_factory=dict)
+
+
+def save(folder: str | os.PathLike, state: OuterState) -> Path:
+    root = Path(folder)
+    root.mkdir(parents=True, exist_ok=True)
+    payload = {
+        "round": state.round,
+        "meta": state.meta,
+        "shared": state.shared,
+        "momentum": state.momentum,
+        "view": state.view,
+    }
+    frames = wire.encode(payload)
+    tmp = root / f".{FILE}.tmp"
+    with open(tmp, "wb") as out:
+        out.write(MAGIC)
+        for frame in frames:
+            buf = memoryview(frame).cast("B")
+            out.write(struct.pack("<Q", buf.nbytes))
+            out.write(buf)
+        out.flush()
+        os.fsync(out.fileno())
+    os.replace(tmp, root / FILE)
+    return root / FILE
+
+
+def load(folder: str | os.PathLike) -> OuterState | None:
+    """The saved state, None if there is none; ValueError if the file is damaged."""
+    path = Path(folder) / FILE
+    if not path.exists():
+        return None
+    data = memoryview(path.read_bytes())
+    if bytes(data[: len(MAGIC)]) != MAGIC:
+        raise ValueError(f"{path}: not a DiLoCo outer state")
+    frames, pos = [], len(MAGIC)
+    while pos < len(data):
+        if pos + 8 > len(data) or len(frames) >= MAX_FRAMES:
+            raise ValueError(f"{path}: truncated")
+        (size,) = struct.unpack_from("<Q", data, pos)
+        if pos + 8 + size > len(data):
+            raise ValueError(f"{path}: truncated")
+        frames.append(data[pos + 8 : pos + 8 + size])
+        pos += 8 + size
+    try:
+        doc = wire.decode(frames, torch=True)
+    except wire.WireError as err:
+        raise ValueError(f"{path}: {err}") from None
+    tensors = {
+        k: {n: t.float().clone() for n, t in doc[k].items()} for k in ("shared", "momentum", "view")
+    }
+    return OuterState(int(doc["round"]), **tensors, meta=dict(doc.get("meta") or {}))
+
+
+def append_round(folder: str | os.PathLike, record: dict) -> None:
+    """One line of `rounds.jsonl`."""
+    Path(folder).mkdir(parents=True, exist_ok=True)
+    with open(Path(folder) / ROUNDS, "a") as out:
+        out.write(json.dumps(record, separators=(",", ":")) + "\n")
+
+
+def read_rounds(folder: str | os.PathLike) -> list[dict]:
+    path = Path(folder) / ROUNDS
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []

@@ -1,0 +1,234 @@
+"""The DiLoCo synchronizer: merges the learners' pseudo-gradients into the shared weights.
+
+    python -m driver.diloco.synchronizer --bind tcp://*:5555 --keys KEYS --state DIR \
+        [--outer-lr 0.7 --outer-momentum 0.9 --no-nesterov --round-timeout 60 \
+         --min-learners 1 --compression bf16 --rounds N]
+
+Requests it serves (`driver.aux.wire` messages from `link.Client`):
+- `join {learner, digest}`: the round and the shared weights (`kind: full`), or only the
+  round when the learner's weights already have the shared weights' digest (`kind: same`),
+  or `kind: empty` before the first learner's `init`;
+- `init {learner, weights}`: the first learner's weights become the shared weights;
+- `push {learner, round, grad}`: a pseudo-gradient against round `round`'s weights. When
+  every expected learner has pushed, or `--round-timeout` after the first push, the round
+  merges: the mean pseudo-gradient of those present takes one outer step, the state is saved
+  (`state.py`), and each contributor gets the change of the shared weights (`kind: delta`,
+  in `--compression`). A push against another round (a late or returning learner) gets the
+  shared weights whole (`kind: full`) to continue from.
+
+A learner that misses a round is no longer waited for until it pushes again. The state is
+saved before the replies go out, so a restarted synchronizer resumes at the last merged
+round; pushes in flight when it stopped are sent again by the learners.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import time
+from dataclasses import dataclass
+
+from driver.aux import wire
+from driver.diloco import outer, state
+from driver.diloco.link import MAX_BYTES, Server
+
+log = logging.getLogger("driver.diloco.synchronizer")
+
+
+@dataclass
+class OuterConfig:
+    lr: float = 0.7
+    momentum: float = 0.9
+    nesterov: bool = True
+    round_timeout_s: float = 60.0
+    min_learners: int = 1
+    compression: str = "bf16"
+
+
+class Synchronizer:
+    """The merge loop over one `link.Server`; `serve()` until `rounds` merges or `stop()`."""
+
+    def __init__(self, server: Server, state_dir: str, cfg: OuterConfig):
+        self.server, self.state_dir, self.cfg = server, state_dir, cfg
+        self.state = state.load(state_dir)
+        self.expected: set[str] = set()
+        self.pending: dict[str, tuple[bytes, int, outer.Params]] = {}
+        self.first_push = 0.0
+        self.late: set[str] = set()
+        self.stopped = False
+        self._digested: tuple[int, str] = (-2, "")
+        if self.state:
+            log.info("resumed at round %d from %s", self.state.round, state_dir)
+
+    @property
+    def round(self) -> int:
+        return self.state.round if self.state else -1
+
+    def serve(self, rounds: int = 0) -> None:
+        start = self.round
+        while not self.stopped and not (rounds and self.round - max(start, 0) >= rounds):
+            got = self.server.recv(0.05)
+            if got:
+                self.handle(*got)
+            if self.pending and outer.round_closes(
+                self.expected,
+                self.pending,
+                time.time() - self.first_push,
+                self.cfg.round_timeout_s,
+                self.cfg.min_learners,
+            ):
+                self.merge()
+
+    def stop(self) -> None:
+        self.stopped = True
+
+    def handle(self, peer: bytes, msg: wire.Message) -> None:
+        try:
+            if msg.kind != "req" or msg.method not in ("join", "init", "push"):
+                raise ValueError(f"unexpected {msg.kind} {msg.method!r}")
+            body = wire.decode(msg.body, torch=True)
+            if not isinstance(body, dict) or not isinstance(body.get("learner"), str):
+                raise ValueError("body lacks a learner name")
+            getattr(self, "_" + msg.method)(peer, msg.id, body)
+        except (ValueError, TypeError, KeyError, wire.WireError) as err:
+            log.warning("refused %s from %r: %s", msg.method, peer, err)
+            self.server.error(peer, msg.id, "protocol", str(err))
+
+    def _join(self, peer: bytes, request_id: int, body: dict) -> None:
+        self.expected.add(body["learner"])
+        if self.state and body.get("digest") == self._digest():
+            return self.server.reply(peer, request_id, {"kind": "same", "round": self.round})
+        self._send_full(peer, request_id)
+
+    def _digest(self) -> str:
+        if self._digested[0] != self.round:
+            self._digested = (self.round, outer.digest(self.state.view))
+        return self._digested[1]
+
+    def _init(self, peer: bytes, request_id: int, body: dict) -> None:
+        if self.state is None:
+            tensors = body["weights"]["t"]
+            weights = outer.unpack(body["weights"], dict(tensors), "init weights")
+            self.state = state.OuterState(
+                0, weights, outer.zeros_like(weights), outer.clone(weights)
+            )
+            state.save(self.state_dir, self.state)
+            log.info("shared weights from %s (%d tensors)", body["learner"], len(weights))
+        self.expected.add(body["learner"])
+        self._send_full(peer, request_id)
+
+    def _push(self, peer: bytes, request_id: int, body: dict) -> None:
+        learner = body["learner"]
+        if self.state is None or body.get("round") != self.state.round:
+            self.late.add(learner)
+            self.expected.add(learner)
+            log.info(
+                "%s pushed against round %s, at %d: sent the shared weights",
+                learner,
+                body.get("round"),
+                self.round,
+            )
+            return self._send_full(peer, request_id)
+        grad = outer.unpack(body["grad"], self.state.shared, f"push from {learner}")
+        if not self.pending:
+            self.first_push = time.time()
+        self.pending[learner] = (peer, request_id, grad)
+        self.expected.add(learner)
+
+    def _send_full(self, peer: bytes, request_id: int) -> None:
+        if self.state is None:
+            return self.server.reply(peer, request_id, {"kind": "empty", "round": -1})
+        self.server.reply(
+            peer,
+            request_id,
+            {"kind": "full", "round": self.state.round, "weights": {"t": self.state.view}},
+        )
+
+    def merge(self) -> None:
+        """One outer step over the pending pseudo-gradients; save; reply to contributors."""
+        st, cfg = self.state, self.cfg
+        names = sorted(self.pending)
+        grad = outer.mean([self.pending[n][2] for n in names])
+        st.shared, st.momentum = outer.outer_step(
+            st.shared, st.momentum, grad, cfg.lr, cfg.momentum, cfg.nesterov
+        )
+        delta, st.view = outer.advance_view(st.view, st.shared, cfg.compression)
+        missing = sorted(self.expected - set(names))
+        st.round += 1
+        state.save(self.state_dir, st)
+        record = {
+            "round": st.round,
+            "contributors": names,
+            "missing": missing,
+            "late": sorted(self.late),
+            "time": time.time(),
+        }
+        state.append_round(self.state_dir, record)
+        log.info("round %d merged from %s (missing %s)", st.round, names, missing)
+        for name in names:
+            peer, request_id, _ = self.pending[name]
+            self.server.reply(
+                peer,
+                request_id,
+                {"kind": "delta", "round": st.round, "contributors": names, "weights": delta},
+            )
+        self.expected, self.pending, self.late = set(names), {}, set()
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        prog="python -m driver.diloco.synchronizer", description=__doc__.split("\n\n")[0]
+    )
+    p.add_argument("--bind", default="tcp://*:5555", help="ZeroMQ endpoint to bind")
+    p.add_argument("--keys", required=True, help="keys folder (driver.diloco.keys)")
+    p.add_argument("--state", required=True, help="folder of the outer state and rounds.jsonl")
+    p.add_argument("--outer-lr", type=float, default=0.7)
+    p.add_argument("--outer-momentum", type=float, default=0.9)
+    p.add_argument("--no-nesterov", action="store_true", help="plain momentum SGD")
+    p.add_argument("--round-timeout", type=float, default=60.0, help="seconds after the first push")
+    p.add_argument("--min-learners", type=int, default=1)
+    p.add_argument("--compression", choices=sorted(outer.COMPRESSIONS), default="bf16")
+    p.add_argument("--rounds", type=int, default=0, help="exit after this many merges (0: never)")
+    p.add_argument("--endpoint-file", help="write the bound endpoint here (port 0 binds)")
+    p.add_argument("--max-bytes", type=int, default=MAX_BYTES)
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    if not 0 < args.outer_lr or not 0 <= args.outer_momentum < 1 or args.round_timeout <= 0:
+        print("error: --outer-lr > 0, 0 <= --outer-momentum < 1, --round-timeout > 0")
+        return 2
+    cfg = OuterConfig(
+        args.outer_lr,
+        args.outer_momentum,
+        not args.no_nesterov,
+        args.round_timeout,
+        args.min_learners,
+        args.compression,
+    )
+    try:
+        server = Server(args.bind, args.keys, args.max_bytes)
+        sync = Synchronizer(server, args.state, cfg)
+    except (OSError, ValueError) as err:
+        print(f"error: {err}")
+        return 2
+    if args.endpoint_file:
+        with open(args.endpoint_file + ".tmp", "w") as out:
+            out.write(server.address)
+        import os
+
+        os.replace(args.endpoint_file + ".tmp", args.endpoint_file)
+    log.info("listening on %s, round %d", server.address, sync.round)
+    try:
+        sync.serve(args.rounds)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.close()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

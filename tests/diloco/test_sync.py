@@ -1,0 +1,189 @@
+"""Synchronizer and learners over real sockets (synchronizer in a thread, learners in
+threads): the merged weights are the hand-computed outer step, decoupled merges keep the
+steps in flight, late learners catch up, a restarted synchronizer resumes its state."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from driver.diloco import state
+from driver.diloco.learner import LearnerConfig
+from tests.diloco.conftest import in_threads, learner, linear
+
+LR, MU = 0.7, 0.9
+
+
+def flat(model: torch.nn.Module) -> np.ndarray:
+    return torch.cat([p.detach().reshape(-1) for p in model.parameters()]).numpy().copy()
+
+
+def set_flat(model: torch.nn.Module, values: np.ndarray) -> None:
+    offset = 0
+    with torch.no_grad():
+        for p in model.parameters():
+            p.copy_(torch.from_numpy(values[offset : offset + p.numel()]).view_as(p))
+            offset += p.numel()
+
+
+def one_round(learners, models, moves, step):
+    """Each learner moves its weights by its `moves[i]` (a fake inner phase) and syncs."""
+    for model, move in zip(models, moves, strict=True):
+        set_flat(model, flat(model) + move)
+    in_threads(
+        *[lambda ln=ln, m=m: ln.after_step(step, m) for ln, m in zip(learners, models, strict=True)]
+    )
+
+
+@pytest.mark.parametrize("count", [2, 3])
+def test_merged_weights_equal_the_hand_computed_outer_step(sync_thread, keys_dir, count):
+    sync = sync_thread(lr=LR, momentum=MU, compression="fp32", round_timeout_s=30)
+    names = ["a", "b", "c"][:count]
+    models = [linear(0) for _ in names]
+    learners = [learner(sync.address, keys_dir, n) for n in names]
+    in_threads(*[lambda ln=ln, m=m: ln.start(m) for ln, m in zip(learners, models, strict=True)])
+    w, buf = flat(models[0]), np.zeros_like(flat(models[0]))
+    rng = np.random.default_rng(0)
+    for step in range(2):  # two rounds: the second uses the outer momentum
+        moves = [rng.normal(0, 0.01, w.shape).astype(np.float32) for _ in names]
+        one_round(learners, models, moves, step)
+        g = np.mean([-m for m in moves], axis=0)  # base - local
+        buf = MU * buf + g
+        w = w - LR * (g + MU * buf)
+        for model in models:
+            np.testing.assert_allclose(flat(model), w, rtol=1e-5, atol=1e-6)
+    records = state.read_rounds(sync.sync.state_dir)
+    assert [r["contributors"] for r in records] == [names, names]
+    for ln in learners:
+        ln.close()
+
+
+def test_bf16_and_int8_rounds_stay_close_to_the_exact_step(sync_thread, keys_dir):
+    for compression, tol in (("bf16", 2e-4), ("int8", 5e-4)):
+        sync = sync_thread(compression, lr=LR, momentum=MU, compression=compression)
+        model = linear(0)
+        ln = learner(sync.address, keys_dir, "a", compression=compression)
+        ln.start(model)
+        w = flat(model)
+        move = np.random.default_rng(1).normal(0, 0.01, w.shape).astype(np.float32)
+        one_round([ln], [model], [move], 0)
+        np.testing.assert_allclose(flat(model), w + LR * (1 + MU) * move, atol=tol)
+        ln.close()
+
+
+def test_decoupled_delta_merge_keeps_the_steps_in_flight(sync_thread, keys_dir):
+    sync = sync_thread(lr=1.0, momentum=0.0, compression="fp32")
+    model = linear(0)
+    ln = learner(sync.address, keys_dir, "a", mode="decoupled", sync_every=2)
+    ln.start(model)
+    base = flat(model)
+    set_flat(model, base + 0.1)
+    ln.after_step(0, model)
+    ln.after_step(1, model)  # sync point: pushes base + 0.1, does not wait
+    assert ln.pending is not None
+    set_flat(model, flat(model) + 0.01)  # a step taken while the round is in flight
+    ln.finish(model)
+    # lr 1, no momentum: the shared weights become the learner's snapshot (base + 0.1)
+    np.testing.assert_allclose(flat(model), base + 0.11, atol=1e-6)
+    np.testing.assert_allclose(
+        torch.cat([v.reshape(-1) for v in ln.base.values()]), base + 0.1, atol=1e-6
+    )
+    ln.close()
+
+
+def test_decoupled_replace_drops_the_steps_in_flight(sync_thread, keys_dir):
+    sync = sync_thread(lr=1.0, momentum=0.0, compression="fp32")
+    model = linear(0)
+    ln = learner(sync.address, keys_dir, "a", mode="decoupled", merge="replace")
+    ln.start(model)
+    base = flat(model)
+    set_flat(model, base + 0.1)
+    ln.after_step(0, model)
+    set_flat(model, flat(model) + 0.01)
+    ln.finish(model)
+    np.testing.assert_allclose(flat(model), base + 0.1, atol=1e-6)
+    ln.close()
+
+
+def test_absent_learner_is_dropped_after_the_timeout_and_catches_up(sync_thread, keys_dir):
+    sync = sync_thread(lr=1.0, momentum=0.0, compression="fp32", round_timeout_s=1.0)
+    models = [linear(0) for _ in range(3)]
+    a, b, c = (learner(sync.address, keys_dir, n) for n in "abc")
+    in_threads(*[lambda ln=ln, m=m: ln.start(m) for ln, m in zip((a, b, c), models, strict=True)])
+    one_round([a, b], models[:2], [0.1, 0.3], 0)  # c is silent: merged after 1 s without it
+    one_round([a, b], models[:2], [0.1, 0.1], 1)  # not waited for any more
+    c_before = flat(models[2])
+    c.after_step(0, models[2])  # c returns against round 0: gets the shared weights
+    np.testing.assert_allclose(flat(models[2]), flat(models[0]), atol=1e-6)
+    assert c.round == 2 and c.merges[-1]["kind"] == "full"
+    assert not np.allclose(c_before, flat(models[2]))
+    one_round([a, b, c], models, [0.0, 0.0, 0.0], 2)  # c counts again
+    records = state.read_rounds(sync.sync.state_dir)
+    assert [r["contributors"] for r in records] == [["a", "b"], ["a", "b"], ["a", "b", "c"]]
+    assert records[0]["missing"] == ["c"] and records[2]["late"] == ["c"]
+    for ln in (a, b, c):
+        ln.close()
+
+
+def test_restarted_synchronizer_resumes_round_weights_and_momentum(sync_thread, keys_dir):
+    sync = sync_thread(lr=LR, momentum=MU, compression="fp32")
+    model = linear(0)
+    ln = learner(sync.address, keys_dir, "a")
+    ln.start(model)
+    w = flat(model)
+    one_round([ln], [model], [np.full(w.shape, 0.01, np.float32)], 0)
+    sync.close()
+    ln.close()
+    again = sync_thread(lr=LR, momentum=MU, compression="fp32")
+    assert again.sync.round == 1
+    ln = learner(again.address, keys_dir, "a")
+    ln.start(model)
+    assert ln.merges[-1]["kind"] == "same"  # it holds the shared weights: nothing sent
+    one_round([ln], [model], [np.full(w.shape, 0.02, np.float32)], 1)
+    g1, g2 = -0.01, -0.02
+    expected = w - LR * (g1 + MU * g1) - LR * (g2 + MU * (MU * g1 + g2))
+    np.testing.assert_allclose(flat(model), expected, rtol=1e-5, atol=1e-6)
+    ln.close()
+
+
+def test_learner_waits_out_an_absent_synchronizer_and_trains_on(keys_dir):
+    model = linear(0)
+    ln = learner("tcp://127.0.0.1:9", keys_dir, "a", barrier_timeout_s=0.3, join_timeout_s=0.3)
+    ln.start(model)
+    w = flat(model)
+    ln.after_step(0, model)
+    assert ln.round == -1 and np.array_equal(flat(model), w) and ln.pending
+    ln.close()
+
+
+@pytest.mark.parametrize(
+    ("env", "error"),
+    [
+        ({}, None),
+        ({"REVE_DILOCO_SYNC_EVERY": "0"}, "REVE_DILOCO_SYNC_EVERY"),
+        ({"REVE_DILOCO_SYNC_EVERY": "x"}, "REVE_DILOCO_SYNC_EVERY"),
+        ({"REVE_DILOCO_MODE": "async"}, "REVE_DILOCO_MODE"),
+        ({"REVE_DILOCO_MERGE": "mean"}, "REVE_DILOCO_MERGE"),
+        ({"REVE_DILOCO_COMPRESSION": "fp8"}, "REVE_DILOCO_COMPRESSION"),
+        ({"REVE_DILOCO_ADDRESS": "http://x"}, "REVE_DILOCO_ADDRESS"),
+    ],
+)
+def test_learner_config_from_env(env, error):
+    base = {"REVE_DILOCO_ADDRESS": "tcp://sync:5555", "REVE_DILOCO_LEARNER": "a",
+            "REVE_DILOCO_KEYS": "/keys", "REVE_DILOCO_SYNC_EVERY": "25"}  # fmt: skip
+    if error is None:
+        cfg = LearnerConfig.from_env({**base, **env})
+        assert (cfg.sync_every, cfg.mode, cfg.merge, cfg.compression) == (
+            25,
+            "barrier",
+            "delta",
+            "bf16",
+        )
+        return
+    with pytest.raises(ValueError, match=error):
+        LearnerConfig.from_env({**base, **env})
+
+
+def test_no_address_means_no_diloco():
+    assert LearnerConfig.from_env({"REVE_DILOCO_LEARNER": "a"}) is None
