@@ -33,7 +33,7 @@ def samples(df: pd.DataFrame, t: Thresholds = DEFAULT) -> pd.DataFrame:
     step = t.window_s * 1_000_000
     window = g["ts_us"].min().to_numpy() // step * step
     keep = complete[gid]
-    out = df.loc[keep, [*PROCESS, *KEY, "exec_time_us"]].copy()
+    out = df.loc[keep, [*PROCESS, *KEY, "rank", "n_ranks", "exec_time_us"]].copy()
     out["window"] = window[gid[keep]]
     out["transfer_us"] = duration.min().to_numpy()[gid[keep]]
     out["median_us"] = upper_median(duration).to_numpy()[gid[keep]]
@@ -64,9 +64,8 @@ def straggler_ranks(df: pd.DataFrame, t: Thresholds = DEFAULT) -> pd.DataFrame:
         transfer_us=("transfer_us", "mean"),
     )
     per = judge(per.reset_index(), t)
-    first = df.groupby(PROCESS, observed=True)["n_ranks"].idxmax()
-    rank = df.loc[first.to_numpy(), [*PROCESS, "rank"]]
-    per = per.merge(rank, on=PROCESS)
+    largest = s.groupby(["window", *PROCESS], observed=True)["n_ranks"].idxmax().to_numpy()
+    per["rank"] = s.loc[largest, "rank"].to_numpy()  # the same group order as `per`
     per["last_fraction"] = per["last_count"] / per["samples"]
     columns = ["window", "rank", *PROCESS, "samples", "last_count", "last_fraction",
                "delay_us", "wait_us", "transfer_us", "straggler"]  # fmt: skip
@@ -79,15 +78,17 @@ def straggler_nodes(df: pd.DataFrame, t: Thresholds = DEFAULT) -> pd.DataFrame:
         node_us=("exec_time_us", "min"),
         transfer_us=("transfer_us", "first"),
         median_us=("median_us", "first"),
+        node_ranks=("exec_time_us", "size"),
     )
     inst["is_last"] = inst["node_us"] == inst["transfer_us"]
     inst["delay_us"] = inst["median_us"] - inst["node_us"]
     per = inst.groupby(["window", "node"], observed=True).agg(
-        samples=("is_last", "size"), last_count=("is_last", "sum"), delay_us=("delay_us", "mean")
+        ranks=("node_ranks", "max"),
+        samples=("is_last", "size"),
+        last_count=("is_last", "sum"),
+        delay_us=("delay_us", "mean"),
     )
     per = judge(per.reset_index(), t)
-    ranks = s.drop_duplicates(["window", *PROCESS]).groupby(["window", "node"], observed=True)
-    per = per.merge(ranks.size().rename("ranks").reset_index(), on=["window", "node"])
     per["last_fraction"] = per["last_count"] / per["samples"]
     columns = ["window", "node", "ranks", "samples", "last_count", "last_fraction", "delay_us",
                "straggler"]  # fmt: skip

@@ -1,36 +1,37 @@
 -- Shared CTEs of the straggler analysis (included by the other files, never run alone).
 -- base: one run's collective records in the time range.
 -- instances: one row per collective instance (communicator, collective, message size,
---   sequence number), kept only when every rank of the communicator reported it. Each
+--   sequence number; hashed into one key, as a process is (node, pod, pid)), kept only when every rank of the communicator reported it. Each
 --   rank's duration is wait + transfer; the rank with the shortest duration arrived last
 --   (it did not wait), so the shortest duration estimates the transfer time. The window of
 --   an instance is the start of the ~30 s interval holding its first record.
 -- samples: each record with its instance's window, transfer time and median duration.
+-- ClickHouse inlines a CTE at every reference, so each heavy one is referenced once.
 base AS
 (
-    SELECT ts, node, pod, pid, comm_id, collective, msg_size_bytes, seq, rank, n_ranks,
-           exec_time_us
+    SELECT ts, node, pod, pid, rank, n_ranks, exec_time_us,
+           cityHash64(comm_id, collective, msg_size_bytes, seq) AS instance,
+           cityHash64(node, pod, pid) AS process
     FROM platform.nccl_collectives
     WHERE team = {team:String} AND run = {run:String}
       AND ts >= {start:DateTime64(6)} AND ts < {end:DateTime64(6)}
 ),
 instances AS
 (
-    SELECT comm_id, collective, msg_size_bytes, seq,
+    SELECT instance,
            toStartOfInterval(min(ts), toIntervalSecond({window_s:UInt32})) AS window,
            min(exec_time_us) AS transfer_us,
            quantileExact(0.5)(exec_time_us) AS median_us
     FROM base
-    GROUP BY comm_id, collective, msg_size_bytes, seq
+    GROUP BY instance
     HAVING count() = any(n_ranks) AND count() > 1
 ),
 samples AS
 (
-    SELECT i.window AS window, b.node AS node, b.pod AS pod, b.pid AS pid,
-           b.comm_id AS comm_id, b.collective AS collective,
-           b.msg_size_bytes AS msg_size_bytes, b.seq AS seq,
+    SELECT i.window AS window, b.instance AS instance, b.process AS process, b.node AS node,
+           b.pod AS pod, b.pid AS pid, b.rank AS comm_rank, b.n_ranks AS n_ranks,
            b.exec_time_us AS exec_time_us, i.transfer_us AS transfer_us,
            i.median_us AS median_us
     FROM base AS b
-    INNER JOIN instances AS i USING (comm_id, collective, msg_size_bytes, seq)
+    INNER JOIN instances AS i USING (instance)
 )

@@ -8,33 +8,24 @@
 --   transfer_us    mean shortest duration: the transfer time estimate
 --   straggler      the outlier rule of outliers.sql
 -- A rank is a process (node, pod, pid); its number is its rank in the largest communicator
--- it belongs to (the world group).
+-- it reported in the window (the world group).
 WITH
 --@include instances.sql
 ,
-processes AS
-(
-    SELECT node, pod, pid, argMax(rank, n_ranks) AS rank
-    FROM base
-    GROUP BY node, pod, pid
-),
 per_unit AS
 (
-    SELECT window, node, pod, pid,
+    SELECT window, any(node) AS node, any(pod) AS pod, any(pid) AS pid,
+           argMax(comm_rank, n_ranks) AS rank,
            count() AS samples,
            countIf(exec_time_us = transfer_us) AS last_count,
            avg(median_us - exec_time_us) AS delay_us,
            avg(exec_time_us - transfer_us) AS wait_us,
            avg(transfer_us) AS mean_transfer_us
     FROM samples
-    GROUP BY window, node, pod, pid
+    GROUP BY window, process
 ),
 --@include outliers.sql
-SELECT j.window AS window, p.rank AS rank, j.node AS node, j.pod AS pod, j.pid AS pid,
-       j.samples AS samples, j.last_count AS last_count,
-       j.last_count / j.samples AS last_fraction,
-       j.delay_us AS delay_us, j.wait_us AS wait_us, j.mean_transfer_us AS transfer_us,
-       j.straggler AS straggler
-FROM judged AS j
-INNER JOIN processes AS p USING (node, pod, pid)
+SELECT window, rank, node, pod, pid, samples, last_count, last_count / samples AS last_fraction,
+       delay_us, wait_us, mean_transfer_us AS transfer_us, straggler
+FROM judged
 ORDER BY window, rank, node, pod, pid

@@ -1,0 +1,25 @@
+"""The straggler benchmark runs end to end on a tiny configuration (no timing asserted)."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.benches import load_bench
+
+
+@pytest.fixture(scope="module")
+def bench():
+    return load_bench("straggler_bench")
+
+
+def test_tiny_run_names_the_straggler(bench, chdb_session):
+    lines = []
+    result = bench.run(records=64 * 400, ranks=64, repeat=1, say=lines.append)
+    assert result["records"] == 64 * 400
+    assert result["named"] == (result["injected"], result["injected"]) == ({21}, {21})
+    assert any(line.startswith("ratio chDB / pandas") for line in lines)
+
+
+def test_records_must_cover_the_ranks(bench):
+    with pytest.raises(SystemExit, match="--records 10 must be at least 2 x --ranks 64"):
+        bench.scenario(10, 64)
