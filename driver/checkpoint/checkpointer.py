@@ -15,7 +15,7 @@ checkpoint key; only authentic checkpoints are resumed from (auth.py). Only repl
 0 writes (torchft replica groups, each its own process group). Within one process group,
 `dp_replica` is the rank's data-parallel replica (rank // shard size under DDP or HSDP):
 only the ranks of replica 0 snapshot and write the model and optimizer state; the others
-add just their own RNG states and data-loader progress.
+add just their own RNG states and data-loader progress (`driver.parallel.Topology.replica_of`).
 """
 
 from __future__ import annotations
@@ -94,6 +94,11 @@ class Checkpointer(Committing, Loading):
             self._call(self._clean, True)
 
     # ---- saving -------------------------------------------------------------------------
+
+    def set_writer(self, writes: bool) -> None:
+        """Under torchft: whether this rank's replica group writes from now on (the lowest
+        live group does; `driver.ft.replica.FtReplica.lowest_live`)."""
+        self.writes = writes and self.config.enabled
 
     def due(self, step: int) -> bool:
         """Whether the configured interval asks for a checkpoint after `step`."""

@@ -25,6 +25,7 @@ from driver.checkpoint.control import NoticePoll
 from driver.checkpoint.listeners import RayListeners
 from driver.checkpoint.preemption import PreemptionGuard
 from driver.checkpoint.state import TrainState
+from driver.parallel import Topology
 
 log = logging.getLogger("driver.checkpoint")
 
@@ -38,7 +39,7 @@ class CheckpointSession:
         self.config, self.steps, self.state = cfg.checkpoint, cfg.train.steps, state
         listeners = (RayListeners(),)  # auxiliary workers' listener actors, called by rank 0
         run = cfg.run
-        replica = rank // max(1, cfg.parallelism.fsdp_size)  # DDP: every rank is a replica
+        replica = Topology.from_config(cfg.parallelism, world).replica_of(rank)
         self.ckpt = Checkpointer(
             self.config, run.team, run.name, rank, world, callbacks=listeners, dp_replica=replica
         )

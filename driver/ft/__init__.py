@@ -1,0 +1,11 @@
+"""Live fault tolerance with torchft: replica groups that survive the loss of a group.
+
+- `config.FtConfig`: the `ft.*` keys (no torch import).
+- `batch`: which micro-batch slots each live group trains on; the LR rule (pure).
+- `lighthouse.DriverSide`: the Lighthouse and the start gate, on the driver.
+- `replica.FtReplica`: a Manager per replica group, the step protocol, healing, metrics.
+- `shrink`: the request the lowest live group sends after a group is dropped.
+- `drill`: one replica group of a small job as a process, for tests and the benchmark.
+
+See docs/ft.md.
+"""

@@ -1,0 +1,264 @@
+"""A fault-tolerance drill: one replica group of a small regression job, as a process.
+
+    python -m driver.ft.drill SPEC.json
+
+Tests (tests/ft) and the benchmark (scripts/bench/ft_bench.py) start one such process per
+replica group next to a `driver.ft.lighthouse.DriverSide`, then kill some with SIGKILL.
+SPEC keys: mode (`ft`, or `ddp`: plain gloo data parallelism, no torchft), group, groups,
+steps, grad_accum, micro_batch, dim, hidden, lr, seed, out (JSON lines, one per committed
+step: step, live, slots, loss, digest, time), ft (FtConfig fields), lighthouse and gate
+(ft), store (ddp: host:port of the TCPStore), kill_step and kill_phase (`before`: in the
+forward pass, `during`: inside the gradient allreduce, `after`: after the commit), ckpt_root
+and ckpt_interval (checkpoints through driver.checkpoint; the lowest live group writes),
+step_sleep_s (simulated extra compute per micro-batch), hold_step and hold_file (wait
+before that step until a joining group wrote ready_file). A run that stops below
+`ft.min_replicas` prints the one-line reason and exits 3.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import signal
+import sys
+import time
+
+STOPPED = 3  # exit code: too few replica groups left (FtStopped)
+
+
+def digest(model) -> str:
+    """Bytes of every parameter, hashed: equal digests are bit-identical weights."""
+    h = hashlib.sha256()
+    for p in model.parameters():
+        h.update(p.detach().contiguous().numpy().tobytes())
+    return h.hexdigest()[:16]
+
+
+class Job:
+    """The model, optimizer and data of the drill (identical on every group)."""
+
+    def __init__(self, spec: dict):
+        import torch
+
+        torch.manual_seed(spec.get("seed", 0))
+        torch.set_num_threads(1)
+        dim, hidden = spec.get("dim", 32), spec.get("hidden", 64)
+        self.model = torch.nn.Sequential(
+            torch.nn.Linear(dim, hidden), torch.nn.Tanh(), torch.nn.Linear(hidden, 1)
+        )
+        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=spec.get("lr", 1e-2))
+        gen = torch.Generator().manual_seed(1234)
+        self.x = torch.randn(4096, dim, generator=gen)
+        self.y = torch.sin(self.x @ torch.randn(dim, 1, generator=gen))
+        self.micro, self.sleep = spec.get("micro_batch", 8), spec.get("step_sleep_s", 0.0)
+
+    def micro_loss(self, step: int, slot: int, slots: int):
+        """Mean loss of one global micro-batch slot (its samples are fixed by step, slot)."""
+        from driver.ft.batch import slot_sample_ids
+
+        ids = slot_sample_ids(step, slot, slots, self.micro)
+        idx = [i % len(self.x) for i in ids]
+        if self.sleep:
+            time.sleep(self.sleep)
+        return (self.model(self.x[idx]) - self.y[idx]).pow(2).mean()
+
+
+def checkpointer(spec: dict, rank: int, world: int):
+    """driver.checkpoint's Checkpointer for the drill, or None without `ckpt_root`."""
+    if not spec.get("ckpt_root"):
+        return None
+    from driver.checkpoint import CheckpointConfig, Checkpointer
+
+    cfg = CheckpointConfig(
+        root=spec["ckpt_root"],
+        interval_steps=spec.get("ckpt_interval", 0),
+        async_mode="sync",
+        keep_last=2,
+    )
+    return Checkpointer(cfg, "drill", spec.get("run", "drill"), rank, world, secret=b"drill")
+
+
+def finite(model) -> bool:
+    return all(bool(p.isfinite().all()) for p in model.parameters())
+
+
+def reference_losses(spec: dict) -> list[float]:
+    """The failure-free run's loss per step, in one process: every slot of every step,
+    gradients summed locally (the same maths as the drill up to reduction order)."""
+    job, groups, accum = Job(spec), spec["groups"], spec.get("grad_accum", 1)
+    slots, losses = groups * accum, []
+    for step in range(spec["steps"]):
+        total = 0.0
+        for slot in range(slots):
+            loss = job.micro_loss(step, slot, slots) / slots
+            loss.backward()
+            total += loss.item()
+        job.optimizer.step()
+        job.optimizer.zero_grad(set_to_none=True)
+        losses.append(total)
+    return losses
+
+
+def hold(spec: dict, step: int) -> None:
+    """`hold_step`/`hold_file`: before that step, wait for a joining group to be ready."""
+    if spec.get("hold_step") == step:
+        deadline = time.monotonic() + 120
+        while not os.path.exists(spec["hold_file"]) and time.monotonic() < deadline:
+            time.sleep(0.02)
+
+
+def kill_now(spec: dict, step: int, phase: str) -> None:
+    if spec.get("kill_step") == step and spec.get("kill_phase") == phase:
+        with open(spec["out"] + ".killed", "w") as f:
+            f.write(str(time.time()))
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def run_ft(spec: dict) -> int:
+    from driver.checkpoint import TrainState
+    from driver.ft.config import FtConfig
+    from driver.ft.replica import FtReplica, FtStopped
+
+    job, groups, accum = Job(spec), spec["groups"], spec.get("grad_accum", 1)
+    cfg = FtConfig.from_dict({"enabled": True, **spec.get("ft", {})})
+    state = TrainState(model=job.model, optimizer=job.optimizer)
+    ckpt = checkpointer(spec, 0, 1)
+    ft = FtReplica(
+        cfg,
+        spec["group"],
+        groups,
+        spec["lighthouse"],
+        {"model": job.model, "optimizer": job.optimizer},
+        accum,
+        gate=spec.get("gate"),
+    )
+    if ckpt and spec.get("resume"):
+        ref = ckpt.resume(state, restarted=True)
+        if ref:
+            ft.manager.load_state_dict({"step": ref.step, "batches_committed": 0})
+    real = ft.manager._pg.allreduce
+
+    def allreduce(*args, **kwargs):  # the `during` kill: the allreduce is already issued
+        work = real(*args, **kwargs)
+        kill_now(spec, ft.step, "during")
+        return work
+
+    ft.manager._pg.allreduce = allreduce
+    if spec.get("ready_file"):  # a (re)joining group: heartbeating, about to ask for a quorum
+        open(spec["ready_file"], "w").close()
+    with open(spec["out"], "a") as out:
+        try:
+            while ft.step < spec["steps"]:
+                hold(spec, ft.step)
+                plan = ft.begin_step()
+                local = 0.0
+                for i, slot in enumerate(plan.slots):
+                    if i == len(plan.slots) - 1:
+                        kill_now(spec, plan.step, "before")
+                    loss = job.micro_loss(plan.step, slot, groups * accum) / plan.divisor
+                    loss.backward()
+                    local += loss.item()
+                total = ft.reduce(job.model.parameters(), local)
+                if ft.commit(job.optimizer):
+                    row = {
+                        "step": ft.step,
+                        "live": plan.live,
+                        "slots": list(plan.slots),
+                        "loss": total,
+                        "digest": digest(job.model),
+                        "time": time.time(),
+                        "lowest": ft.lowest_live,
+                        "finite": finite(job.model),
+                        **ft.metrics(),
+                    }
+                    out.write(json.dumps(row) + "\n")
+                    out.flush()
+                    if ckpt:
+                        ckpt.set_writer(ft.lowest_live)
+                        if ckpt.due(ft.step):
+                            ckpt.save(ft.step, state)
+                kill_now(spec, plan.step, "after")
+        except FtStopped as err:
+            print(err, file=sys.stderr, flush=True)
+            return STOPPED
+        finally:
+            if ckpt:
+                ckpt.close()
+            ft.close()
+    return 0
+
+
+def run_ddp(spec: dict) -> int:
+    """The same job without torchft: one gloo process group over all groups; a lost group
+    fails everyone (the restart-from-checkpoint path)."""
+    from datetime import timedelta
+
+    import torch
+    import torch.distributed as dist
+
+    from driver.checkpoint import TrainState
+    from driver.ft.batch import plan_step
+
+    job, groups, accum = Job(spec), spec["groups"], spec.get("grad_accum", 1)
+    host, port = spec["store"].rsplit(":", 1)
+    store = dist.TCPStore(host, int(port), is_master=False, timeout=timedelta(seconds=60))
+    dist.init_process_group(
+        "gloo",
+        store=store,
+        rank=spec["group"],
+        world_size=groups,
+        timeout=timedelta(seconds=spec.get("timeout_s", 30)),
+    )
+    state = TrainState(model=job.model, optimizer=job.optimizer)
+    ckpt = checkpointer(spec, spec["group"], groups)
+    ref = ckpt.resume(state, restarted=True) if ckpt and spec.get("resume") else None
+    slots = plan_step(range(groups), groups, accum)[spec["group"]]
+    with open(spec["out"], "a") as out:
+        for step in range(ref.step if ref else 0, spec["steps"]):
+            local = 0.0
+            for slot in slots:
+                loss = job.micro_loss(step, slot, groups * accum) / (groups * accum)
+                loss.backward()
+                local += loss.item()
+            kill_now(spec, step, "during")
+            params = list(job.model.parameters())
+            flat = torch.cat([p.grad.reshape(-1) for p in params] + [torch.tensor([local])])
+            dist.all_reduce(flat)
+            offset = 0
+            for p in params:
+                p.grad.copy_(flat[offset : offset + p.numel()].view_as(p))
+                offset += p.numel()
+            job.optimizer.step()
+            job.optimizer.zero_grad(set_to_none=True)
+            row = {
+                "step": step + 1,
+                "live": groups,
+                "slots": list(slots),
+                "loss": float(flat[-1]),
+                "digest": digest(job.model),
+                "time": time.time(),
+            }
+            out.write(json.dumps(row) + "\n")
+            out.flush()
+            if ckpt and ckpt.due(step + 1):
+                ckpt.save(step + 1, state)
+    if ckpt:
+        ckpt.close()
+    dist.destroy_process_group()
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m driver.ft.drill SPEC.json`."""
+    import logging
+
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(message)s")
+    args = sys.argv[1:] if argv is None else argv
+    with open(args[0]) as f:
+        spec = json.load(f)
+    return run_ddp(spec) if spec.get("mode") == "ddp" else run_ft(spec)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,130 @@
+"""Run a drill (driver.ft.drill) as real processes: a Lighthouse here, one process per
+replica group, SIGKILLs on schedule, groups (re)started on request.
+
+    result = Drill(tmp, groups=3, steps=12, kills={2: (5, "during")}).run()
+    result.rows[0]          # group 0's committed steps, in order
+    result.codes, result.stderr
+
+Used by tests/ft and scripts/bench/ft_bench.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+@dataclass
+class DrillResult:
+    rows: dict[str, list[dict]]
+    """Per process name (`g0`, `g2b` for a restarted group 2, ...): its committed steps."""
+    codes: dict[str, int | None]
+    """Exit codes (None: killed by the harness at the deadline)."""
+    stderr: dict[str, str]
+    killed_at: dict[str, float] = field(default_factory=dict)
+    """Wall time of each self-inflicted SIGKILL."""
+    started: float = 0.0
+    ended: float = 0.0
+
+
+@dataclass
+class Drill:
+    folder: Path
+    groups: int
+    steps: int
+    kills: dict[int, tuple[int, str]] = field(default_factory=dict)
+    """group -> (step, phase) at which it SIGKILLs itself."""
+    rejoin: dict[int, int] = field(default_factory=dict)
+    """group -> step of the survivors after which a fresh process of it starts (heals)."""
+    spec: dict = field(default_factory=dict)
+    """Extra drill spec keys (grad_accum, micro_batch, ft, ckpt_root, ...)."""
+    mode: str = "ft"
+    timeout_s: float = 240.0
+
+    def _start(self, name: str, group: int, extra: dict, env: dict) -> subprocess.Popen:
+        spec = {
+            "mode": self.mode,
+            "group": group,
+            "groups": self.groups,
+            "steps": self.steps,
+            "out": str(self.folder / f"{name}.jsonl"),
+            **self.spec,
+            **extra,
+        }
+        if group in self.kills and not name.endswith("b"):
+            spec["kill_step"], spec["kill_phase"] = self.kills[group]
+        for joiner, after in self.rejoin.items():  # survivors wait for the joiner once
+            spec.update(hold_step=after, hold_file=str(self.folder / f"g{joiner}b.ready"))
+        if name.endswith("b"):
+            spec["ready_file"] = str(self.folder / f"{name}.ready")
+        path = self.folder / f"{name}.json"
+        path.write_text(json.dumps(spec))
+        err = open(self.folder / f"{name}.err", "w")  # noqa: SIM115 (closed with the process)
+        return subprocess.Popen(
+            [sys.executable, "-m", "driver.ft.drill", str(path)],
+            stdout=err,
+            stderr=subprocess.STDOUT,
+            env=env,
+        )
+
+    def run(self) -> DrillResult:
+        from driver.ft.config import FtConfig
+
+        self.folder.mkdir(parents=True, exist_ok=True)
+        env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+        side, store, extra = None, None, {}
+        if self.mode == "ft":
+            from driver.ft.lighthouse import DriverSide
+
+            cfg = FtConfig.from_dict({"enabled": True, **self.spec.get("ft", {})})
+            side = DriverSide(cfg, self.groups)
+            extra = {"lighthouse": side.lighthouse_addr, "gate": side.gate_addr}
+        else:
+            from torch.distributed import TCPStore
+
+            store = TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
+            extra = {"store": f"127.0.0.1:{store.port}"}
+        started = time.time()
+        procs = {f"g{g}": self._start(f"g{g}", g, extra, env) for g in range(self.groups)}
+        pending = dict(self.rejoin)
+        deadline = time.monotonic() + self.timeout_s
+        try:
+            while any(p.poll() is None for p in procs.values()) and time.monotonic() < deadline:
+                for group, after in list(pending.items()):
+                    if self._committed(after):
+                        procs[f"g{group}b"] = self._start(f"g{group}b", group, extra, env)
+                        del pending[group]
+                time.sleep(0.05)
+        finally:
+            for p in procs.values():
+                if p.poll() is None:
+                    p.kill()
+                    p.wait()
+            if side:
+                side.shutdown()
+        return self._collect(procs, started)
+
+    def _committed(self, step: int) -> bool:
+        for path in self.folder.glob("g*.jsonl"):
+            lines = path.read_text().splitlines()
+            if lines and json.loads(lines[-1])["step"] >= step:
+                return True
+        return False
+
+    def _collect(self, procs: dict, started: float) -> DrillResult:
+        rows, codes, errs, killed = {}, {}, {}, {}
+        for name, p in procs.items():
+            out = self.folder / f"{name}.jsonl"
+            text = out.read_text() if out.exists() else ""
+            rows[name] = [json.loads(line) for line in text.splitlines() if line.strip()]
+            codes[name] = p.returncode
+            errs[name] = (self.folder / f"{name}.err").read_text()
+            mark = Path(str(out) + ".killed")
+            if mark.exists():
+                killed[name] = float(mark.read_text())
+        return DrillResult(rows, codes, errs, killed, started, time.time())

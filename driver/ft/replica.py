@@ -1,0 +1,243 @@
+"""One replica group's side of torchft: a Manager, the step protocol, liveness, healing.
+
+    ft = FtReplica(cfg.ft, group=rank, groups_at_start=world, lighthouse=addr, gate=gate,
+                   state={"model": model, "optimizer": opt, "scheduler": sched})
+    while ft.step < steps:
+        plan = ft.begin_step()                 # quorum; heals a (re)joining group first
+        for slot in plan.slots:                # this group's micro-batch slots
+            loss = loss_fn(model, batch(plan.step, slot)) / plan.divisor
+            loss.backward()
+        total = ft.reduce(model.parameters(), loss_sum)   # SUM across live groups
+        if ft.commit(optimizer, scheduler):    # all-or-nothing: every group or none steps
+            ...                                # the step counts; else it is run again
+    ft.close()
+
+A group is one process group of its own (here: one worker, as Ray Train 2.60 builds
+them). Quorums are synchronous (`use_async_quorum=False`), so the live groups, and
+therefore the slot plan, are known before the forward pass. A failed collective or a lost
+peer makes `commit` return False on every live group; the next `begin_step` forms a
+quorum without the lost group and the same step runs again. Below `ft.min_replicas` no
+quorum forms: `begin_step` raises FtStopped with one line giving the reason.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import timedelta
+
+from driver.ft.batch import loss_divisor, lr_scale, plan_step
+from driver.ft.config import FtConfig
+from driver.ft.shrink import ShrinkRequest, local_shrink
+
+log = logging.getLogger("driver.ft")
+
+
+class FtStopped(RuntimeError):
+    """Too few replica groups are left to train on; the message is the one-line reason."""
+
+
+@dataclass(frozen=True)
+class StepPlan:
+    step: int
+    """The step about to run (0-based; the number of steps committed so far)."""
+    live: int
+    """Replica groups in this step's quorum."""
+    position: int
+    """This group's place among them (0: the lowest live group)."""
+    slots: tuple[int, ...]
+    """The global micro-batch slots this group processes (driver.ft.batch)."""
+    divisor: int
+    """Divide each micro-batch's mean loss by this before backward."""
+    lr_scale: float
+    """Multiplier on the scheduled learning rate for this step."""
+
+
+def replica_id(group: int) -> str:
+    """Zero-padded, so torchft's order of replica ids is the order of group numbers."""
+    return f"group_{group:05d}"
+
+
+class FtReplica:
+    """torchft Manager of one replica group of one worker, plus the step protocol."""
+
+    def __init__(
+        self,
+        cfg: FtConfig,
+        group: int,
+        groups_at_start: int,
+        lighthouse: str,
+        state: dict,
+        grad_accum: int = 1,
+        gate: str | None = None,
+        host: str = "127.0.0.1",
+        shrink: Callable[[ShrinkRequest], None] | None = None,
+    ):
+        from torch.distributed import TCPStore
+        from torchft import Manager, ProcessGroupGloo
+
+        from driver.ft.lighthouse import pass_gate
+        from driver.ft.transport import WeightsOnlyHTTPTransport
+
+        self.cfg, self.group, self.start_groups = cfg, group, groups_at_start
+        self.grad_accum, self.state = grad_accum, state
+        self.shrink = shrink or local_shrink
+        self._store = TCPStore(host, 0, is_master=True, wait_for_workers=False)
+        timeout = timedelta(seconds=cfg.timeout_s)
+        self.manager = Manager(
+            pg=ProcessGroupGloo(timeout=timeout),
+            min_replica_size=cfg.min_replicas,
+            load_state_dict=self._load,
+            state_dict=self._state_dict,
+            replica_id=replica_id(group),
+            store_addr=host,
+            store_port=self._store.port,
+            rank=0,
+            world_size=1,
+            lighthouse_addr=lighthouse,
+            hostname=host,
+            timeout=timeout,
+            quorum_timeout=timedelta(seconds=cfg.quorum_timeout_s),
+            connect_timeout=timeout,
+            use_async_quorum=False,
+            init_sync=False,
+            heartbeat_interval=timedelta(milliseconds=cfg.heartbeat_interval_ms),
+            checkpoint_transport=WeightsOnlyHTTPTransport(timeout),
+        )
+        if gate:
+            pass_gate(gate, cfg.start_timeout_s)
+        self.plan: StepPlan | None = None
+        self._last_live: int | None = None
+        self.counters = {
+            "ft_quorum_size": 0,
+            "ft_failures_survived": 0,
+            "ft_steps_degraded": 0,
+            "ft_heals": 0,
+            "ft_failed_commits": 0,
+            "ft_quorum_s": 0.0,
+            "ft_reduce_s": 0.0,
+            "ft_commit_s": 0.0,
+        }
+
+    # ---- state for healing ------------------------------------------------------------
+
+    def _state_dict(self) -> dict:
+        return {name: obj.state_dict() for name, obj in self.state.items()}
+
+    def _load(self, sd: dict) -> None:
+        for name, obj in self.state.items():
+            obj.load_state_dict(sd[name])
+        self.counters["ft_heals"] += 1
+        log.warning("ft: group %d healed from a live peer at step %d", self.group, self.step)
+
+    # ---- the step protocol ------------------------------------------------------------
+
+    @property
+    def step(self) -> int:
+        """Steps committed so far (after healing: the live groups' count)."""
+        return self.manager.current_step()
+
+    def begin_step(self) -> StepPlan:
+        """Join this step's quorum (healing first if behind) and return the slot plan."""
+        started = time.perf_counter()
+        try:
+            self.manager.start_quorum()
+            live, position = self.manager.num_participants(), self.manager.participating_rank()
+        except Exception as err:  # no quorum: too few groups left, or the Lighthouse is gone
+            raise FtStopped(self._stop_reason(err)) from None
+        self.counters["ft_quorum_s"] += time.perf_counter() - started
+        self._note_quorum(live, position)
+        constant = self.cfg.constant_batch
+        own = position if constant else self.group
+        slots = plan_step(
+            range(live) if constant else [own], self.start_groups, self.grad_accum, constant
+        )[own]
+        self.plan = StepPlan(
+            self.step,
+            live,
+            position,
+            slots,
+            loss_divisor(live, self.start_groups, self.grad_accum, constant),
+            lr_scale(live, self.start_groups, self.cfg.lr_scaling, constant),
+        )
+        return self.plan
+
+    def _stop_reason(self, err: BaseException) -> str:
+        first = str(err).strip().splitlines()[0][:200] if str(err).strip() else type(err).__name__
+        return (
+            f"ft: no quorum of ft.min_replicas={self.cfg.min_replicas} replica groups "
+            f"within ft.quorum_timeout_s={self.cfg.quorum_timeout_s:g} at step {self.step} "
+            f"(last quorum: {self._last_live} of {self.start_groups} groups; {first})"
+        )
+
+    def _note_quorum(self, live: int, position: int) -> None:
+        last, self._last_live = self._last_live, live
+        self.counters["ft_quorum_size"] = live
+        if last is not None and live < last:
+            self.counters["ft_failures_survived"] += last - live
+            log.warning("ft: %d of %d replica groups left at step %d", live, last, self.step)
+            if position == 0 and self.cfg.shrink:  # the lowest live group asks, once
+                request = ShrinkRequest(groups_before=last, groups_after=live)
+                threading.Thread(target=self._ask_shrink, args=(request,), daemon=True).start()
+
+    def _ask_shrink(self, request: ShrinkRequest) -> None:
+        try:
+            self.shrink(request)
+        except Exception as err:  # a shrink is an optimisation: training goes on
+            log.warning("ft: shrink request failed: %s", err)
+
+    def reduce(self, params, loss_sum: float = 0.0) -> float:
+        """SUM the gradients (and this group's loss contribution) across the live groups
+        through torchft's process group, in one flat buffer. Returns the step's global loss.
+        On a failed collective the gradients are garbage and `commit` returns False."""
+        import torch
+
+        started = time.perf_counter()
+        params = [p for p in params if p.requires_grad]
+        grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
+        flat = torch.cat([g.reshape(-1) for g in grads] + [grads[0].new_tensor([loss_sum])])
+        self.manager.allreduce(flat, reduce_op=torch.distributed.ReduceOp.SUM).wait()
+        offset = 0
+        for p, g in zip(params, grads, strict=True):
+            p.grad = flat[offset : offset + g.numel()].view_as(g)
+            offset += g.numel()
+        self.counters["ft_reduce_s"] += time.perf_counter() - started
+        return float(flat[-1])
+
+    def commit(self, optimizer, scheduler=None) -> bool:
+        """The all-or-nothing vote: step the optimizer (and scheduler) only when every live
+        group's step succeeded. Gradients are cleared either way."""
+        started = time.perf_counter()
+        ok = self.manager.should_commit()
+        if ok:
+            scale = self.plan.lr_scale if self.plan else 1.0
+            saved = [g["lr"] for g in optimizer.param_groups]
+            for g in optimizer.param_groups:
+                g["lr"] = g["lr"] * scale
+            optimizer.step()
+            for g, lr in zip(optimizer.param_groups, saved, strict=True):
+                g["lr"] = lr
+            if scheduler is not None:
+                scheduler.step()
+            if self.plan and self.plan.live < self.start_groups:
+                self.counters["ft_steps_degraded"] += 1
+        else:
+            self.counters["ft_failed_commits"] += 1
+        optimizer.zero_grad(set_to_none=True)
+        self.counters["ft_commit_s"] += time.perf_counter() - started
+        return ok
+
+    @property
+    def lowest_live(self) -> bool:
+        """Whether this group is the lowest live one (the one that writes checkpoints)."""
+        return self.plan is not None and self.plan.position == 0
+
+    def metrics(self) -> dict:
+        """The ft fields of the step's metrics row."""
+        return dict(self.counters)
+
+    def close(self) -> None:
+        self.manager.shutdown(wait=False)
