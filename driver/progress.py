@@ -35,13 +35,17 @@ def summarize(rows: list[dict], skip: int = 1) -> dict:
 def aux_postfix(row: dict) -> dict[str, str]:
     """Per auxiliary service in a row: mean latency in ms and queued requests
     (`encoder=3ms/q0`); the evaluator's newest held-out loss (`eval=0.412`)."""
+    from driver.aux.fleet import EVAL_LOSS, LATENCY, QUEUE_DEPTH, metric
+
     out = {}
     for key, value in row.items():
         parts = key.split("/")
-        if len(parts) == 3 and parts[0] == "aux" and parts[2] == "latency_s":
-            depth = row.get(f"aux/{parts[1]}/queue_depth", 0)
+        if len(parts) != 3 or parts[0] != "aux":
+            continue
+        if parts[2] == LATENCY:
+            depth = row.get(metric(parts[1], QUEUE_DEPTH), 0)
             out[parts[1]] = f"{value * 1000:.0f}ms/q{depth:.0f}"
-        elif len(parts) == 3 and parts[0] == "aux" and parts[2] == "eval_loss":
+        elif parts[2] == EVAL_LOSS:
             out["eval"] = f"{value:.3f}"
     return out
 

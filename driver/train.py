@@ -71,15 +71,17 @@ def checkpoint_lines(summary: dict) -> list[str]:
 def aux_lines(summary: dict) -> list[str]:
     """One line per auxiliary service: workers, proxies, requests, errors, restarts, and
     the evaluator's newest score."""
+    from driver.aux.fleet import EVAL_LOSS, EVAL_VERSION, metric
+
     lines = []
     for name, svc in summary.get("aux", {}).items():
         line = (f"  aux {name}: {svc['workers']} workers, {svc['proxies']} proxies, "
                 f"{svc.get('served', 0)} requests, {svc.get('errors', 0)} errors")  # fmt: skip
         if svc.get("restarts"):
             line += f", {svc['restarts']} worker restarts"
-        score = summary.get(f"aux/{name}/eval_loss")
+        score = summary.get(metric(name, EVAL_LOSS))
         if score is not None:
-            step = summary.get(f"aux/{name}/eval_version")
+            step = summary.get(metric(name, EVAL_VERSION))
             line += f"; eval loss {score:.4f} (weights of step {step})"
         lines.append(line)
     return lines

@@ -154,10 +154,13 @@ def start_service(name: str, svc, layout: ServicePlan, root: str, runtime) -> Se
     rt.info = check_ready(name, rt.workers, svc.ready_timeout_s)
     worker_nodes = [nodes[bundle] for bundle in layout.worker_bundle]
     proxy = ray.remote(AuxProxy)
-    for node, members in proxy_groups(worker_nodes).items():
+    for index, (node, members) in enumerate(proxy_groups(worker_nodes).items()):
         strategy = ray.util.scheduling_strategies.NodeAffinitySchedulingStrategy(node, soft=False)
         rt.proxies[node] = proxy.options(
-            num_cpus=0, max_restarts=-1, scheduling_strategy=strategy
+            num_cpus=0,
+            max_restarts=-1,
+            scheduling_strategy=strategy,
+            name=f"aux-{name}-proxy-{index}",
         ).remote(name, [worker_address(root, name, i) for i in members], svc.on_worker_death)
         address = ray.get(rt.proxies[node].address.remote(), timeout=svc.ready_timeout_s)
         rt.table[address] = len(members)

@@ -23,8 +23,11 @@ ERRORS = "errors"  # handler errors and refusals over the window
 WORKERS = "workers"  # workers of the service
 HEALTHY = "healthy_workers"  # workers that answered their stats within the window
 PROXIES_LIVE = "live_proxies"  # proxies that answered
+EVAL_LOSS = "eval_loss"  # the evaluator's held-out loss of the newest refreshed weights
+EVAL_VERSION = "eval_version"  # the step whose weights EVAL_LOSS scored
+EVAL_ERRORS = "eval_errors"  # an evaluation that ended in an error
 METRICS = (QUEUE_DEPTH, LATENCY, QUEUE_WAIT, PROCESS, THROUGHPUT, ERRORS, WORKERS, HEALTHY,
-           PROXIES_LIVE)  # fmt: skip
+           PROXIES_LIVE, EVAL_LOSS, EVAL_VERSION, EVAL_ERRORS)  # fmt: skip
 
 
 def metric(service: str, name: str) -> str:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import threading
 
-from driver.aux.fleet import metric
+from driver.aux.fleet import EVAL_ERRORS, EVAL_LOSS, EVAL_VERSION, metric
 
 
 class AuxSession:
@@ -102,8 +102,9 @@ class AuxSession:
 
         workers = self.services[refresh.service]["workers"]
         backend = refresh.backend
-        if backend == "auto":
-            backend = "nccl" if next(iter(state.values())).is_cuda else "gloo"
+        if backend == "auto":  # nccl only between GPUs: a CPU-only service gets gloo
+            on_gpu = self.cfg.aux.services[refresh.service].gpus_per_worker > 0
+            backend = "nccl" if on_gpu and next(iter(state.values())).is_cuda else "gloo"
         layout = layout_of(state)
         join = ray_join(workers, layout, backend, refresh.timeout_s)
         return Sender(refresh.service, len(workers), join, layout, backend, refresh.timeout_s)
@@ -144,10 +145,10 @@ class AuxSession:
             try:
                 reply = future.result(timeout=0)
             except Exception:  # counted by the fleet as an error; training goes on
-                row[metric(self.cfg.aux.evaluate, "eval_errors")] = 1
+                row[metric(self.cfg.aux.evaluate, EVAL_ERRORS)] = 1
                 continue
-            row[metric(self.cfg.aux.evaluate, "eval_loss")] = float(reply["loss"])
-            row[metric(self.cfg.aux.evaluate, "eval_version")] = int(reply["version"])
+            row[metric(self.cfg.aux.evaluate, EVAL_LOSS)] = float(reply["loss"])
+            row[metric(self.cfg.aux.evaluate, EVAL_VERSION)] = int(reply["version"])
         self.evaluations = left
         self.last_scores.update(row)
         return row

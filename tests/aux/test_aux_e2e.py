@@ -87,32 +87,42 @@ def test_start_up_timeout_names_the_service(ray_aux, tmp_path, capsys):
     assert "error: aux service encoder: not ready within ready_timeout_s=2 s" in err
 
 
-@pytest.mark.slow
-def test_killed_worker_is_restarted_and_training_finishes(ray_aux, tmp_path):
+def kill_mid_run(out, actor: str) -> tuple[threading.Thread, list]:
+    """A thread that kills (Ray restarts it) the named actor once training has 5 rows."""
     import ray
 
-    out = tmp_path / "kill"
-    killed = []
+    killed: list[float] = []
 
-    def kill_when_training():
+    def watch():
         deadline = time.time() + 120
         while time.time() < deadline and not killed:
             path = out / "metrics.jsonl"
             if path.exists() and path.read_text().count("\n") >= 5:
-                ray.kill(ray.get_actor("aux-encoder-0"), no_restart=False)
+                ray.kill(ray.get_actor(actor), no_restart=False)
                 killed.append(time.time())
             time.sleep(0.2)
 
-    thread = threading.Thread(target=kill_when_training, daemon=True)
+    thread = threading.Thread(target=watch, daemon=True)
     thread.start()
+    return thread, killed
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("actor", ["aux-encoder-0", "aux-encoder-proxy-0"])
+def test_killed_worker_or_proxy_is_restarted_and_training_finishes(ray_aux, tmp_path, actor):
+    """The encoder's only worker (same IPC path, its proxy reconnects) or only proxy (a new
+    port, which ranks learn from the FleetMonitor) dies mid-run: training goes on."""
+    out = tmp_path / "kill"
+    thread, killed = kill_mid_run(out, actor)
     args = [TINY_DIT, "train.steps=150", "data.size=512", "logging.format=json",
             f"run.output_dir={out}", "aux.services.encoder.deadline_s=20"]  # fmt: skip
     assert main(args) == 0
     thread.join(5)
     assert killed
     summary = json.loads((out / "summary.json").read_text())
-    assert summary["steps"] == 150
-    assert summary["aux"]["encoder"]["restarts"] >= 1  # the FleetMonitor saw a new process
+    assert summary["steps"] == 150 and summary["aux"]["encoder"]["errors"] == 0
+    if actor == "aux-encoder-0":
+        assert summary["aux"]["encoder"]["restarts"] >= 1  # the FleetMonitor saw a new process
     step_times = [row["step_time"] for row in rows_of(out)]
     assert max(step_times) < 20 + 5  # no step waited past the encoder's deadline (+ slack)
 
