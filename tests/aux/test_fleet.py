@@ -81,3 +81,30 @@ def test_dashboard_queries_names_the_monitor_writes():
             if "LIKE 'aux/%/" in sql:
                 queried.add(sql.split("LIKE 'aux/%/")[1].split("'")[0])
     assert queried and queried <= set(fleet.METRICS)
+
+
+def test_dashboard_panels_find_the_rows_the_driver_writes():
+    """A metrics row carrying the monitor's figures, through driver.clickhouse into the
+    committed schema (chDB): every aux panel's query returns the service."""
+    from chdb import session as chdb_session
+
+    from driver.clickhouse import metric_rows
+    from kustomize.tooling import clickhouse
+
+    window = worker_window(None, stats(served=8, pending=1, wait=0.2, busy=0.6), 1.0)
+    row = {"step": 3, "time": 1796000000.0, "loss": 1.0,
+           **service_metrics("encoder", [window], [{"address": "tcp://a:1", "live": 1}]),
+           fleet.metric("encoder", fleet.EVAL_LOSS): 0.5}  # fmt: skip
+    identity = {"cluster": "local", "team": "research", "run": "dit", "rank": "0"}
+    with chdb_session.Session() as session:
+        clickhouse.apply(session)
+        body = "".join(json.dumps(r) + "\n" for r in metric_rows(row, identity))
+        session.query(f"INSERT INTO platform.run_metrics FORMAT JSONEachRow {body}")
+        for panel in json.loads(DASHBOARD.read_text())["panels"]:
+            sql = panel["targets"][0]["rawSql"]
+            sql = (sql.replace("$__timeInterval(ts)", "toStartOfMinute(ts)")
+                   .replace("${team}", "research").replace("${run:singlequote}", "'dit'")
+                   .replace("$__timeFilter(ts)", "1"))  # fmt: skip
+            text = session.query(sql, "JSONEachRow").bytes().decode()
+            got = [json.loads(line) for line in text.splitlines()]
+            assert [r["service"] for r in got] == ["encoder"], panel["title"]
