@@ -3,7 +3,10 @@
 `write_bundle(output_dir, ...)` writes `<output_dir>/crash-<timestamp>/` holding the
 composed config, the driver's exception, the exception + traceback + last log lines of every
 failed rank, the driver's last log lines, the environment (secrets redacted), package
-versions and the git revision. The driver prints where it is and exits 1.
+versions, the git revision and, when ranks left any, their PyTorch flight recorder dumps
+(`<output_dir>/flight-recorder/rank_<r>[.json]`, or a `flight_recorder` snapshot in a
+failed rank's record) with their analysis in `summary.json`. The driver prints where it is
+and exits 1.
 """
 
 from __future__ import annotations
@@ -66,6 +69,34 @@ def rank_report(rank: int, record: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def flight_recorder(folder: Path, output_dir: Path, ranks: dict[int, dict]) -> dict | None:
+    """The ranks' flight recorder dumps into `folder/flight-recorder/`: each as JSON, the
+    original files moved under `original/` (the next failure starts clean), the analysis in
+    analysis.txt; returns the analysis (None without dumps). Per rank a JSON file wins over
+    the snapshot the rank sent, which wins over the watchdog's pickle (read with containers
+    and scalars only, never a class)."""
+    from observability import flight_recorder as fr
+    from observability import fr_analysis
+
+    source = Path(output_dir) / fr.DUMP_DIR
+    files, errors = fr.load_dir(source) if source.is_dir() else ({}, [])
+    sent = {r: fr.normalize(rec["flight_recorder"]) for r, rec in ranks.items()
+            if isinstance(rec.get("flight_recorder"), dict)}  # fmt: skip
+    json_files = {r: d for r, d in files.items() if (source / f"{fr.PREFIX}{r}.json").exists()}
+    dumps = {**files, **sent, **json_files}
+    if not dumps and not errors:
+        return None
+    out = folder / fr.DUMP_DIR
+    (out / "original").mkdir(parents=True)
+    for path in source.glob(f"{fr.PREFIX}*") if source.is_dir() else ():
+        path.rename(out / "original" / path.name)
+    for rank, dump in sorted(dumps.items()):
+        (out / f"{fr.PREFIX}{rank}.json").write_text(json.dumps(dump, indent=1))
+    report = {**fr_analysis.analyse(dumps), "errors": errors}
+    (out / "analysis.txt").write_text("\n".join(fr_analysis.lines(report) + errors) + "\n")
+    return report
+
+
 def write_bundle(
     output_dir: str | Path,
     config_yaml: str,
@@ -84,6 +115,7 @@ def write_bundle(
     (folder / "config.yaml").write_text(config_yaml)
     exc_text = "".join(traceback.format_exception(type(error), error, error.__traceback__))
     (folder / "error.txt").write_text(exc_text)
+    flight = flight_recorder(folder, Path(output_dir), ranks)
     for rank, record in sorted(ranks.items()):
         (folder / f"rank-{rank}.txt").write_text(rank_report(rank, record))
     (folder / "driver.log").write_text("\n".join(driver_lines) + "\n")
@@ -95,5 +127,7 @@ def write_bundle(
         "error": f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}",
         "failed_ranks": sorted(ranks),
     }
+    if flight is not None:
+        summary["flight_recorder"] = flight
     (folder / "summary.json").write_text(json.dumps(summary, indent=1))
     return folder
