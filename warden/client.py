@@ -1,0 +1,83 @@
+"""The Warden client: what training code may import from Warden (starters only).
+
+It imports Warden's messages (`warden.model`, plain dataclasses) and Temporal's client,
+nothing of the worker, the activities or the Kubernetes and GCP adapters.
+
+    from warden.client import report_stragglers_sync
+    report_stragglers_sync("temporal.warden:7233", findings, task_queue="warden")
+
+A persistent NCCL straggler (observability/sql/straggler_findings.sql: a rank that arrived
+last in most windows for long enough) is in-job evidence against its node, but not proof:
+it is handed to Warden as an ambiguous finding, so the node workflow runs the node check
+first and cordons only if the check fails (docs/warden.md). One node workflow per node at a
+time: a report while one runs is dropped (False).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable
+from datetime import timedelta
+
+from temporalio.client import Client
+from temporalio.exceptions import WorkflowAlreadyStartedError
+
+from warden.model import AMBIGUOUS, NodeInput, Timings, node_workflow_id
+
+NODE_WORKFLOW = "NodeWorkflow"  # warden.workflows.NodeWorkflow, started by name
+
+
+async def report_node(
+    client: Client, node: str, reason: str, task_queue: str, timings: Timings | None = None
+) -> bool:
+    """Start the node workflow for an ambiguous finding on `node`; False when a node
+    workflow already runs for it. `timings` default to Warden's defaults."""
+    t = timings or Timings()
+    try:
+        await client.start_workflow(
+            NODE_WORKFLOW,
+            NodeInput(node, "respond", t, AMBIGUOUS, reason),
+            id=node_workflow_id(node),
+            task_queue=task_queue,
+            task_timeout=timedelta(seconds=t.workflow_task_timeout_s),
+        )
+    except WorkflowAlreadyStartedError:
+        return False
+    return True
+
+
+def straggler_reasons(findings: Iterable[dict]) -> dict[str, str]:
+    """One reason per node from persistent straggler findings (rows of
+    straggler_findings.sql: rank, node, pod, persistent, straggler_windows, windows,
+    delay_us, since, until); findings that are not persistent are left out."""
+    per_node: dict[str, list[str]] = {}
+    for f in findings:
+        if not f.get("persistent"):
+            continue
+        per_node.setdefault(f["node"], []).append(
+            f"rank {f['rank']} ({f.get('pod', '?')}) last in {f['straggler_windows']}/"
+            f"{f['windows']} windows, {float(f['delay_us']) / 1000:.1f} ms behind the median "
+            f"rank, {f.get('since', '?')} to {f.get('until', '?')}"
+        )
+    return {node: "NCCL straggler: " + "; ".join(parts) for node, parts in per_node.items()}
+
+
+async def report_stragglers(
+    client: Client, findings: Iterable[dict], task_queue: str, timings: Timings | None = None
+) -> dict[str, bool]:
+    """Hand each node with a persistent straggler to Warden; {node: started}."""
+    reasons = straggler_reasons(findings)
+    started = [report_node(client, n, r, task_queue, timings) for n, r in reasons.items()]
+    return dict(zip(reasons, await asyncio.gather(*started), strict=True))
+
+
+def report_stragglers_sync(
+    address: str, findings: Iterable[dict], task_queue: str, namespace: str = "default"
+) -> dict[str, bool]:
+    """`report_stragglers` for synchronous code: connects, reports, returns."""
+
+    async def main() -> dict[str, bool]:
+        client = await Client.connect(address, namespace=namespace)
+        return await report_stragglers(client, findings, task_queue)
+
+    return asyncio.run(main())
