@@ -61,6 +61,7 @@ class Progress:
         self.lines: deque[str] = deque(maxlen=cfg.logging.tail_lines)
         self.identity = {"run": cfg.run.name, "team": cfg.run.team, "cluster": cfg.run.cluster}
         self.bar = None
+        self.aux_shown: dict[str, str] = {}
         self.warehouse = None  # a driver.clickhouse.RunMetricsWriter with logging.clickhouse_url
         if cfg.logging.clickhouse_url:
             from driver.clickhouse import RunMetricsWriter
@@ -143,7 +144,8 @@ class Progress:
         for key, value in row.items():
             if key.endswith("_per_s") and not key.startswith("aux/"):
                 postfix[key.replace("_per_s", "/s")] = f"{value:.0f}"
-        postfix.update(aux_postfix(row))
+        self.aux_shown.update(aux_postfix(row))  # a service's figures stay until updated
+        postfix.update(self.aux_shown)
         self.bar.set_postfix(postfix)
 
     def close(self) -> None:
