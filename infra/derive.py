@@ -161,6 +161,59 @@ def ksa_member(cluster: Cluster, namespace: str, name: str) -> str:
     return f"serviceAccount:{workload_pool(cluster)}[{namespace}/{name}]"
 
 
+def team_account_id(cluster: Cluster, team: str) -> str:
+    """Google service account id of one team's runs: `<cluster>-team-<team>`."""
+    return f"{cluster.name}-team-{team}"
+
+
+def team_prefix(team: str) -> str:
+    """The object-name prefix of a team in the checkpoint and bundle buckets: `<team>/`.
+
+    Checkpoints live under `gs://<checkpoints>/<team>/<run>/` (driver/checkpoint/layout.py).
+    """
+    return f"{team}/"
+
+
+def team_bucket_condition(bucket: str, team: str) -> dict[str, str]:
+    """IAM condition that limits a bucket grant to the team's objects.
+
+    Object reads and writes name the object (`projects/_/buckets/B/objects/<team>/...`);
+    a list request names the bucket, so it is allowed only when its prefix is the team's
+    (`storage.googleapis.com/objectListPrefix`).
+    """
+    prefix = team_prefix(team)
+    objects = f'resource.name.startsWith("projects/_/buckets/{bucket}/objects/{prefix}")'
+    listing = (
+        'resource.type == "storage.googleapis.com/Bucket" && '
+        f'api.getAttribute("storage.googleapis.com/objectListPrefix", "").startsWith("{prefix}")'
+    )
+    return {
+        "title": f"team {team} only",
+        "description": f"objects under {prefix} of {bucket}, and listing that prefix",
+        "expression": f"{objects} || ({listing})",
+    }
+
+
+def node_vm_prefix(cluster: Cluster) -> str:
+    """Name prefix GKE gives the VMs and instance groups of the cluster's node pools."""
+    return f"gke-{cluster.name}-"
+
+
+def warden_instance_condition(cluster: Cluster) -> dict[str, str]:
+    """IAM condition: only this cluster's node VMs and instance groups, in its zones."""
+    prefix = node_vm_prefix(cluster)
+    names = [
+        f"projects/{cluster.project}/zones/{zone}/{kind}/{prefix}"
+        for zone in cluster.zones
+        for kind in ("instances", "instanceGroupManagers")
+    ]
+    return {
+        "title": f"{cluster.name} nodes only",
+        "description": f"VMs and instance groups named {prefix}* in {', '.join(cluster.zones)}",
+        "expression": " || ".join(f'resource.name.startsWith("{n}")' for n in names),
+    }
+
+
 def argocd_path(cluster: Cluster) -> str:
     """Folder of this cluster's app-of-apps in the repository."""
     return f"kustomize/argocd/{cluster.name}"

@@ -30,7 +30,7 @@ def check(name: str, root: Path | None = None) -> Cluster:
     """The validated cluster, or an InputError naming the first problem."""
     cluster = load_cluster(name, root=root, field="stack")
     source = _source(cluster_file(name, root))
-    for rule in (_name_fits, _nic_subnets_fit, _rdma_pools_one_zone):
+    for rule in (_name_fits, _team_names_fit, _nic_subnets_fit, _rdma_pools_one_zone):
         rule(cluster, source)
     return cluster
 
@@ -60,6 +60,20 @@ def _name_fits(cluster: Cluster, source: str) -> None:
     if len(longest) > SA_ID_MAX:
         room = SA_ID_MAX - len(LONGEST_ROLE) - 1
         raise InputError(source, "name", f"at most {room} characters (service account ids)")
+
+
+def _team_names_fit(cluster: Cluster, source: str) -> None:
+    """Each team gets a Google service account `<cluster>-team-<team>` (at most 30 chars)."""
+    for i, team in enumerate(cluster.teams):
+        account = derive.team_account_id(cluster, team)
+        if len(account) > SA_ID_MAX:
+            room = SA_ID_MAX - len(account) + len(team)
+            raise InputError(
+                source,
+                f"teams[{i}]",
+                f"{team!r}: at most {room} characters in {cluster.name} "
+                f"(its service account id {account!r} is over {SA_ID_MAX})",
+            )
 
 
 def _nic_subnets_fit(cluster: Cluster, source: str) -> None:

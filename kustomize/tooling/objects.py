@@ -150,6 +150,11 @@ def gsa_email(cluster: Cluster, role: str) -> str:
     return f"{cluster.name}-{role}@{cluster.project}.iam.gserviceaccount.com"
 
 
+def team_role(team: str) -> str:
+    """The Google service account role of one team's runs (infra: `<cluster>-team-<team>`)."""
+    return f"team-{team}"
+
+
 def workload_identity(cluster: Cluster, role: str) -> dict[str, str]:
     """Annotation that lets a Kubernetes service account act as the role's Google account."""
     return {WORKLOAD_IDENTITY: gsa_email(cluster, role)}
@@ -177,7 +182,7 @@ def team_objects(cluster: Cluster, team: str) -> list[Obj]:
          "spec": {"clusterQueue": CLUSTER_QUEUE}},
         {"apiVersion": "v1", "kind": "ServiceAccount",
          "metadata": {"name": TRAINING_SA, "namespace": team,
-                      "annotations": workload_identity(cluster, "training")}},
+                      "annotations": workload_identity(cluster, team_role(team))}},
         {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
          "metadata": {"name": "researchers", "namespace": team},
          "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",

@@ -120,14 +120,69 @@ def test_service_accounts_have_no_basic_roles(program):
             assert not permission.startswith("resourcemanager."), permission
 
 
-def test_training_pods_reach_buckets_through_workload_identity(program, spec):
-    bindings = [r.inputs for r in program.of_type("gcp:serviceaccount/iAMMember:IAMMember")]
-    members = {b["member"] for b in bindings if "training" in b["serviceAccountId"]}
+BUCKET_GRANT = "gcp:storage/bucketIAMMember:BucketIAMMember"
+WI_BINDING = "gcp:serviceaccount/iAMMember:IAMMember"
+
+
+def team_of_account(email: str, spec) -> str | None:
+    """The team whose runs act as this Google account (`<cluster>-team-<team>@`), if any."""
+    local = email.split("@", 1)[0]
+    prefix = f"{spec.name}-team-"
+    return local.removeprefix(prefix) if local.startswith(prefix) else None
+
+
+def test_each_team_has_its_own_account_bound_to_its_own_namespace(program, spec):
+    """Workload Identity per namespace: team T's KSA `training` acts as T's account only."""
     pool = f"{spec.project}.svc.id.goog"
-    assert members == {f"serviceAccount:{pool}[{team}/training]" for team in spec.teams}
-    grants = program.of_type("gcp:storage/bucketIAMMember:BucketIAMMember")
-    assert {g.inputs["bucket"] for g in grants} == {spec.buckets.checkpoints, spec.buckets.bundles}
-    assert {g.inputs["role"] for g in grants} == {"roles/storage.objectUser"}
+    by_team = {}
+    for r in program.of_type(WI_BINDING):
+        team = team_of_account(r.inputs["serviceAccountId"].rsplit("/", 1)[-1], spec)
+        if team is not None:
+            assert team not in by_team, f"{team}: two Workload Identity bindings"
+            by_team[team] = r.inputs["member"]
+    assert by_team == {t: f"serviceAccount:{pool}[{t}/training]" for t in spec.teams}
+
+
+def test_bucket_grants_are_limited_to_the_team_prefix(program, spec):
+    """No account holds a whole bucket: every grant is a team's, conditioned on `<team>/`."""
+    grants = program.of_type(BUCKET_GRANT)
+    buckets = {spec.buckets.checkpoints, spec.buckets.bundles}
+    seen = set()
+    for g in grants:
+        inputs = g.inputs
+        team = team_of_account(inputs["member"].removeprefix("serviceAccount:"), spec)
+        assert team in spec.teams, f"{g.name}: {inputs['member']} is not a team's account"
+        assert inputs["role"] == "roles/storage.objectUser", g.name
+        bucket = inputs["bucket"]
+        condition = (inputs.get("condition") or {}).get("expression", "")
+        objects = f'resource.name.startsWith("projects/_/buckets/{bucket}/objects/{team}/")'
+        listing = f'"storage.googleapis.com/objectListPrefix", "").startsWith("{team}/")'
+        assert objects in condition and listing in condition, f"{g.name}: {condition!r}"
+        others = [t for t in spec.teams if t != team]
+        assert not any(f"/objects/{t}/" in condition for t in others), g.name
+        seen.add((team, bucket))
+    assert seen == {(t, b) for t in spec.teams for b in buckets}
+
+
+def test_warden_repairs_only_the_cluster_s_own_vms(program, spec):
+    """Reset and update need a condition naming this cluster's node VMs in its zones."""
+    roles = {r.inputs["roleId"]: r.inputs["permissions"]
+             for r in program.of_type("gcp:projects/iAMCustomRole:IAMCustomRole")}  # fmt: skip
+    for r in program.of_type("gcp:projects/iAMMember:IAMMember"):
+        if "warden" not in r.inputs["member"]:
+            continue
+        role_id = r.inputs["role"].rsplit("/", 1)[-1]
+        mutating = [p for p in roles.get(role_id, []) if p.split(".")[-1] in ("reset", "update")
+                    and p.startswith("compute.")]  # fmt: skip
+        if not mutating:
+            continue
+        expression = (r.inputs.get("condition") or {}).get("expression", "")
+        clauses = expression.split(" || ")
+        assert clauses and all(
+            c.startswith(f'resource.name.startsWith("projects/{spec.project}/zones/')
+            and f"/gke-{spec.name}-" in c
+            for c in clauses
+        ), f"{r.name}: {mutating} without a condition on this cluster's VMs: {expression!r}"
 
 
 def test_versions_pinned(program, spec):
@@ -175,7 +230,8 @@ def test_stack_outputs(program, spec):
     assert out["bundle_bucket"] == spec.buckets.bundles
     assert out["registry_url"].endswith(f"/{spec.project}/{spec.registry.repository}")
     assert out["cluster_endpoint"]
-    assert set(out["service_accounts"]) == {"nodes", "training", "warden", "observability"}
+    teams = {f"team-{t}" for t in spec.teams}
+    assert set(out["service_accounts"]) == {"nodes", "warden", "observability", *teams}
     assert all(
         e.endswith(f"@{spec.project}.iam.gserviceaccount.com")
         for e in out["service_accounts"].values()

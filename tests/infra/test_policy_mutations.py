@@ -51,6 +51,39 @@ def all_users_reader(p):
     grant.inputs["member"] = "allUsers"
 
 
+def team_grant(p, name: str = "ultra-usc1-team-media-checkpoints") -> dict:
+    return inputs_of(p, name, "gcp:storage/bucketIAMMember:BucketIAMMember")
+
+
+def whole_bucket(p):
+    del team_grant(p)["condition"]
+
+
+def other_teams_prefix(p):
+    grant = team_grant(p)
+    grant["condition"] = dict(grant["condition"])
+    grant["condition"]["expression"] = grant["condition"]["expression"].replace(
+        "/objects/media/", "/objects/research/"
+    )
+
+
+def shared_account(p):
+    research = team_grant(p, "ultra-usc1-team-research-checkpoints")
+    team_grant(p)["member"] = research["member"]
+
+
+def one_account_for_all_teams(p):
+    bindings = p.of_type("gcp:serviceaccount/iAMMember:IAMMember")
+    media = [b for b in bindings if b.name == "ultra-usc1-wi-team-media"][0]
+    research = [b for b in bindings if b.name == "ultra-usc1-wi-team-research"][0]
+    media.inputs["serviceAccountId"] = research.inputs["serviceAccountId"]
+
+
+def warden_any_vm(p):
+    member = inputs_of(p, "ultra-usc1-warden-node-repair", "gcp:projects/iAMMember:IAMMember")
+    del member["condition"]
+
+
 def editor_role(p):
     p.of_type("gcp:projects/iAMMember:IAMMember")[0].inputs["role"] = "roles/editor"
 
@@ -87,6 +120,15 @@ CASES = [
     ("ultra-usc1", public_bucket, policy.test_buckets_are_not_public),
     ("ultra-usc1", all_users_reader, policy.test_buckets_are_not_public),
     ("ultra-usc1", editor_role, policy.test_service_accounts_have_no_basic_roles),
+    ("ultra-usc1", whole_bucket, policy.test_bucket_grants_are_limited_to_the_team_prefix),
+    ("ultra-usc1", other_teams_prefix, policy.test_bucket_grants_are_limited_to_the_team_prefix),
+    ("ultra-usc1", shared_account, policy.test_bucket_grants_are_limited_to_the_team_prefix),
+    (
+        "ultra-usc1",
+        one_account_for_all_teams,
+        policy.test_each_team_has_its_own_account_bound_to_its_own_namespace,
+    ),
+    ("ultra-usc1", warden_any_vm, policy.test_warden_repairs_only_the_cluster_s_own_vms),
     ("ultra-usc1", floating_chart, policy.test_versions_pinned),
     ("ultra-usc1", two_zone_compact, policy.test_compact_pools_have_one_zone),
     ("ultra-usc1", no_gvnic, policy.test_gpu_pools_match_the_accelerator_catalog),

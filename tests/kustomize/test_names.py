@@ -154,7 +154,7 @@ def test_service_accounts_infra_binds_exist(overlay, cluster):
     objs = overlay(cluster)
     spec = load_cluster(cluster)
     accounts = [(*derive.WARDEN_KSA, "warden"), (*derive.OBSERVABILITY_KSA, "observability")]
-    accounts += [(team, derive.TRAINING_KSA, "training") for team in spec.teams]
+    accounts += [(team, derive.TRAINING_KSA, f"team-{team}") for team in spec.teams]
     for namespace, name, role in accounts:
         account = named(objs, "ServiceAccount", name, namespace)
         annotation = account["metadata"]["annotations"][objects.WORKLOAD_IDENTITY]
@@ -165,8 +165,9 @@ def test_google_service_account_names_follow_infra():
     """infra names each Google service account `<cluster>-<role>`."""
     identity = (ROOT / "infra/components/identity.py").read_text()
     assert 'account_id=f"{self.spec.name}-{role}"' in identity
-    for role in ("training", "warden", "observability"):
+    for role in ("warden", "observability"):
         assert f'"{role}"' in identity
+    assert 'f"team-{team}"' in identity
 
 
 def kueue_config(built) -> dict:
