@@ -16,7 +16,7 @@ from pathlib import Path
 
 from catalog.errors import InputError
 from driver import capacity
-from driver.aux.config import check_remote_stage
+from driver.aux.config import check_run
 from driver.config import check_batch
 from driver.embedded import LOCAL_ENV, lean_trainer
 
@@ -111,7 +111,7 @@ def plan_capacity(cfg) -> tuple[capacity.Plan, bool]:
     except capacity.CapacityError as err:
         raise InputError(None, "parallelism", str(err)) from None
     check_batch(cfg, result.world_size)  # the world size is known only now
-    check_remote_stage(cfg)
+    check_run(cfg)  # across sections: aux, model, data
     return result, use_gpu
 
 

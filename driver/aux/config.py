@@ -93,6 +93,19 @@ def _choice(value, allowed: tuple) -> str:
     return f"{value!r} is not one of {', '.join(allowed)}"
 
 
+def check_run(cfg) -> None:
+    """Checks across sections, at launch: `aux.condition` needs a DiT, the weight refresh a
+    model that is not sharded, and `data.remote_stage` a service and a batch source that
+    takes remote stages."""
+    if cfg.aux.condition and cfg.model.kind != "dit":
+        raise InputError(None, "aux.condition", f"the {cfg.model.kind} model takes no embeddings")
+    if cfg.aux.refresh.every_steps and cfg.parallelism.fsdp_size > 1:
+        raise InputError(
+            None, "aux.refresh.every_steps", "refreshes unsharded models only (fsdp_size 1)"
+        )
+    check_remote_stage(cfg)
+
+
 def check_remote_stage(cfg) -> None:
     """`data.remote_stage` names a service, and `data.source` takes remote stages."""
     import inspect

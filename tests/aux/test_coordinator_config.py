@@ -8,7 +8,7 @@ import pytest
 from catalog.errors import InputError
 from driver.config import compose
 from driver.train import main
-from tests.driver.conftest import TINY_DIT
+from tests.driver.conftest import TINY_DIT, TINY_LM
 
 ENC = "aux.services.encoder"
 
@@ -88,3 +88,20 @@ def test_remote_data_config_composes():
     assert cfg.data.remote_stage == "flip" and set(cfg.aux.services) == {
         "encoder", "evaluator", "flip"
     }  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("path", "overrides", "key", "message"),
+    [
+        (TINY_LM, ["aux=dit_local"], "aux.condition", "the lm model takes no embeddings"),
+        (TINY_DIT, ["parallelism.fsdp_size=2", "parallelism.workers=2"],
+         "aux.refresh.every_steps", "unsharded models only"),
+    ],
+)  # fmt: skip
+def test_checks_across_sections_at_launch(path, overrides, key, message):
+    from driver.aux.config import check_run
+
+    cfg, _ = compose(path, overrides)
+    with pytest.raises(InputError) as caught:
+        check_run(cfg)
+    assert caught.value.field == key and message in caught.value.message

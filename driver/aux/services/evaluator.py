@@ -8,7 +8,7 @@ refresh group (driver.aux.refresh) into `load_weights`; `evaluate` scores the ne
 complete version with `torch.func.functional_call` (the served module is never written).
 
 Method `evaluate`: payload `{"version": v}` (wait up to `wait_s` for version >= v) ->
-`{"version": int, "loss": float}`.
+`{"version": int, "loss": float}`. `device: auto` scores on the worker's GPU, if any.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import math
 from types import SimpleNamespace
 
 from driver.aux.refresh import Versioned
+from driver.aux.services.encoder import EncoderHandler, resolve_device
 
 HELD_OUT_SEED = 7919  # added to data.seed: examples the run does not train on
 
@@ -25,10 +26,12 @@ class EvaluatorHandler:
     """Handler: held-out loss of the newest refreshed weights."""
 
     def __init__(self, model: dict, data: dict, encoder: dict | None = None, batches: int = 4,
-                 batch_size: int = 32, wait_s: float = 10.0, threads: int = 1):  # fmt: skip
+                 batch_size: int = 32, wait_s: float = 10.0, threads: int = 1,
+                 device: str = "auto"):  # fmt: skip
         self.model_cfg, self.data_cfg = SimpleNamespace(**model), SimpleNamespace(**data)
         self.encoder_cfg, self.batches, self.batch_size = encoder, batches, batch_size
         self.wait_s, self.threads = wait_s, threads
+        self.device = resolve_device(device)
         self.weights = Versioned()
         self.scored = 0
 
@@ -42,8 +45,8 @@ class EvaluatorHandler:
                                       "seed": self.data_cfg.seed + HELD_OUT_SEED})  # fmt: skip
         dim = int(self.encoder_cfg["dim"]) if self.encoder_cfg else 0
         self.work = build(self.model_cfg, held_out, cond_dim=dim)
-        self.work.model.eval()
-        self.held_out = [self._batch(i) for i in range(self.batches)]
+        self.work.model.to(self.device).eval()
+        self.held_out = [self._to_device(self._batch(i)) for i in range(self.batches)]
 
     def _batch(self, index: int) -> tuple:
         """Held-out batch `index` with its fixed noise (and embeddings)."""
@@ -61,14 +64,19 @@ class EvaluatorHandler:
         noise = torch.randn(batch.shape, generator=gen)
         emb = None
         if self.encoder_cfg:
-            from driver.aux.services.encoder import EncoderHandler
-
             encoder = EncoderHandler(self.encoder_cfg["dim"], self.encoder_cfg.get("seed", 0))
             emb = torch.from_numpy(encoder.encode(batch.numpy()))
         return (batch, t, noise, emb)
 
+    def _to_device(self, batch: tuple) -> tuple:
+        from driver.step import to_device
+
+        return tuple(None if part is None else to_device(part, self.device) for part in batch)
+
     def load_weights(self, version: int, state: dict) -> None:
-        self.weights.set(version, state)
+        """A complete received state (moved to this worker's device first) becomes the
+        served version."""
+        self.weights.set(version, {k: v.to(self.device) for k, v in state.items()})
 
     def ready(self) -> dict:
         return {"held_out_batches": len(self.held_out), "kind": self.model_cfg.kind}
