@@ -6,13 +6,16 @@
 For each cluster in `clusters/` it writes `kustomize/overlays/<name>/generated/` (a kustomize
 Component: team namespaces, Kueue flavors and queue, the image-cache pulls, cluster facts,
 the images of Warden's Jobs), `kustomize/overlays/<name>-fair-sharing/` (the optional
-capacity-quota overlay) and `kustomize/overlays/<name>-node-addons/` (the GPU node add-ons
-its accelerators need, from `kustomize/bases/node-addons/`).
+capacity-quota overlay), `kustomize/overlays/<name>-node-addons/` (the GPU node add-ons
+its accelerators need, from `kustomize/bases/node-addons/`) and
+`kustomize/argocd/<name>/runs-project.yaml` (the Argo CD project of its runs: only the kinds
+`runner render` writes, only into its team namespaces).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
@@ -20,11 +23,13 @@ import yaml
 
 from catalog import Cluster, InputError, accelerator, cluster_names, load_cluster, repo_root
 from catalog import labels as names
-from kustomize.tooling import images, objects
+from kustomize.tooling import images, objects, security
 
 KUSTOMIZE_API = "kustomize.config.k8s.io/v1beta1"
 KUSTOMIZE_COMPONENT_API = "kustomize.config.k8s.io/v1alpha1"
 WARDEN_IMAGE = "warden"
+SECRETS_NS = "platform-secrets"
+RUNS_PROJECT_FILE = "runs-project.yaml"
 FAIR_SHARING_SUFFIX = "-fair-sharing"
 NODE_ADDONS_SUFFIX = "-node-addons"
 NODE_ADDONS_BASES = Path("kustomize/bases/node-addons")
@@ -41,8 +46,21 @@ def header(cluster: Cluster) -> str:
     )
 
 
+class LiteralText(str):
+    """A multi-line string dumped as a YAML literal block (`|`)."""
+
+
+class _Dumper(yaml.SafeDumper):
+    pass
+
+
+_Dumper.add_representer(
+    LiteralText, lambda d, s: d.represent_scalar("tag:yaml.org,2002:str", s, style="|")
+)
+
+
 def dump(docs: list) -> str:
-    return "---\n".join(yaml.safe_dump(d, sort_keys=False, width=100) for d in docs)
+    return "---\n".join(yaml.dump(d, Dumper=_Dumper, sort_keys=False, width=100) for d in docs)
 
 
 def image_cache_patch(cluster: Cluster, entries: list[dict]) -> list[dict]:
@@ -69,6 +87,25 @@ def cluster_info(cluster: Cluster, namespace: str) -> dict:
             "metadata": {"name": "cluster-info", "namespace": namespace}, "data": data}  # fmt: skip
 
 
+def secret_maker(cluster: Cluster) -> list[dict]:
+    """The secret-maker's list (a ConfigMap) and its RoleBinding in each namespace it writes."""
+    lines = [json.dumps(spec) for spec in security.secret_specs(cluster)]
+    specs = LiteralText("[\n" + ",\n".join(lines) + "\n]\n")
+    docs: list[dict] = [{"apiVersion": "v1", "kind": "ConfigMap",
+                         "metadata": {"name": "secret-maker-specs", "namespace": SECRETS_NS},
+                         "data": {"secrets.json": specs}}]  # fmt: skip
+    for namespace in security.secret_namespaces(cluster):
+        docs.append({
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+            "metadata": {"name": "secret-maker", "namespace": namespace},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                        "name": "secret-maker"},
+            "subjects": [{"kind": "ServiceAccount", "name": "secret-maker",
+                          "namespace": SECRETS_NS}],
+        })  # fmt: skip
+    return docs
+
+
 def component_files(cluster: Cluster, entries: list[dict]) -> dict[str, str]:
     """`overlays/<name>/generated/`: a Component the cluster's overlay includes."""
     head = header(cluster)
@@ -78,7 +115,7 @@ def component_files(cluster: Cluster, entries: list[dict]) -> dict[str, str]:
     kustomization = {
         "apiVersion": KUSTOMIZE_COMPONENT_API,
         "kind": "Component",
-        "resources": ["teams.yaml", "kueue.yaml", "cluster-info.yaml"],
+        "resources": ["teams.yaml", "kueue.yaml", "cluster-info.yaml", "secret-maker.yaml"],
         "patches": [
             {"path": "image-cache.yaml", "target": IMAGE_CACHE_TARGET},
             {"path": "service-accounts.yaml"},
@@ -93,6 +130,7 @@ def component_files(cluster: Cluster, entries: list[dict]) -> dict[str, str]:
         "teams.yaml": head + dump(teams),
         "kueue.yaml": head + dump(kueue),
         "cluster-info.yaml": head + dump(info),
+        "secret-maker.yaml": head + dump(secret_maker(cluster)),
         "image-cache.yaml": head + dump([image_cache_patch(cluster, entries)]),
         "service-accounts.yaml": head + dump(objects.service_account_patches(cluster)),
         "warden.yaml": head + dump([warden_patch(cluster, entries)]),
@@ -159,6 +197,8 @@ def expected_files(root: Path) -> dict[Path, str]:
             out[overlay.parent / f"{name}{FAIR_SHARING_SUFFIX}" / rel] = text
         for rel, text in node_addons_files(cluster, root).items():
             out[overlay.parent / f"{name}{NODE_ADDONS_SUFFIX}" / rel] = text
+        argocd = root / "kustomize" / "argocd" / name / RUNS_PROJECT_FILE
+        out[argocd] = header(cluster) + dump([security.runs_project(cluster)])
     return out
 
 

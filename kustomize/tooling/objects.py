@@ -23,6 +23,12 @@ GROUP_DOMAIN = "reve.dev"
 UNBOUNDED = {"cpu": "100k", "memory": "100Pi", "nvidia.com/gpu": "100k"}
 RESOURCES = ["cpu", "memory", "nvidia.com/gpu"]
 WORKLOAD_IDENTITY = "iam.gke.io/gcp-service-account"
+# Who may connect to a team's run pods besides the team's own pods: the KubeRay operator
+# (Ray dashboard: job submission and status) and Managed Prometheus collectors (Ray's
+# metrics agent, scraped by the ClusterPodMonitoring `ray`). Namespace -> ports.
+RUN_POD_CLIENTS = {"kuberay-system": [8265], "gmp-system": [8080]}
+TEAM_POLICY = "team-isolation"
+NAMESPACE_NAME = "kubernetes.io/metadata.name"
 # LocalQueue.spec.clusterQueue is immutable: Argo CD recreates the queue when it changes.
 RECREATE = {"argocd.argoproj.io/sync-options": "Force=true,Replace=true"}
 
@@ -171,6 +177,19 @@ def service_account_patches(cluster: Cluster) -> list[Obj]:
     ]  # fmt: skip
 
 
+def team_network_policy(team: str) -> Obj:
+    """Ingress to every pod of a team namespace: the team's own pods and the platform's
+    components that talk to run pods (RUN_POD_CLIENTS), nothing else."""
+    ingress: list[Obj] = [{"from": [{"podSelector": {}}]}]
+    for namespace, ports in RUN_POD_CLIENTS.items():
+        selector = {"matchLabels": {NAMESPACE_NAME: namespace}}
+        ingress.append({"from": [{"namespaceSelector": selector}],
+                        "ports": [{"port": p, "protocol": "TCP"} for p in ports]})  # fmt: skip
+    spec = {"podSelector": {}, "policyTypes": ["Ingress"], "ingress": ingress}
+    return {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+            "metadata": {"name": TEAM_POLICY, "namespace": team}, "spec": spec}  # fmt: skip
+
+
 def team_objects(cluster: Cluster, team: str) -> list[Obj]:
     """A team namespace: its queue, its training service account, RBAC and a quota."""
     meta = {"name": team, "labels": {names.TEAM: team, names.CLUSTER: cluster.name}}
@@ -193,4 +212,5 @@ def team_objects(cluster: Cluster, team: str) -> list[Obj]:
          "metadata": {"name": "team", "namespace": team},
          "spec": {"hard": {"requests.nvidia.com/gpu": str(gpus), "services.loadbalancers": "0",
                            "services.nodeports": "0"}}},
+        team_network_policy(team),
     ]  # fmt: skip

@@ -8,7 +8,9 @@
    or, for custom resources, the derived CRD schemas in kustomize/schemas/ including their
    CEL rules (`kustomize.tooling.cel`); so do the runs rendered into apps/<cluster>/; scope,
    duplicates and references (ConfigMaps, service accounts, priority classes, roles)
-   are checked.
+   are checked. Security (`kustomize.tooling.security`): host paths read-only and no
+   privileged container unless listed with a reason, a `team-isolation` NetworkPolicy in
+   every team namespace, the runs' Argo CD project limited to run kinds and team namespaces.
    Each cluster's GPU node add-ons provide every host path and device annotation its
    accelerators' pods rely on (`kustomize.tooling.addons`).
 4. Versions are pinned: images by release tag or digest, charts by exact version, Grafana
@@ -25,7 +27,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from catalog import InputError, load_cluster, repo_root
-from kustomize.tooling import addons, build, cel, charts, checks, crds, generate, images, refs
+from kustomize.tooling import (
+    addons,
+    build,
+    cel,
+    charts,
+    checks,
+    crds,
+    generate,
+    images,
+    refs,
+    security,
+)
 
 OWN_REPO = "https://github.com/reve-platform/platform.git"
 OFFLINE_NOTE = (
@@ -50,12 +63,14 @@ class Report:
 def check_objects(objects: list[dict], version: str, scoped: bool = True) -> list[str]:
     """Every problem of a set of objects that ArgoCD would apply together."""
     found = checks.duplicates(objects) + refs.problems(objects)
+    found += security.team_policy_problems(objects) + security.runs_gate_problems(objects)
     for obj in objects:
         name = checks.ident(obj)
         items = checks.schema_problems(obj, version)
         if scoped and (problem := checks.scope_problem(obj)):
             items.append(problem)
         items += checks.image_problems(obj)
+        items += security.host_path_problems(obj)
         items += checks.application_problems(obj, OWN_REPO)
         if obj.get("kind") == "Application":
             items += charts.values_problems(obj)

@@ -140,10 +140,12 @@ def test_this_repository_url_agrees_with_infra(built):
     infra_default = yaml.safe_load((ROOT / "infra/Pulumi.yaml").read_text())["config"]["repoUrl"]
     assert infra_default["default"] == OWN_REPO
     for cluster in CLUSTERS:
-        project = named(built[f"kustomize/argocd/{cluster}"], "AppProject", "platform", "argocd")
-        apps = by_kind(built[f"kustomize/argocd/{cluster}"], "Application")
+        objs = built[f"kustomize/argocd/{cluster}"]
+        apps = by_kind(objs, "Application")
         for app in apps:
-            assert app["spec"]["project"] == "platform"
+            wanted = "runs" if app["metadata"]["name"] == "runs" else "platform"
+            assert app["spec"]["project"] == wanted
+            project = named(objs, "AppProject", wanted, "argocd")
             assert app["spec"]["source"]["repoURL"] in project["spec"]["sourceRepos"]
 
 

@@ -26,15 +26,26 @@ def warden_container(objs: list[dict]) -> dict:
     return deployment["spec"]["template"]["spec"]["containers"][0]
 
 
+SECRET_PLACEHOLDER = "0123abcd"
+
+
 def resolved_env(objs: list[dict], container: dict) -> dict[str, str]:
-    """The container's environment with ConfigMap references resolved from the overlay."""
-    env = {}
+    """The container's WARDEN_* environment: ConfigMap references resolved from the overlay,
+    Secret references (made outside git) replaced by a placeholder, and `$(VAR)` expanded as
+    Kubernetes does."""
+    import re
+
+    env, helpers = {}, {}
     for item in container["env"]:
         if "value" in item:
-            env[item["name"]] = item["value"]
+            value = re.sub(r"\$\((\w+)\)", lambda m: helpers.get(m[1], m[0]), item["value"])
+        elif "secretKeyRef" in item["valueFrom"]:
+            helpers[item["name"]] = SECRET_PLACEHOLDER
+            continue
         else:
             ref = item["valueFrom"]["configMapKeyRef"]
-            env[item["name"]] = named(objs, "ConfigMap", ref["name"], "warden")["data"][ref["key"]]
+            value = named(objs, "ConfigMap", ref["name"], "warden")["data"][ref["key"]]
+        env[item["name"]] = value
     return env
 
 
@@ -63,7 +74,10 @@ def test_environment_is_a_valid_warden_config(overlay, cluster):
     assert config.jobs.namespace == "warden"
     assert config.temporal.address == "temporal-frontend.warden.svc:7233"
     assert config.prometheus.url == "http://gmp-frontend.observability.svc:9090"
-    assert config.clickhouse_url == "http://clickhouse.observability.svc:8123/platform"
+    password = SECRET_PLACEHOLDER
+    assert config.clickhouse_url == (
+        f"http://writer:{password}@clickhouse.observability.svc:8123/platform"
+    )
 
 
 @pytest.mark.parametrize("cluster", CLUSTERS)
@@ -71,7 +85,7 @@ def test_services_warden_reaches_exist(overlay, cluster):
     objs = overlay(cluster)
     env = resolved_env(objs, warden_container(objs))
     for variable, port in (("WARDEN_PROMETHEUS_URL", 9090), ("WARDEN_CLICKHOUSE_URL", 8123)):
-        host = env[variable].split("//")[1].split("/")[0]
+        host = env[variable].split("//")[1].split("/")[0].rsplit("@", 1)[-1]
         name, namespace = host.split(".")[:2]
         service = named(objs, "Service", name, namespace)
         assert port in [p["port"] for p in service["spec"]["ports"]], variable

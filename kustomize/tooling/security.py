@@ -1,0 +1,207 @@
+"""Security rules of the platform's manifests: what they build, and what validate enforces.
+
+Builders (pure; `kustomize.tooling.generate` writes what they return):
+- `runs_project(cluster)`: the Argo CD project of the `runs` Application: only the kinds
+  `runner render` writes (RUN_KINDS), only into the cluster's team namespaces, no
+  cluster-scoped kind at all.
+- `secret_specs(cluster)`: the random Secrets the `secret-maker` Job creates when missing
+  (kustomize/bases/platform-secrets/make_secrets.py): per team the checkpoint key and the
+  Ray token, and the platform's own passwords.
+
+Checks (`scripts/validate` runs them on every built overlay and app-of-apps):
+- every hostPath mount is read-only, and no container is privileged, unless HOST_PATH_WRITERS
+  or PRIVILEGED name it with a reason;
+- every team namespace has the NetworkPolicy `team-isolation` (ingress from its own pods
+  and the platform's run-pod clients only);
+- the `runs` Application belongs to a project that admits exactly RUN_KINDS into team
+  namespaces.
+"""
+
+from __future__ import annotations
+
+from catalog import Cluster
+from catalog import labels as names
+from kustomize.tooling import objects
+
+Obj = dict
+OWN_REPO = "https://github.com/reve-platform/platform.git"
+ARGOCD_NAMESPACE = "argocd"
+RUNS_PROJECT = "runs"
+# (group, kind) of every object runner's templates write (runner/templates/*.j2);
+# tests/kustomize/test_security.py reads the templates and fails when they differ.
+RUN_KINDS = [
+    ("", "ConfigMap"),
+    ("apps", "Deployment"),
+    ("batch", "Job"),
+    ("ray.io", "RayCluster"),
+    ("ray.io", "RayJob"),
+]
+# Secrets runs reference (secretKeyRef): name -> key.
+CHECKPOINT_KEY = ("checkpoint-key", "key")
+RAY_TOKEN = ("ray-token", "auth_token")
+# (namespace, workload, volume or container) -> why it may write a host path / be privileged.
+# Google's GPU node add-ons (kustomize/bases/node-addons, vendored) exist to change the
+# host: they install NCCL plugins into host folders and inject devices.
+_INSTALLS = "installs the NCCL plugin and its libraries onto the node (Google's add-on)"
+_INJECTS = "NRI plugin that adds the TCPXO devices to pods (Google's add-on)"
+HOST_PATH_WRITERS = {
+    ("observability", "fluent-bit", "state"): "Fluent Bit's read positions and buffer "
+    "(/var/lib/fluent-bit) must outlive the pod, or NCCL records are sent twice",
+    ("kube-system", "nccl-tcpxo-installer", "var-lib"): _INSTALLS,
+    ("kube-system", "nccl-tcpxo-installer", "library-dir-host"): _INSTALLS,
+    ("kube-system", "nccl-rdma-installer", "library-dir-host"): _INSTALLS,
+    ("kube-system", "nccl-rdma-installer", "gib"): _INSTALLS,
+    ("kube-system", "device-injector", "dev"): _INJECTS,
+    ("kube-system", "device-injector", "nri"): _INJECTS,
+}
+PRIVILEGED = {
+    ("observability", "dcgm-exporter", "dcgm-exporter"): "DCGM reads every GPU of the node; "
+    "GKE exposes GPU devices only to privileged containers or to pods that request them",
+    ("kube-system", "nccl-tcpxo-installer", "pre-installation"): _INSTALLS,
+    ("kube-system", "nccl-tcpxo-installer", "nccl-tcpxo-installer"): _INSTALLS,
+    ("kube-system", "nccl-rdma-installer", "disable-log-martian"): _INSTALLS,
+    ("kube-system", "nccl-rdma-installer", "nccl-rdma-installer"): _INSTALLS,
+    ("kube-system", "device-injector", "device-injector"): _INJECTS,
+}
+
+
+def runs_project(cluster: Cluster) -> Obj:
+    """AppProject `runs`: RUN_KINDS into the team namespaces of `cluster`, nothing else."""
+    destinations = [{"server": "https://kubernetes.default.svc", "namespace": team}
+                    for team in cluster.teams]  # fmt: skip
+    kinds = [{"group": group, "kind": kind} for group, kind in RUN_KINDS]
+    return {
+        "apiVersion": "argoproj.io/v1alpha1",
+        "kind": "AppProject",
+        "metadata": {"name": RUNS_PROJECT, "namespace": ARGOCD_NAMESPACE,
+                     "annotations": {"argocd.argoproj.io/sync-wave": "-10"}},
+        "spec": {
+            "description": f"Runs of {cluster.name}: what `runner render` writes to apps/",
+            "sourceRepos": [OWN_REPO],
+            "destinations": destinations,
+            "clusterResourceWhitelist": [],
+            "namespaceResourceWhitelist": kinds,
+        },
+    }  # fmt: skip
+
+
+def project_admits(project: Obj, obj: Obj) -> bool:
+    """Would Argo CD let an Application of `project` apply `obj`? (whitelists, destinations)
+
+    A kind is cluster-scoped when the object has no namespace. Argo CD denies every
+    cluster-scoped kind when `clusterResourceWhitelist` is empty or absent.
+    """
+    spec = project.get("spec", {})
+    group = obj.get("apiVersion", "").rpartition("/")[0]
+    kind = obj.get("kind", "")
+    namespace = obj.get("metadata", {}).get("namespace")
+
+    def listed(entries: list[Obj] | None) -> bool:
+        return any(e.get("group") in (group, "*") and e.get("kind") in (kind, "*")
+                   for e in entries or [])  # fmt: skip
+
+    if not namespace:
+        return listed(spec.get("clusterResourceWhitelist"))
+    if not listed(spec.get("namespaceResourceWhitelist")):
+        return False
+    return any(d.get("namespace") in (namespace, "*") for d in spec.get("destinations") or [])
+
+
+def secret_specs(cluster: Cluster) -> list[Obj]:
+    """Secrets the secret-maker Job makes when missing: random hex values, never in git.
+
+    `copy_to`: namespaces that get the same values (a service and its clients)."""
+    teams = list(cluster.teams)
+    specs = [
+        {"namespace": t, "name": name, "keys": [key]}
+        for t in teams for name, key in (CHECKPOINT_KEY, RAY_TOKEN)
+    ]  # fmt: skip
+    specs += [
+        {"namespace": "observability", "name": "clickhouse-writer", "keys": ["password"],
+         "copy_to": ["warden"]},
+        {"namespace": "observability", "name": "clickhouse-reader", "keys": ["password"],
+         "copy_to": teams},
+        {"namespace": "observability", "name": "grafana-admin", "keys": ["password"]},
+        {"namespace": "warden", "name": "temporal-db", "keys": ["password"]},
+    ]  # fmt: skip
+    return specs
+
+
+def secret_namespaces(cluster: Cluster) -> list[str]:
+    """Every namespace the secret-maker writes to (it gets a RoleBinding in each)."""
+    out: dict[str, None] = {}
+    for spec in secret_specs(cluster):
+        for ns in [spec["namespace"], *spec.get("copy_to", [])]:
+            out.setdefault(ns, None)
+    return list(out)
+
+
+def _workload(obj: Obj) -> tuple[str, str]:
+    meta = obj.get("metadata", {})
+    return meta.get("namespace", ""), meta.get("name", "")
+
+
+def host_path_problems(obj: Obj) -> list[str]:
+    """Writable hostPath mounts and privileged containers that no allow-list names."""
+    from kustomize.tooling import checks
+
+    found = []
+    namespace, name = _workload(obj)
+    for spec in checks.pod_specs(obj):
+        host = {v["name"]: v["hostPath"]["path"] for v in spec.get("volumes") or []
+                if "hostPath" in v}  # fmt: skip
+        for c in [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]:
+            for m in c.get("volumeMounts") or []:
+                volume = m.get("name")
+                if volume in host and not m.get("readOnly"):
+                    if (namespace, name, volume) not in HOST_PATH_WRITERS:
+                        found.append(f"container {c.get('name')}: host path {host[volume]} "
+                                     "is mounted writable (readOnly: true, or list it with a "
+                                     "reason in security.HOST_PATH_WRITERS)")  # fmt: skip
+            if (c.get("securityContext") or {}).get("privileged"):
+                if (namespace, name, c.get("name")) not in PRIVILEGED:
+                    found.append(f"container {c.get('name')}: privileged (drop it, or list it "
+                                 "with a reason in security.PRIVILEGED)")  # fmt: skip
+    return found
+
+
+def team_policy_problems(built: list[Obj]) -> list[str]:
+    """Every team namespace of a built overlay has the `team-isolation` NetworkPolicy."""
+    teams = [o["metadata"]["name"] for o in built if o.get("kind") == "Namespace"
+             and names.TEAM in (o["metadata"].get("labels") or {})]  # fmt: skip
+    policies = {(o["metadata"].get("namespace"), o["metadata"]["name"]): o
+                for o in built if o.get("kind") == "NetworkPolicy"}  # fmt: skip
+    found = []
+    for team in teams:
+        policy = policies.get((team, objects.TEAM_POLICY))
+        if policy is None:
+            found.append(f"Namespace {team}: no NetworkPolicy {objects.TEAM_POLICY}")
+        elif policy.get("spec") != objects.team_network_policy(team)["spec"]:
+            found.append(f"NetworkPolicy {team}/{objects.TEAM_POLICY}: spec differs from "
+                         "kustomize.tooling.objects.team_network_policy")  # fmt: skip
+    return found
+
+
+def runs_gate_problems(built: list[Obj]) -> list[str]:
+    """In an app-of-apps: the `runs` Application uses the project RUN_KINDS-only project."""
+    apps = [o for o in built if o.get("kind") == "Application"
+            and o["metadata"]["name"] == RUNS_PROJECT]  # fmt: skip
+    if not apps:
+        return []
+    project_name = apps[0]["spec"].get("project")
+    projects = {o["metadata"]["name"]: o for o in built if o.get("kind") == "AppProject"}
+    project = projects.get(project_name)
+    if project is None:
+        return [f"Application runs: project {project_name!r} is not in this app-of-apps"]
+    spec = project["spec"]
+    found = []
+    if spec.get("clusterResourceWhitelist"):
+        found.append(f"AppProject {project_name}: clusterResourceWhitelist must be empty")
+    kinds = sorted((e.get("group", ""), e.get("kind", ""))
+                   for e in spec.get("namespaceResourceWhitelist") or [])  # fmt: skip
+    if kinds != sorted(RUN_KINDS):
+        found.append(f"AppProject {project_name}: namespaceResourceWhitelist must be exactly "
+                     f"{sorted(RUN_KINDS)}")  # fmt: skip
+    if any(d.get("namespace") in (None, "", "*") for d in spec.get("destinations") or []):
+        found.append(f"AppProject {project_name}: destinations must name team namespaces")
+    return found
