@@ -64,7 +64,7 @@ class Job:
         return (self.model(self.x[idx]) - self.y[idx]).pow(2).mean()
 
 
-def checkpointer(spec: dict, rank: int, world: int):
+def checkpointer(spec: dict, rank: int, world: int, replica_group: int = 0):
     """driver.checkpoint's Checkpointer for the drill, or None without `ckpt_root`."""
     if not spec.get("ckpt_root"):
         return None
@@ -76,7 +76,10 @@ def checkpointer(spec: dict, rank: int, world: int):
         async_mode="sync",
         keep_last=2,
     )
-    return Checkpointer(cfg, "drill", spec.get("run", "drill"), rank, world, secret=b"drill")
+    run = spec.get("run", "drill")
+    return Checkpointer(
+        cfg, "drill", run, rank, world, replica_group=replica_group, secret=b"drill"
+    )
 
 
 def finite(model) -> bool:
@@ -123,7 +126,8 @@ def run_ft(spec: dict) -> int:
     job, groups, accum = Job(spec), spec["groups"], spec.get("grad_accum", 1)
     cfg = FtConfig.from_dict({"enabled": True, **spec.get("ft", {})})
     state = TrainState(model=job.model, optimizer=job.optimizer)
-    ckpt = checkpointer(spec, 0, 1)
+    # group 0 of a fresh start writes first (and cleans stale writes); a joiner never cleans
+    ckpt = checkpointer(spec, 0, 1, spec["group"] if not spec.get("ready_file") else 1)
     ft = FtReplica(
         cfg,
         spec["group"],

@@ -43,6 +43,9 @@ class Drill:
     """group -> step of the survivors after which a fresh process of it starts (heals)."""
     spec: dict = field(default_factory=dict)
     """Extra drill spec keys (grad_accum, micro_batch, ft, ckpt_root, ...)."""
+    hold: bool = True
+    """Survivors wait for a rejoining group to be ready (tests); False: they train on and
+    the group joins whenever it is ready (the benchmark)."""
     mode: str = "ft"
     timeout_s: float = 240.0
 
@@ -58,7 +61,7 @@ class Drill:
         }
         if group in self.kills and not name.endswith("b"):
             spec["kill_step"], spec["kill_phase"] = self.kills[group]
-        for joiner, after in self.rejoin.items():  # survivors wait for the joiner once
+        for joiner, after in self.rejoin.items() if self.hold else ():  # wait for it once
             spec.update(hold_step=after, hold_file=str(self.folder / f"g{joiner}b.ready"))
         if name.endswith("b"):
             spec["ready_file"] = str(self.folder / f"{name}.ready")

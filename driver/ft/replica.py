@@ -200,6 +200,8 @@ class FtReplica:
         grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
         flat = torch.cat([g.reshape(-1) for g in grads] + [grads[0].new_tensor([loss_sum])])
         self.manager.allreduce(flat, reduce_op=torch.distributed.ReduceOp.SUM).wait()
+        if self.manager.errored():  # close our side now: a peer blocked in the same
+            self.manager._pg.abort()  # collective with us fails at once, not at timeout_s
         offset = 0
         for p, g in zip(params, grads, strict=True):
             p.grad = flat[offset : offset + g.numel()].view_as(g)

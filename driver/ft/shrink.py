@@ -9,6 +9,7 @@ releases the dead worker's placement itself).
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 
 log = logging.getLogger("driver.ft")
@@ -37,3 +38,46 @@ def local_shrink(request: ShrinkRequest) -> None:
         request.groups_before,
         request.groups_after,
     )
+
+
+@dataclass(frozen=True)
+class ShrinkTarget:
+    """The RayCluster worker group the run's replica groups live in."""
+
+    namespace: str
+    name: str
+    """The RayCluster's name."""
+    group: str
+    """`workerGroupSpecs[].groupName`, as the renderer writes it (runner/render.py)."""
+    workers_per_group: int = 1
+    """Training workers per replica group."""
+    workers_per_pod: int = 1
+    """Training workers per worker pod (GPUs per pod on GPU runs)."""
+
+
+def warden_shrink(target: ShrinkTarget, start: Callable[..., object]) -> Callable:
+    """A shrink callable for FtReplica: calls `start(namespace=, name=, group=,
+    replicas_from=, replicas_to=)` (the fields of Warden's ShrinkInput) — in a cluster,
+    the ShrinkWorkflow starter of warden.client."""
+
+    def shrink(request: ShrinkRequest) -> None:
+        before, after = request.replicas(target.workers_per_group, target.workers_per_pod)
+        if after >= before:
+            return
+        log.warning(
+            "ft: asking Warden to shrink %s/%s group %s from %d to %d pods",
+            target.namespace,
+            target.name,
+            target.group,
+            before,
+            after,
+        )
+        start(
+            namespace=target.namespace,
+            name=target.name,
+            group=target.group,
+            replicas_from=before,
+            replicas_to=after,
+        )
+
+    return shrink

@@ -90,3 +90,31 @@ def test_shrinking_batch_scales_the_learning_rate(tmp_path):
     after = [r for r in result.rows["g0"] if r["live"] == 2]
     assert after and all(r["slots"] == list(plan_step([0], 3, 2, False)[0]) for r in after)
     assert all(r["slots"] == [2, 3] for r in result.rows["g1"])
+
+
+@pytest.mark.slow
+def test_below_the_minimum_stops_with_the_reason_and_the_checkpoint_resumes(tmp_path):
+    """Groups 1 and 2 die at steps 3 and 6: group 0 alone is below ft.min_replicas=2, so it
+    stops with one line; a full restart resumes from the newest checkpoint (written by the
+    lowest live group) and finishes on the failure-free loss curve."""
+    ckpt = {"ckpt_root": str(tmp_path / "ckpt"), "ckpt_interval": 2}
+    spec = {"grad_accum": 2, "micro_batch": 8, "ft": {**FT, "quorum_timeout_s": 3}, **ckpt}
+    kills = {1: (3, "during"), 2: (6, "after")}
+    first = Drill(tmp_path / "a", 3, 10, kills, {}, spec).run()
+    assert first.codes["g0"] == 3, first.stderr["g0"][-2000:]
+    reason = [line for line in first.stderr["g0"].splitlines() if line.startswith("ft: ")]
+    assert len(reason) == 1 and "ft.min_replicas=2" in reason[0], first.stderr["g0"][-2000:]
+    assert first.rows["g0"][-1]["step"] == 7
+    resumed = Drill(tmp_path / "b", 3, 10, {}, {}, {**spec, "resume": True}).run()
+    check_survivors_from(resumed, ["g0", "g1", "g2"], 7, 10)
+    want = reference_losses({**spec, "groups": 3, "steps": 10})
+    got = [r["loss"] for r in resumed.rows["g0"]]
+    assert got == pytest.approx(want[6:], rel=1e-4, abs=1e-6)
+
+
+def check_survivors_from(result, names: list[str], first: int, last: int) -> None:
+    for name in names:
+        assert result.codes[name] == 0, result.stderr[name][-2000:]
+        assert [r["step"] for r in result.rows[name]] == list(range(first, last + 1)), name
+    for i in range(last - first + 1):
+        assert len({result.rows[n][i]["digest"] for n in names}) == 1
