@@ -17,6 +17,13 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from catalog.quantity import parse_bytes, parse_cpu
 
 DNS_LABEL = r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$"
+# Namespaces of the platform itself and of GKE: a team may not take one of these names,
+# or its runs would land among the platform's components (and inherit their access).
+RESERVED_NAMESPACES = frozenset({
+    "argocd", "default", "gmp-public", "gmp-system", "image-cache", "kube-node-lease",
+    "kube-public", "kube-system", "kuberay-system", "kueue-system", "observability",
+    "platform-secrets", "warden",
+})  # fmt: skip
 
 
 class Strict(BaseModel):
@@ -308,6 +315,18 @@ class Cluster(Strict):
     buckets: Buckets
     registry: Registry
     teams: list[str] = Field(min_length=1, description="team namespaces runs may target")
+
+    @field_validator("teams")
+    @classmethod
+    def _team_names(cls, value: list[str]) -> list[str]:
+        for i, team in enumerate(value):
+            if not re.match(DNS_LABEL, team):
+                raise ValueError(f"[{i}]: {team!r} is not a namespace name (a DNS label)")
+            if team in RESERVED_NAMESPACES:
+                raise ValueError(f"[{i}]: {team!r} is a namespace of the platform")
+            if team in value[:i]:
+                raise ValueError(f"[{i}]: {team!r} is listed twice")
+        return value
 
     @model_validator(mode="after")
     def _consistent(self) -> Cluster:

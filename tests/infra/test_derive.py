@@ -132,3 +132,34 @@ def test_future_reservation_sku_matches_the_pool(base, interval):
     assert props.get("maintenance_interval") == interval
     assert props["machine_type"] == {"mega-euw4": "a3-megagpu-8g"}.get(base, "a3-ultragpu-8g")
     assert len(props["local_ssds"]) == {"mega-euw4": 16}.get(base, 32)
+
+
+def test_team_bucket_condition_names_the_team_prefix_only():
+    condition = derive.team_bucket_condition("reve-x-checkpoints", "media")
+    assert condition["expression"] == (
+        'resource.name.startsWith("projects/_/buckets/reve-x-checkpoints/objects/media/") || '
+        '(resource.type == "storage.googleapis.com/Bucket" && '
+        'api.getAttribute("storage.googleapis.com/objectListPrefix", "").startsWith("media/"))'
+    )
+    assert condition["title"] == "team media only"
+
+
+def test_warden_condition_covers_each_zone_of_the_cluster():
+    mega = load_cluster("mega-euw4")
+    expression = derive.warden_instance_condition(mega)["expression"]
+    clauses = expression.split(" || ")
+    assert len(clauses) == 2 * len(mega.zones)
+    for zone in mega.zones:
+        assert (
+            f'resource.name.startsWith("projects/{mega.project}/zones/{zone}/instances/'
+            f'gke-mega-euw4-")'
+        ) in clauses
+
+
+@pytest.mark.parametrize(
+    ("cluster", "team", "account"),
+    [("ultra-usc1", "research", "ultra-usc1-team-research"), ("mega-euw4", "media",
+     "mega-euw4-team-media")],
+)  # fmt: skip
+def test_team_account_id(cluster, team, account):
+    assert derive.team_account_id(load_cluster(cluster), team) == account

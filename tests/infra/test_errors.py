@@ -45,6 +45,10 @@ def bad_future_window(d):
     d["gpu_pools"][0]["reservation"]["future"]["end_time"] = "2026-01-01T00:00:00Z"
 
 
+def long_team(d):
+    d["teams"].append("computer-vision-xl")
+
+
 CASES = [
     ("bad-accel", unknown_accelerator, "gpu_pools[0].accelerator", "unknown accelerator 'B300'"),
     ("no-res", reservation_missing, "gpu_pools[0].reservation", "required for a non-spot"),
@@ -53,6 +57,7 @@ CASES = [
     ("two-zones", rdma_pools_in_two_zones, "gpu_pools[1].zone", "must share one zone"),
     ("window", bad_future_window, "gpu_pools[0].reservation.future", "end_time must be after"),
     ("a-cluster-name-too-long", lambda d: None, "name", "at most 16 characters"),
+    ("long-team", long_team, "teams[2]", "'computer-vision-xl': at most 15 characters"),
 ]
 
 
