@@ -65,6 +65,15 @@ PRIVILEGED = {
 }
 
 
+# Runs: (container, host path) -> why that sidecar may write the host path.
+RUN_HOST_PATH_WRITERS = {
+    ("tcpxo-daemon", "/sys"): "the TCPXO receive-data-path manager tunes the GPU NICs through "
+    "the host's sysfs, as GKE's A3 Mega manifest mounts it",
+    ("tcpxo-daemon", "/proc/sys"): "the TCPXO receive-data-path manager sets network sysctls, "
+    "as GKE's A3 Mega manifest mounts /proc/sys",
+}
+
+
 def runs_project(cluster: Cluster) -> Obj:
     """AppProject `runs`: RUN_KINDS into the team namespaces of `cluster`, nothing else."""
     destinations = [{"server": "https://kubernetes.default.svc", "namespace": team}
@@ -141,13 +150,24 @@ def _workload(obj: Obj) -> tuple[str, str]:
     return meta.get("namespace", ""), meta.get("name", "")
 
 
-def host_path_problems(obj: Obj) -> list[str]:
-    """Writable hostPath mounts and privileged containers that no allow-list names."""
+def all_pod_specs(obj: Obj) -> list[Obj]:
+    """Pod specs of a workload, KubeRay's head and worker group templates included."""
     from kustomize.tooling import checks
 
+    spec = obj.get("spec") or {}
+    cluster = spec.get("rayClusterSpec") or (spec if obj.get("kind") == "RayCluster" else {})
+    groups = [cluster.get("headGroupSpec") or {}, *(cluster.get("workerGroupSpecs") or [])]
+    return checks.pod_specs(obj) + [g["template"]["spec"] for g in groups
+                                    if g.get("template", {}).get("spec")]  # fmt: skip
+
+
+def host_path_problems(obj: Obj) -> list[str]:
+    """Writable hostPath mounts and privileged containers that no allow-list names.
+
+    Runs (`apps/`) have no exceptions: their workload names are not platform ones."""
     found = []
     namespace, name = _workload(obj)
-    for spec in checks.pod_specs(obj):
+    for spec in all_pod_specs(obj):
         host = {v["name"]: v["hostPath"]["path"] for v in spec.get("volumes") or []
                 if "hostPath" in v}  # fmt: skip
         for c in [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]:
@@ -204,4 +224,25 @@ def runs_gate_problems(built: list[Obj]) -> list[str]:
                      f"{sorted(RUN_KINDS)}")  # fmt: skip
     if any(d.get("namespace") in (None, "", "*") for d in spec.get("destinations") or []):
         found.append(f"AppProject {project_name}: destinations must name team namespaces")
+    return found
+
+
+def run_pod_problems(obj: Obj) -> list[str]:
+    """A rendered run (`apps/`): host paths read-only (RUN_HOST_PATH_WRITERS aside), nothing
+    privileged, and every container with `allowPrivilegeEscalation: false`."""
+    found = []
+    for spec in all_pod_specs(obj):
+        host = {v["name"]: v["hostPath"]["path"] for v in spec.get("volumes") or []
+                if "hostPath" in v}  # fmt: skip
+        for c in [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]:
+            name, context = c.get("name"), c.get("securityContext") or {}
+            for m in c.get("volumeMounts") or []:
+                path = host.get(m.get("name"))
+                if path and not m.get("readOnly") and (name, path) not in RUN_HOST_PATH_WRITERS:
+                    found.append(f"container {name}: host path {path} is mounted writable")
+            if context.get("privileged"):
+                found.append(f"container {name}: privileged")
+            if context.get("allowPrivilegeEscalation") is not False:
+                found.append(f"container {name}: securityContext.allowPrivilegeEscalation "
+                             "must be false")  # fmt: skip
     return found

@@ -281,3 +281,36 @@ def test_platform_containers_drop_capabilities(overlay, workload, kind):
         context = c["securityContext"]
         assert context["capabilities"] == {"drop": ["ALL"]}
         assert context["allowPrivilegeEscalation"] is False
+
+
+# --- rendered runs (apps/): the rule runner's pods must keep -----------------------------
+
+
+def rayjob(mount: dict, context: dict, container: str = "ray-worker") -> dict:
+    pod = {"containers": [{"name": container, "volumeMounts": [mount], "securityContext": context}],
+           "volumes": [{"name": "gib", "hostPath": {"path": "/home/kubernetes/bin/gib"}},
+                       {"name": "sys", "hostPath": {"path": "/sys"}}]}  # fmt: skip
+    cluster = {"workerGroupSpecs": [{"template": {"spec": pod}}]}
+    return {"apiVersion": "ray.io/v1", "kind": "RayJob", "metadata": {"namespace": "media"},
+            "spec": {"rayClusterSpec": cluster}}  # fmt: skip
+
+
+SAFE = {"allowPrivilegeEscalation": False}
+
+
+@pytest.mark.parametrize(
+    ("run", "problem"),
+    [
+        (rayjob({"name": "gib", "mountPath": "/g", "readOnly": True}, SAFE), None),
+        (rayjob({"name": "gib", "mountPath": "/g"}, SAFE), "host path /home/kubernetes/bin/gib"),
+        (rayjob({"name": "gib", "mountPath": "/g", "readOnly": True}, {}), "allowPrivilege"),
+        (rayjob({"name": "gib", "mountPath": "/g", "readOnly": True}, {**SAFE, "privileged": True}),
+         "privileged"),
+        (rayjob({"name": "sys", "mountPath": "/hostsysfs"}, SAFE, "tcpxo-daemon"), None),
+        (rayjob({"name": "sys", "mountPath": "/hostsysfs"}, SAFE), "host path /sys"),
+    ],
+    ids=["read-only", "writable", "escalation", "privileged", "tcpxo-sysfs", "sysfs"],
+)  # fmt: skip
+def test_run_pod_rule(run, problem):
+    found = security.run_pod_problems(run)
+    assert (found == []) if problem is None else any(problem in p for p in found), found
