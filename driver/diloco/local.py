@@ -90,7 +90,9 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     names = learner_names(args.learners)
     keys.generate(out / "keys", names)
-    sync, address = start_synchronizer(out, ["--round-timeout", str(args.round_timeout)])
+    sync, address = start_synchronizer(
+        out, ["--round-timeout", str(args.round_timeout), "--expect", ",".join(names)]
+    )
     print(f"synchronizer on {address}; {len(names)} learners; outputs in {out}")
     try:
         procs = [

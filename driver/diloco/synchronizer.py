@@ -16,7 +16,8 @@ Requests it serves (`driver.aux.wire` messages from `link.Client`):
   in `--compression`). A push against another round (a late or returning learner) gets the
   shared weights whole (`kind: full`) to continue from.
 
-A learner that misses a round is no longer waited for until it pushes again. The state is
+The first round after a start waits for the `--expect` learners (and any that joined); a
+learner that misses a round is no longer waited for until it pushes again. The state is
 saved before the replies go out, so a restarted synchronizer resumes at the last merged
 round; pushes in flight when it stopped are sent again by the learners.
 """
@@ -43,6 +44,8 @@ class OuterConfig:
     round_timeout_s: float = 60.0
     min_learners: int = 1
     compression: str = "bf16"
+    expect: tuple[str, ...] = ()
+    """Learners waited for (up to the round timeout) in the first round after a start."""
 
 
 class Synchronizer:
@@ -51,7 +54,7 @@ class Synchronizer:
     def __init__(self, server: Server, state_dir: str, cfg: OuterConfig):
         self.server, self.state_dir, self.cfg = server, state_dir, cfg
         self.state = state.load(state_dir)
-        self.expected: set[str] = set()
+        self.expected: set[str] = set(cfg.expect)
         self.pending: dict[str, tuple[bytes, int, outer.Params]] = {}
         self.first_push = 0.0
         self.late: set[str] = set()
@@ -187,6 +190,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--no-nesterov", action="store_true", help="plain momentum SGD")
     p.add_argument("--round-timeout", type=float, default=60.0, help="seconds after the first push")
     p.add_argument("--min-learners", type=int, default=1)
+    p.add_argument(
+        "--expect", default="", help="learners (comma-separated) the first round waits for"
+    )
     p.add_argument("--compression", choices=sorted(outer.COMPRESSIONS), default="bf16")
     p.add_argument("--rounds", type=int, default=0, help="exit after this many merges (0: never)")
     p.add_argument("--endpoint-file", help="write the bound endpoint here (port 0 binds)")
@@ -207,6 +213,7 @@ def main(argv: list[str] | None = None) -> int:
         args.round_timeout,
         args.min_learners,
         args.compression,
+        tuple(n for n in args.expect.split(",") if n),
     )
     try:
         server = Server(args.bind, args.keys, args.max_bytes)

@@ -101,8 +101,8 @@ def main(argv: list[str] | None = None) -> int:
     optimizer, scheduler = inner_optimizer(model, args)
     learner = None
     if args.address:
-        learner = Learner(
-            LearnerConfig(
+        try:
+            cfg = LearnerConfig(
                 args.address,
                 args.learner,
                 args.keys,
@@ -110,11 +110,12 @@ def main(argv: list[str] | None = None) -> int:
                 args.mode,
                 args.merge,
                 args.compression,
-                args.barrier_timeout,
-                args.barrier_timeout,
-                args.barrier_timeout,
+                *[args.barrier_timeout] * 3,
             )
-        )
+            learner = Learner(cfg)
+        except (OSError, ValueError) as err:
+            print(f"error: learner {args.learner}: {err}")
+            return 2
         learner.start(model)
     source = iter(LocalBatchSource(work.dataset, args.batch, args.index, args.learners, args.seed))
     out = Path(args.out)

@@ -1,0 +1,162 @@
+"""Synchronizer and learners as real processes on loopback (python -m driver.diloco.*):
+the merged weights, both modes converging on the reference LM, a synchronizer killed and
+restarted mid-run, a learner killed, an unknown key refused."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from driver.diloco import keys, local, state
+from tests.diloco.conftest import in_threads, learner, linear
+from tests.diloco.test_sync import LR, MU, flat, one_round
+
+TINY = ["--d-model", "32", "--layers", "1", "--batch", "8", "--seq-len", "32"]
+
+
+@pytest.fixture
+def out(tmp_path, keys_dir):
+    shutil.copytree(keys_dir, tmp_path / "keys")
+    keys.generate(tmp_path / "keys", local.learner_names(3))
+    return tmp_path
+
+
+def stop(*procs: subprocess.Popen) -> None:
+    for proc in procs:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(30)
+
+
+def learners(out: Path, address: str, names: list[str], extra: list[str]) -> list[subprocess.Popen]:
+    return [subprocess.Popen(local.learner_cmd(n, i, len(names), address, out, [*TINY, *extra]))
+            for i, n in enumerate(names)]  # fmt: skip
+
+
+def wait_for(check, timeout: float = 240.0) -> None:
+    deadline = time.time() + timeout
+    while not check():
+        assert time.time() < deadline, "timed out"
+        time.sleep(0.1)
+
+
+def summary(out: Path, name: str) -> dict:
+    return json.loads((out / f"{name}.json").read_text())
+
+
+def test_process_synchronizer_merges_the_hand_computed_step_and_refuses_unknown_keys(out, tmp_path):
+    sync, address = local.start_synchronizer(out, ["--outer-lr", str(LR), "--outer-momentum",
+                                                   str(MU), "--compression", "fp32"])  # fmt: skip
+    try:
+        models = [linear(0), linear(0)]
+        ls = [learner(address, str(out / "keys"), n) for n in "ab"]
+        in_threads(*[lambda ln=ln, m=m: ln.start(m) for ln, m in zip(ls, models, strict=True)])
+        w = flat(models[0])
+        moves = [np.full(w.shape, 0.01, np.float32), np.full(w.shape, -0.03, np.float32)]
+        one_round(ls, models, moves, 0)
+        g = np.mean([-m for m in moves], axis=0)
+        np.testing.assert_allclose(flat(models[1]), w - LR * (g + MU * g), rtol=1e-5, atol=1e-6)
+        rogue = keys.generate(tmp_path / "rogue", ["a"])
+        shutil.copy(out / "keys" / "synchronizer.key", rogue / "synchronizer.key")
+        intruder = learner(address, str(rogue), "a", join_timeout_s=1.0)
+        intruder.start(linear(1))
+        assert intruder.round == -1  # no answer
+        for ln in (*ls, intruder):
+            ln.close()
+        wait_for(lambda: "unknown Curve key" in (out / "synchronizer.log").read_text(), 30)
+    finally:
+        stop(sync)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["barrier", "decoupled"])
+def test_both_modes_converge_on_the_reference_lm(out, mode):
+    names = local.learner_names(2)
+    sync, address = local.start_synchronizer(
+        out, ["--expect", ",".join(names), "--round-timeout", "10"]
+    )
+    procs = learners(out, address, names, ["--steps", "60", "--sync-every", "10", "--mode", mode])
+    try:
+        assert [p.wait(300) for p in procs] == [0, 0]
+    finally:
+        stop(*procs, sync)
+    results = [summary(out, n) for n in names]
+    for r in results:
+        assert r["final_eval"] < 3.2, r  # from ln(63) = 4.14
+        # barrier: a round every H steps; decoupled: rounds in flight are not waited for
+        assert r["round"] >= (5 if mode == "barrier" else 2)
+        assert any(m["kind"] == "delta" for m in r["merges"])
+    if mode == "barrier":
+        a, b = (torch.load(out / f"{n}.pt", weights_only=True) for n in names)
+        assert all(torch.allclose(a[k], b[k]) for k in a)
+
+
+@pytest.mark.slow
+def test_synchronizer_killed_mid_run_restarts_and_training_continues(out):
+    names = local.learner_names(2)
+    sync, address = local.start_synchronizer(
+        out, ["--round-timeout", "30", "--expect", ",".join(names)]
+    )
+    extra = [
+        "--steps",
+        "80",
+        "--sync-every",
+        "10",
+        "--step-delay",
+        "0.03",
+        "--barrier-timeout",
+        "3",
+    ]
+    procs = learners(out, address, names, extra)
+    try:
+        wait_for(lambda: len(state.read_rounds(out / "state")) >= 2)
+        sync.kill()  # mid-run, likely mid-round: the pushes in flight are lost
+        sync.wait(30)
+        killed_at = state.load(out / "state").round
+        time.sleep(1.0)
+        sync, _ = local.start_synchronizer(
+            out, ["--round-timeout", "30", "--expect", ",".join(names)], bind=address
+        )
+        assert [p.wait(300) for p in procs] == [0, 0]
+    finally:
+        stop(*procs, sync)
+    log = (out / "synchronizer.log").read_text()
+    assert f"resumed at round {killed_at}" in log
+    rounds = [r["round"] for r in state.read_rounds(out / "state")]
+    assert rounds == list(range(1, len(rounds) + 1))  # no round lost or merged twice
+    after = [r for r in state.read_rounds(out / "state") if r["round"] > killed_at]
+    assert after, "no round merged after the restart"
+    results = [summary(out, n) for n in names]
+    assert all(r["steps"] == 80 for r in results)
+    assert max(r["round"] for r in results) == rounds[-1]
+
+
+@pytest.mark.slow
+def test_killed_learner_leaves_the_others_training(out):
+    names = local.learner_names(3)
+    sync, address = local.start_synchronizer(
+        out, ["--round-timeout", "20", "--expect", ",".join(names)]
+    )
+    procs = learners(
+        out, address, names, ["--steps", "60", "--sync-every", "10", "--step-delay", "0.03"]
+    )
+    try:
+        wait_for(lambda: any(len(r["contributors"]) == 3 for r in state.read_rounds(out / "state")))
+        procs[2].kill()
+        assert [p.wait(300) for p in procs[:2]] == [0, 0]
+    finally:
+        stop(*procs, sync)
+    records = state.read_rounds(out / "state")
+    dead = names[2]
+    last_with = max(r["round"] for r in records if dead in r["contributors"])
+    later = [r for r in records if r["round"] > last_with]
+    assert later and all(r["contributors"] == names[:2] for r in later)
+    assert dead in later[0]["missing"]
+    assert all(summary(out, n)["steps"] == 60 for n in names[:2])
