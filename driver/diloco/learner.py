@@ -29,7 +29,7 @@ from dataclasses import dataclass, fields
 import torch
 
 from driver.aux import wire
-from driver.diloco import outer
+from driver.diloco import keys, outer
 from driver.diloco.link import Client
 
 log = logging.getLogger("driver.diloco.learner")
@@ -44,8 +44,8 @@ class LearnerConfig:
     """The synchronizer's endpoint (tcp://host:port)."""
     learner: str
     """This learner's name (its label; its key is `<keys>/<learner>.key_secret`)."""
-    keys: str
-    """Keys folder (driver.diloco.keys layout; a mounted Secret in a cluster)."""
+    keys: str = ""
+    """Keys folder (driver.diloco.keys layout), or empty: the three keys below."""
     sync_every: int = 50
     """H: local steps between syncs."""
     mode: str = "barrier"
@@ -60,6 +60,24 @@ class LearnerConfig:
     """Longest wait for the shared weights at start (then train on from our own)."""
     retry_s: float = 120.0
     """Decoupled mode: a push unanswered this long is sent again at the next sync point."""
+    public_key: str = ""
+    """This learner's Curve public key (Z85), when `keys` is empty (a Secret in a cluster)."""
+    secret_key: str = ""
+    """This learner's Curve secret key (Z85), when `keys` is empty."""
+    server_key: str = ""
+    """The synchronizer's Curve public key (Z85), when `keys` is empty."""
+
+    def curve(self) -> tuple[bytes, bytes, bytes]:
+        """(public, secret, server public) keys: from the folder, else from the fields."""
+        if self.keys:
+            return keys.client_keys(self.keys, self.learner)
+        triple = (self.public_key, self.secret_key, self.server_key)
+        if any(len(k) != 40 for k in triple):
+            raise ValueError(
+                f"{ENV_PREFIX}KEYS or {ENV_PREFIX}PUBLIC_KEY, _SECRET_KEY and "
+                "_SERVER_KEY (40 Z85 characters each) must be set"
+            )
+        return tuple(k.encode() for k in triple)
 
     def __post_init__(self) -> None:
         checks = [
@@ -105,7 +123,7 @@ class Learner:
     def __init__(self, cfg: LearnerConfig):
         self.cfg = cfg
         self.rank = torch.distributed.get_rank() if _distributed() else 0
-        self.client = Client(cfg.address, cfg.keys, cfg.learner) if self.rank == 0 else None
+        self.client = Client(cfg.address, cfg.curve()) if self.rank == 0 else None
         self.base: outer.Params = {}
         self.round = -1
         self.local_steps = 0

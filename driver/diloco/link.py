@@ -7,13 +7,14 @@ Messages are `driver.aux.wire` messages: a JSON envelope, a JSON body and one ra
 tensor (bf16 travels as its raw 16 bits), never pickle.
 
     server = Server("tcp://*:5555", keys_dir)       # .recv(timeout) -> (peer, Message) | None
-    client = Client("tcp://sync:5555", keys_dir, "a")   # .request("push", payload) -> id
+    client = Client("tcp://sync:5555", keys.client_keys(keys_dir, "a"))  # .request(...) -> id
 """
 
 from __future__ import annotations
 
 import itertools
 import logging
+import os
 from typing import Any
 
 import zmq
@@ -53,13 +54,17 @@ def _heartbeats(sock: zmq.Socket) -> None:
 class Server:
     """The synchronizer's bound, authenticated socket."""
 
-    def __init__(self, address: str, keys_dir: str, max_bytes: int = MAX_BYTES):
+    def __init__(self, address: str, keys_dir: str, max_bytes: int = MAX_BYTES, environ=None):
+        """`keys_dir` is a keys folder, or `env` for keys in `REVE_DILOCO_*` (keys.from_env)."""
+        if keys_dir == "env":
+            public, secret, allowed = keys.from_env(os.environ if environ is None else environ)
+        else:
+            (public, secret), allowed = keys.server_keys(keys_dir), keys.allowed_keys(keys_dir)
         self.ctx = zmq.Context()
         self.auth = ThreadAuthenticator(self.ctx, log=log)
         self.auth.start()
-        self.allowlist = _Allowlist(keys.allowed_keys(keys_dir))
+        self.allowlist = _Allowlist(allowed)
         self.auth.configure_curve_callback("*", credentials_provider=self.allowlist)
-        public, secret = keys.server_keys(keys_dir)
         self.sock = self.ctx.socket(zmq.ROUTER)
         _heartbeats(self.sock)
         self.sock.curve_server = True
@@ -103,8 +108,9 @@ class Server:
 class Client:
     """A learner's connection: numbered requests, replies read without blocking training."""
 
-    def __init__(self, address: str, keys_dir: str, learner: str, max_bytes: int = MAX_BYTES):
-        public, secret, server_public = keys.client_keys(keys_dir, learner)
+    def __init__(self, address: str, curve: tuple[bytes, bytes, bytes], max_bytes: int = MAX_BYTES):
+        """`curve`: this learner's public and secret keys and the synchronizer's public key."""
+        public, secret, server_public = curve
         self.ctx = zmq.Context()
         self.sock = self.ctx.socket(zmq.DEALER)
         _heartbeats(self.sock)

@@ -1,8 +1,10 @@
 """The synchronizer's outer state on disk: raw tensor frames + JSON, never pickle.
 
+`<dir>` is a local folder or a URI (`gs://bucket/team/run/synchronizer`, through fsspec).
 `<dir>/outer.state` holds one `driver.aux.wire` body (the JSON document, then one raw frame
 per tensor), each frame preceded by its length (8 bytes, little-endian), after a magic line.
-It is written to a temporary file and renamed, so a crash leaves the previous round's state.
+It is written to a temporary file and renamed (or uploaded as one object), so a crash leaves
+the previous round's state.
 Loading checks every frame length and tensor header (`wire.decode`) before it builds anything.
 `<dir>/rounds.jsonl` gets one line per merged round: who contributed, who was late.
 
@@ -39,9 +41,17 @@ class OuterState:
     meta: dict = field(default_factory=dict)
 
 
-def save(folder: str | os.PathLike, state: OuterState) -> Path:
-    root = Path(folder)
-    root.mkdir(parents=True, exist_ok=True)
+def _remote(folder: str | os.PathLike):
+    """(filesystem, path) for a URI folder (gs://, memory://), None for a local one."""
+    if "://" not in str(folder):
+        return None
+    import fsspec
+
+    return fsspec.core.url_to_fs(str(folder))
+
+
+def save(folder: str | os.PathLike, state: OuterState) -> str:
+    """Write the state (atomically: a local rename, or one object upload); returns its path."""
     payload = {
         "round": state.round,
         "meta": state.meta,
@@ -49,26 +59,33 @@ def save(folder: str | os.PathLike, state: OuterState) -> Path:
         "momentum": state.momentum,
         "view": state.view,
     }
-    frames = wire.encode(payload)
+    chunks = [MAGIC]
+    for frame in wire.encode(payload):
+        buf = memoryview(frame).cast("B")
+        chunks += [struct.pack("<Q", buf.nbytes), buf]
+    remote = _remote(folder)
+    if remote:
+        fs, path = remote
+        fs.pipe_file(f"{path}/{FILE}", b"".join(chunks))
+        return f"{folder}/{FILE}"
+    root = Path(folder)
+    root.mkdir(parents=True, exist_ok=True)
     tmp = root / f".{FILE}.tmp"
     with open(tmp, "wb") as out:
-        out.write(MAGIC)
-        for frame in frames:
-            buf = memoryview(frame).cast("B")
-            out.write(struct.pack("<Q", buf.nbytes))
-            out.write(buf)
+        for chunk in chunks:
+            out.write(chunk)
         out.flush()
         os.fsync(out.fileno())
     os.replace(tmp, root / FILE)
-    return root / FILE
+    return str(root / FILE)
 
 
 def load(folder: str | os.PathLike) -> OuterState | None:
     """The saved state, None if there is none; ValueError if the file is damaged."""
-    path = Path(folder) / FILE
-    if not path.exists():
+    path, data = f"{folder}/{FILE}", _read(folder, FILE)
+    if data is None:
         return None
-    data = memoryview(path.read_bytes())
+    data = memoryview(data)
     if bytes(data[: len(MAGIC)]) != MAGIC:
         raise ValueError(f"{path}: not a DiLoCo outer state")
     frames, pos = [], len(MAGIC)
@@ -90,13 +107,28 @@ def load(folder: str | os.PathLike) -> OuterState | None:
     return OuterState(int(doc["round"]), **tensors, meta=dict(doc.get("meta") or {}))
 
 
+def _read(folder: str | os.PathLike, name: str) -> bytes | None:
+    remote = _remote(folder)
+    if remote:
+        fs, path = remote
+        return fs.cat_file(f"{path}/{name}") if fs.exists(f"{path}/{name}") else None
+    path = Path(folder) / name
+    return path.read_bytes() if path.exists() else None
+
+
 def append_round(folder: str | os.PathLike, record: dict) -> None:
-    """One line of `rounds.jsonl`."""
+    """One line of `rounds.jsonl` (an object store rewrites the small file)."""
+    line = (json.dumps(record, separators=(",", ":")) + "\n").encode()
+    remote = _remote(folder)
+    if remote:
+        fs, path = remote
+        fs.pipe_file(f"{path}/{ROUNDS}", (_read(folder, ROUNDS) or b"") + line)
+        return
     Path(folder).mkdir(parents=True, exist_ok=True)
-    with open(Path(folder) / ROUNDS, "a") as out:
-        out.write(json.dumps(record, separators=(",", ":")) + "\n")
+    with open(Path(folder) / ROUNDS, "ab") as out:
+        out.write(line)
 
 
 def read_rounds(folder: str | os.PathLike) -> list[dict]:
-    path = Path(folder) / ROUNDS
-    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+    data = _read(folder, ROUNDS)
+    return [json.loads(line) for line in data.decode().splitlines()] if data else []

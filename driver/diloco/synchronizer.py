@@ -183,8 +183,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         prog="python -m driver.diloco.synchronizer", description=__doc__.split("\n\n")[0]
     )
     p.add_argument("--bind", default="tcp://*:5555", help="ZeroMQ endpoint to bind")
-    p.add_argument("--keys", required=True, help="keys folder (driver.diloco.keys)")
-    p.add_argument("--state", required=True, help="folder of the outer state and rounds.jsonl")
+    p.add_argument("--keys", required=True, help="keys folder (driver.diloco.keys), or `env`")
+    p.add_argument("--state", required=True, help="folder or URI of the state and rounds.jsonl")
     p.add_argument("--outer-lr", type=float, default=0.7)
     p.add_argument("--outer-momentum", type=float, default=0.9)
     p.add_argument("--no-nesterov", action="store_true", help="plain momentum SGD")

@@ -15,7 +15,7 @@ from driver.diloco.link import Client, Server
 
 def test_admitted_learner_round_trip_with_raw_tensor_frames(keys_dir):
     server = Server("tcp://127.0.0.1:*", keys_dir)
-    client = Client(server.address, keys_dir, "a")
+    client = Client(server.address, keys.client_keys(keys_dir, "a"))
     try:
         grad = {"w": torch.arange(6, dtype=torch.float32).view(2, 3).to(torch.bfloat16)}
         rid = client.request("push", {"learner": "a", "grad": grad})
@@ -37,7 +37,7 @@ def test_unknown_key_is_refused_and_logged(keys_dir, tmp_path, caplog):
     rogue = keys.generate(tmp_path / "rogue", ["a"])  # a learner "a" with another key
     shutil.copy(f"{keys_dir}/synchronizer.key", rogue / "synchronizer.key")
     server = Server("tcp://127.0.0.1:*", keys_dir)
-    client = Client(server.address, str(rogue), "a")
+    client = Client(server.address, keys.client_keys(rogue, "a"))
     try:
         with caplog.at_level(logging.WARNING, logger="driver.diloco.link"):
             client.request("join", {"learner": "a"})
@@ -69,7 +69,7 @@ def test_plain_client_without_curve_gets_nothing(keys_dir):
 
 def test_malformed_message_gets_a_protocol_error(keys_dir):
     server = Server("tcp://127.0.0.1:*", keys_dir)
-    client = Client(server.address, keys_dir, "b")
+    client = Client(server.address, keys.client_keys(keys_dir, "b"))
     try:
         client.sock.send_multipart([b"not json"])
         assert server.recv(5) is None
@@ -78,3 +78,34 @@ def test_malformed_message_gets_a_protocol_error(keys_dir):
     finally:
         client.close()
         server.close(0)
+
+
+def test_keys_from_env_as_a_cluster_passes_them(keys_dir, tmp_path):
+    from driver.diloco.learner import Learner, LearnerConfig
+
+    k8s = keys.write_secret_files(keys_dir, ["a"])
+    sync_env = {f"REVE_DILOCO_{k.upper().replace('-', '_')}": (k8s / "synchronizer" / k).read_text()
+                for k in ("public-key", "secret-key", "allowed")}  # fmt: skip
+    learner_env = {f"REVE_DILOCO_{k.upper().replace('-', '_')}": (k8s / "a" / k).read_text()
+                   for k in ("public-key", "secret-key", "server-key")}  # fmt: skip
+    server = Server("tcp://127.0.0.1:*", "env", environ=sync_env)
+    cfg = LearnerConfig.from_env({"REVE_DILOCO_ADDRESS": server.address,
+                                  "REVE_DILOCO_LEARNER": "a", **learner_env})  # fmt: skip
+    ln = Learner(cfg)
+    try:
+        ln.client.request("join", {"learner": "a"})
+        assert server.recv(10) is not None
+    finally:
+        ln.close()
+        server.close(0)
+
+
+def test_missing_keys_are_one_line_errors():
+    import pytest
+
+    from driver.diloco.learner import LearnerConfig
+
+    with pytest.raises(ValueError, match="REVE_DILOCO_KEYS or REVE_DILOCO_PUBLIC_KEY"):
+        LearnerConfig("tcp://x:1", "a").curve()
+    with pytest.raises(ValueError, match="REVE_DILOCO_ALLOWED"):
+        keys.from_env({"REVE_DILOCO_PUBLIC_KEY": "x" * 40})

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -30,14 +32,14 @@ def test_round_trip(tmp_path):
 
 def test_no_state_is_none_and_not_pickle(tmp_path):
     assert state.load(tmp_path) is None
-    path = state.save(tmp_path, make())
+    path = Path(state.save(tmp_path, make()))
     data = path.read_bytes()
     assert data.startswith(state.MAGIC) and b"\x80\x04" not in data[: len(state.MAGIC) + 2]
 
 
 @pytest.mark.parametrize("damage", ["magic", "truncate", "garbage"])
 def test_damaged_files_are_refused(tmp_path, damage):
-    path = state.save(tmp_path, make())
+    path = Path(state.save(tmp_path, make()))
     data = path.read_bytes()
     if damage == "magic":
         data = b"x" + data[1:]
@@ -55,3 +57,13 @@ def test_rounds_log(tmp_path):
     state.append_round(tmp_path, {"round": 1, "contributors": ["a"]})
     state.append_round(tmp_path, {"round": 2, "contributors": ["a", "b"]})
     assert [r["round"] for r in state.read_rounds(tmp_path)] == [1, 2]
+
+
+def test_state_in_an_object_store(tmp_path):
+    folder = f"memory://diloco-test-{tmp_path.name}/run/synchronizer"
+    assert state.load(folder) is None
+    state.save(folder, make())
+    assert state.load(folder).round == 7
+    state.append_round(folder, {"round": 8})
+    state.append_round(folder, {"round": 9})
+    assert [r["round"] for r in state.read_rounds(folder)] == [8, 9]
