@@ -35,4 +35,6 @@ def init_container(image: CachedImage) -> dict:
         "volumeMounts": [{"name": "cache-tools", "mountPath": "/cache-tools"}],
         "resources": {"requests": {"cpu": "10m", "memory": "16Mi"},
                       "limits": {"memory": "64Mi"}},
+        "securityContext": {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
+                            "capabilities": {"drop": ["ALL"]}},
     }  # fmt: skip

@@ -314,3 +314,17 @@ SAFE = {"allowPrivilegeEscalation": False}
 def test_run_pod_rule(run, problem):
     found = security.run_pod_problems(run)
     assert (found == []) if problem is None else any(problem in p for p in found), found
+
+
+@pytest.mark.parametrize("cluster", CLUSTERS)
+def test_platform_containers_never_escalate(overlay, cluster):
+    """Every container of the platform overlay forbids privilege escalation, except the ones
+    PRIVILEGED lists (a privileged container has every privilege anyway)."""
+    for obj in overlay(cluster):
+        namespace, name = obj["metadata"].get("namespace"), obj["metadata"]["name"]
+        for c in checks.containers(obj):
+            if (namespace, name, c["name"]) in security.PRIVILEGED:
+                continue
+            context = c.get("securityContext") or {}
+            assert context.get("allowPrivilegeEscalation") is False, (name, c["name"])
+            assert not context.get("capabilities", {}).get("add"), (name, c["name"])
