@@ -328,3 +328,14 @@ def test_platform_containers_never_escalate(overlay, cluster):
             context = c.get("securityContext") or {}
             assert context.get("allowPrivilegeEscalation") is False, (name, c["name"])
             assert not context.get("capabilities", {}).get("add"), (name, c["name"])
+
+
+def test_researchers_read_only_their_ray_token(overlay):
+    role = named(overlay("ultra-usc1"), "ClusterRole", "training-researcher")
+    secret_rules = [r for r in role["rules"] if "secrets" in r["resources"]]
+    wanted = {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"],
+              "resourceNames": [security.RAY_TOKEN[0]]}  # fmt: skip
+    assert secret_rules == [wanted]
+    bindings = [b for b in by_kind(overlay("ultra-usc1"), "ClusterRoleBinding")
+                if b["roleRef"]["name"] == "training-researcher"]  # fmt: skip
+    assert bindings == []  # bound per team namespace only (RoleBinding `researchers`)
