@@ -12,8 +12,9 @@ socket disconnects (the process died) or a send finds no route, and after
 are re-sent to another live worker (`on_worker_loss="retry"`, at most once, within their
 deadline) or answered `unavailable` ("error"). ZeroMQ reconnects to the same address, and
 the worker is live again after its next pong. A request that finds no live worker waits at
-the proxy until one is live or its deadline passes (then `timeout`); meanwhile the proxy's
-pongs report 0 live workers, so clients send elsewhere.
+the proxy until one is live or its deadline passes (then `timeout`). Whenever its live
+worker count changes, the proxy tells the ranks it heard from in the last minute (a pong
+they did not ask for), so their weights follow at once; a proxy with 0 gets no requests.
 
     proxy = ProxyServer("encoder", ["ipc:///tmp/enc-0.sock"]); address = proxy.start()
 """
@@ -68,6 +69,7 @@ class ProxyServer:
         self.running = threading.Event()
         self.inflight: dict[tuple[bytes, int], Entry] = {}
         self.waiting: deque[Entry] = deque()  # requests that found no live worker
+        self.clients: dict[bytes, float] = {}  # ranks heard from lately: told of changes
         self.counts: dict[str, int] = defaultdict(int)
         self.refused: dict[str, int] = defaultdict(int)
         self.thread: threading.Thread | None = None
@@ -213,6 +215,7 @@ class ProxyServer:
 
     def _from_rank(self, frames: list[Any]) -> None:
         client = frames[0].bytes
+        self.clients[client] = time.monotonic()
         try:
             msg = wire.parse(frames[1:], self.max_bytes)
         except wire.WireError as err:
@@ -233,8 +236,7 @@ class ProxyServer:
                 self._send_worker(entry.worker, frames)
             self.counts["cancelled"] += 1
         elif msg.kind == "ping":
-            info = {"live": self.live_workers(), "service": self.service}
-            self.front.send_multipart([client, *wire.pack(wire.Message("pong", msg.id, info=info))])
+            self.front.send_multipart([client, *self._pong(msg.id)])
         else:
             self.refused["kind"] += 1
             self._answer(client, msg.id, "protocol", f"unexpected {msg.kind} from a rank")
@@ -247,6 +249,7 @@ class ProxyServer:
         if not worker.live:
             worker.live = True
             self.counts["worker_up"] += 1
+            self._announce()
             waiting, self.waiting = self.waiting, deque()
             for entry in waiting:
                 if (entry.client, entry.id) in self.inflight:
@@ -297,6 +300,7 @@ class ProxyServer:
         if worker.live:
             worker.live = False
             self.counts["worker_lost"] += 1
+            self._announce()
         keys, worker.inflight = worker.inflight, set()
         for key in keys:
             entry = self.inflight.get(key)
@@ -312,6 +316,23 @@ class ProxyServer:
                 self.counts["lost"] += 1
                 text = f"worker {worker.address} {why} with the request in flight"
                 self._answer(entry.client, entry.id, "unavailable", text)
+
+    def _pong(self, request_id: int = 0) -> list[bytes]:
+        info = {"live": self.live_workers(), "service": self.service}
+        return wire.pack(wire.Message("pong", request_id, info=info))
+
+    def _announce(self) -> None:
+        """Tell the ranks heard from in the last minute the new live worker count (their
+        weight for this proxy) without waiting for their next ping."""
+        now, frames = time.monotonic(), self._pong()
+        for client, seen in list(self.clients.items()):
+            if now - seen > 60.0:
+                del self.clients[client]
+                continue
+            try:
+                self.front.send_multipart([client, *frames], zmq.NOBLOCK)
+            except zmq.ZMQError:
+                pass
 
     def _answer(self, client: bytes, request_id: int, code: str, text: str) -> None:
         self.counts[f"answered_{code}"] += 1

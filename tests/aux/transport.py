@@ -50,17 +50,24 @@ def stack(tmp_path, workers=2, delay_s=0.0, proxy_kw=None, **worker_kw) -> Itera
             server.stop()
 
 
-def serve_worker(address: str, stop, delay_s: float = 0.0) -> None:
-    """Process entry: one worker until `stop` is set."""
+def wait_for_file(path: str) -> None:
+    """Block until `path` exists (a stop signal a SIGKILLed sibling cannot wedge, unlike a
+    multiprocessing Event whose set() waits for every sleeper)."""
+    while not os.path.exists(path):
+        time.sleep(0.05)
+
+
+def serve_worker(address: str, stop_path: str, delay_s: float = 0.0) -> None:
+    """Process entry: one worker until `stop_path` exists."""
     server = WorkerServer(Echo(delay_s), address)
     server.start()
-    stop.wait()
+    wait_for_file(stop_path)
     server.stop()
 
 
-def serve_proxy(workers: list[str], addresses, stop, bind: str | None = None) -> None:
-    """Process entry: one proxy until `stop` is set; puts its address on `addresses`."""
+def serve_proxy(workers: list[str], addresses, stop_path: str, bind: str | None = None) -> None:
+    """Process entry: one proxy until `stop_path` exists; puts its address on `addresses`."""
     proxy = ProxyServer("echo", workers, bind=bind, heartbeat_s=0.2)
     addresses.put(proxy.start())
-    stop.wait()
+    wait_for_file(stop_path)
     proxy.stop()
