@@ -84,14 +84,24 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--learners", type=int, default=2)
     p.add_argument("--out", default="outputs/diloco-local")
     p.add_argument("--round-timeout", type=float, default=60.0)
+    p.add_argument("--compression", default="bf16", help="bf16, fp16, int8 or fp32 (both ways)")
     args, rest = p.parse_known_args(argv)
+    rest = [*rest, "--compression", args.compression]
     trainer.parse_args(["--out", "x", *rest])  # bad trainer options fail here, exit 2
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     names = learner_names(args.learners)
     keys.generate(out / "keys", names)
     sync, address = start_synchronizer(
-        out, ["--round-timeout", str(args.round_timeout), "--expect", ",".join(names)]
+        out,
+        [
+            "--round-timeout",
+            str(args.round_timeout),
+            "--expect",
+            ",".join(names),
+            "--compression",
+            args.compression,
+        ],
     )
     print(f"synchronizer on {address}; {len(names)} learners; outputs in {out}")
     try:

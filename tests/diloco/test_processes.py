@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -160,3 +161,18 @@ def test_killed_learner_leaves_the_others_training(out):
     assert later and all(r["contributors"] == names[:2] for r in later)
     assert dead in later[0]["missing"]
     assert all(summary(out, n)["steps"] == 60 for n in names[:2])
+
+
+@pytest.mark.slow
+def test_local_experiment_entry_point(tmp_path):
+    cmd = [sys.executable, "-m", "driver.diloco.local", "--learners", "2", "--out", str(tmp_path),
+           "--steps", "20", "--sync-every", "10", *TINY]  # fmt: skip
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "rounds merged: 2" in done.stdout and "learner-b: held-out loss" in done.stdout
+
+
+def test_local_experiment_refuses_bad_options_with_exit_2(tmp_path):
+    cmd = [sys.executable, "-m", "driver.diloco.local", "--out", str(tmp_path), "--steps", "x"]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and "--steps" in done.stderr
