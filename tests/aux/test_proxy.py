@@ -34,7 +34,10 @@ def raw(proxy):
 
 def exchange(sock, frames):
     sock.send_multipart(frames)
-    return wire.parse(sock.recv_multipart(), LIMIT)
+    while True:
+        reply = wire.parse(sock.recv_multipart(), LIMIT)
+        if reply.kind != "pong":  # the proxy announces changes in its live workers
+            return reply
 
 
 def envelope(**fields):
