@@ -31,6 +31,7 @@ RUNS_PROJECT = "runs"
 # tests/kustomize/test_security.py reads the templates and fails when they differ.
 RUN_KINDS = [
     ("", "ConfigMap"),
+    ("", "Service"),
     ("apps", "Deployment"),
     ("batch", "Job"),
     ("ray.io", "RayCluster"),
