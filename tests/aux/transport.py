@@ -42,6 +42,9 @@ def stack(tmp_path, workers=2, delay_s=0.0, proxy_kw=None, **worker_kw) -> Itera
     addresses = [server.start() for server in servers]
     proxy = ProxyServer("echo", addresses, **(proxy_kw or {}))
     address = proxy.start()
+    limit = time.monotonic() + 30
+    while proxy.live_workers() < workers and time.monotonic() < limit:
+        time.sleep(0.01)
     try:
         yield address, proxy, servers
     finally:
