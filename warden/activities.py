@@ -24,9 +24,11 @@ from warden import annotations as ann
 from warden import jobs, rules
 from warden.control import ControlActivities
 from warden.draining import DrainActivities
+from warden.errors import Fatal, NotFound
+from warden.faults import FailureActivities, log
 from warden.gcp import Instance, WardenGcp, request_id
 from warden.keep import KeepActivities
-from warden.kube import NotFound, Object, WardenKube, event_manifest, job_state
+from warden.kube import Object, WardenKube, event_manifest, job_state
 from warden.model import (
     ActionResult,
     BootState,
@@ -75,7 +77,7 @@ def _short(remediation_id: str) -> str:
     return hashlib.sha1(remediation_id.encode()).hexdigest()[:10]
 
 
-class WardenActivities(ControlActivities, DrainActivities, KeepActivities):
+class WardenActivities(ControlActivities, DrainActivities, KeepActivities, FailureActivities):
     """Activities bound to one cluster's adapters and a telemetry sink."""
 
     def __init__(self, kube: WardenKube, gcp: WardenGcp, prom: Prometheus | None, sink, settings):
@@ -92,12 +94,16 @@ class WardenActivities(ControlActivities, DrainActivities, KeepActivities):
 
     def _emit(self, target: Object, rid: str, action: str, reason: str, detail: str = "",
               warning: bool = False, node: str | None = None) -> None:  # fmt: skip
-        """One Kubernetes Event (named per remediation, so never twice) and one record."""
+        """One Kubernetes Event (named per remediation, so never twice) and one record. An
+        Event the API server refuses for good (403, a namespace gone) is only logged: the
+        action itself was taken, and the record says so."""
         name = f"{target['metadata']['name']}.warden-{action}-{_short(rid)}"
         message = f"{action}: {reason}" + (f" ({detail})" if detail else "")
-        self.kube.create_event(
-            event_manifest(name, target, f"Warden{action.title()}", message, warning)
-        )
+        event = event_manifest(name, target, f"Warden{action.title()}", message, warning)
+        try:
+            self.kube.create_event(event)
+        except (Fatal, NotFound) as err:
+            log.warning("no Event for %s: %s", name, err)
         node_name = node or target["metadata"]["name"]
         self.sink.write(record(self.settings.cluster, node_name, action, reason, rid, detail))
 
@@ -186,6 +192,8 @@ class WardenActivities(ControlActivities, DrainActivities, KeepActivities):
         node = self._node(inp.node)
         marker = (node["metadata"].get("annotations") or {}).get(ann.REBOOT, "")
         if marker.split(" ")[0] != inp.remediation_id:
+            if not rules.cordoned_by_warden(rules.node_facts(node, _now())):
+                return ActionResult(inp.node, False, "released")  # uncordoned meanwhile
             report = self.inspect(NodeAction(inp.node, inp.remediation_id))
             if report.blocking or report.drainable or report.terminating:
                 return ActionResult(inp.node, False, "busy")

@@ -14,9 +14,11 @@ import asyncio
 from datetime import UTC, datetime, timedelta
 
 from temporalio import activity
+from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import ApplicationError, WorkflowAlreadyStartedError
 
 from warden import rules
+from warden.faults import beat
 from warden.kube import NotFound
 from warden.model import (
     AMBIGUOUS,
@@ -61,8 +63,11 @@ class ControlActivities:
         """Classify every GPU node; list Warden-cordoned nodes for the recovery sweep."""
         now = datetime.now(UTC)
         telemetry = self._telemetry()
+        beat("telemetry")
         result = DetectResult()
-        for node in self.kube.list_nodes():
+        nodes = self.kube.list_nodes()
+        beat("nodes")
+        for node in nodes:
             if not rules.is_gpu_node(node):
                 continue
             facts = rules.node_facts(node, now)
@@ -78,8 +83,14 @@ class ControlActivities:
 
     @activity.defn
     async def dispatch(self, inp: DispatchInput) -> DispatchResult:
+        """Start each node's workflow under its one ID. Conflict policy FAIL: a node whose
+        workflow runs is left to it (never terminated and restarted, which would act twice);
+        reuse policy ALLOW_DUPLICATE: a node whose last workflow ended may get a new one.
+        Two replicas (or a replaced sweep's dispatch still running) racing on one node: one
+        start wins, the other gets WorkflowAlreadyStartedError."""
         client = activity.client()
         gate = asyncio.Semaphore(PARALLEL_STARTS)
+        t = inp.timings
 
         async def start(node_input: NodeInput) -> bool:
             async with gate:
@@ -89,10 +100,15 @@ class ControlActivities:
                         node_input,
                         id=node_workflow_id(node_input.node),
                         task_queue=inp.task_queue,
-                        task_timeout=timedelta(seconds=inp.timings.workflow_task_timeout_s),
+                        task_timeout=timedelta(seconds=t.workflow_task_timeout_s),
+                        id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
+                        id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
+                        rpc_timeout=timedelta(seconds=t.request_timeout_s),
                     )
                 except WorkflowAlreadyStartedError:
                     return False
+                finally:
+                    beat(node_input.node)
                 return True
 
         started = await asyncio.gather(*(start(n) for n in node_inputs(inp)))

@@ -8,20 +8,29 @@ PodDisruptionBudget protects, is left alone). Mixed into `WardenActivities`.
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 from temporalio import activity
 
 from catalog import labels
-from warden import workloads
+from warden import rules, workloads
+from warden.faults import beat
 from warden.kube import Object
 from warden.model import ActionResult, DrainInput, NodeAction, WorkloadReport
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
 
 
 class DrainActivities:
     @activity.defn
     def inspect(self, inp: NodeAction) -> WorkloadReport:
+        node = self._node(inp.node)
         pods = self.kube.list_pods(node=inp.node)
         siblings: dict[workloads.Key, set[str]] = {}
         for key in workloads.user_workloads(pods, self.settings.job_namespace):
+            beat(key)
             namespace, kind, name = key
             if kind == "Run":
                 found = self.kube.list_pods(namespace=namespace, labels={labels.RUN: name})
@@ -32,7 +41,9 @@ class DrainActivities:
                     if workloads.owner_key(p) == key
                 ]
             siblings[key] = {p["spec"].get("nodeName", "") for p in found}
-        return workloads.classify(inp.node, pods, siblings, self.settings.job_namespace)
+        report = workloads.classify(inp.node, pods, siblings, self.settings.job_namespace)
+        report.cordoned = rules.cordoned_by_warden(rules.node_facts(node, _now()))
+        return report
 
     def _workload_target(self, namespace: str, pod_names: list[str]) -> Object | None:
         for pod in self.kube.list_pods(namespace=namespace):
@@ -67,10 +78,12 @@ class DrainActivities:
 
     @activity.defn
     def drain(self, inp: DrainInput) -> ActionResult:
-        evicted = [
-            f"{w.namespace}/{pod}" for w in inp.workloads for pod in w.pods
-            if self.kube.evict_pod(w.namespace, pod)
-        ]  # fmt: skip
+        evicted = []
+        for w in inp.workloads:
+            for pod in w.pods:
+                beat(pod)
+                if self.kube.evict_pod(w.namespace, pod):
+                    evicted.append(f"{w.namespace}/{pod}")
         node = self._node(inp.node)
         self._emit(
             node, inp.remediation_id, "drain", f"evicted {len(evicted)} pods", ", ".join(evicted)

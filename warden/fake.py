@@ -5,7 +5,10 @@ turn. `FakeCluster()` keeps its state in memory; `FakeCluster(path)` keeps it in
 under an exclusive file lock, so a worker subprocess and the test share one cluster. Every side
 effect is counted (`counts("cordon")`, `"reboot"`, `"evict"`, `"repair"`, `"uncordon"`) and
 logged with its time, which is what the tests assert on. Reboots and Jobs finish after
-`reboot_s` / `job_s` of wall time; Job verdicts come from `set_outcome`.
+`reboot_s` / `job_s` of wall time; Job verdicts come from `set_outcome`. Faults injected with
+`FakeCluster.inject` (a 5xx, a timeout, a 403, a 400 on one call, for a number of calls)
+raise the same `warden.errors` classes as the real adapters, before the call acts or after
+it acted (the answer lost).
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import time
 from pathlib import Path
 
 from warden import annotations
+from warden.errors import api_error
 from warden.fakeobjects import _stamp, make_node, make_pod
 from warden.kube import Conflict, NotFound, Object
 
@@ -27,7 +31,7 @@ from warden.kube import Conflict, NotFound, Object
 def empty_state(reboot_s: float, job_s: float, latency_s: float = 0.0) -> dict:
     return {
         "nodes": {}, "pods": {}, "events": {}, "jobs": {}, "rayclusters": {},
-        "outcomes": {}, "metrics": {}, "private": {}, "requests": {},
+        "outcomes": {}, "metrics": {}, "private": {}, "requests": {}, "faults": [],
         "timing": {"reboot_s": reboot_s, "job_s": job_s, "latency_s": latency_s},
         "counts": {}, "log": [],
     }  # fmt: skip
@@ -66,11 +70,47 @@ class FakeStore:
         if self.latency_s:
             time.sleep(self.latency_s)
 
+    def fault(self, service: str, call: str, key: str = "", after: bool = False) -> None:
+        """Raise the error injected for this call (`FakeCluster.inject`), if one is due;
+        each raised fault is counted as `fault` `<service>.<call> <status>`."""
+        with self.txn() as state:
+            faults = state.get("faults", [])
+            due = next((f for f in faults if _matches(f, service, call, key, after)), None)
+            if due is None:
+                return
+            due["times"] -= 1
+            status = due["status"]
+            bucket = state["counts"].setdefault("fault", {})
+            what = f"{service}.{call} {status or 'timeout'}"
+            bucket[what] = bucket.get(what, 0) + 1
+        raise api_error(service, f"{call} {key}".strip(), status, due["detail"])
+
+    def done(self, service: str, call: str, key: str) -> None:
+        """After a side effect: the latency, then an answer lost if a fault says so."""
+        self.pause()
+        self.fault(service, call, key, after=True)
+
+
+def _matches(fault: dict, service: str, call: str, key: str, after: bool) -> bool:
+    return (
+        fault["times"] != 0
+        and fault["service"] == service
+        and fault["call"] in (call, "*")
+        and fault["key"] in ("", key)
+        and fault["after"] == after
+    )
+
 
 def _touch(node: Object) -> None:
     """A write to a node: a new resourceVersion, as the API server gives it."""
     meta = node["metadata"]
     meta["resourceVersion"] = str(int(meta.get("resourceVersion", "0")) + 1)
+
+
+def _stored_node(state: dict, name: str) -> Object:
+    if name not in state["nodes"]:
+        raise api_error("kube", f"node {name}", 404, "not found")
+    return state["nodes"][name]
 
 
 def _refresh_node(state: dict, name: str) -> None:
@@ -104,12 +144,14 @@ class FakeKube:
         self.store = store
 
     def list_nodes(self) -> list[Object]:
+        self.store.fault("kube", "list_nodes")
         with self.store.txn() as state:
             for name in state["nodes"]:
                 _refresh_node(state, name)
             return copy.deepcopy(list(state["nodes"].values()))
 
     def get_node(self, name: str) -> Object:
+        self.store.fault("kube", "get_node", name)
         with self.store.txn() as state:
             if name not in state["nodes"]:
                 raise NotFound(f"node {name} not found")
@@ -117,8 +159,9 @@ class FakeKube:
             return copy.deepcopy(state["nodes"][name])
 
     def patch_node(self, name, unschedulable, annotations, resource_version=None) -> Object:
+        self.store.fault("kube", "patch_node", name)
         with self.store.txn() as state:
-            node = state["nodes"][name]
+            node = _stored_node(state, name)
             if resource_version and resource_version != node["metadata"]["resourceVersion"]:
                 raise Conflict(f"node {name} changed since it was read")
             _touch(node)
@@ -136,12 +179,13 @@ class FakeKube:
                 else:
                     stored[key] = value
             result = copy.deepcopy(node)
-        self.store.pause()
+        self.store.done("kube", "patch_node", name)
         return result
 
     def set_node_keep(self, name, labels, annotations, taints, resource_version=None) -> Object:
+        self.store.fault("kube", "set_node_keep", name)
         with self.store.txn() as state:
-            node = state["nodes"][name]
+            node = _stored_node(state, name)
             if resource_version and resource_version != node["metadata"]["resourceVersion"]:
                 raise Conflict(f"node {name} changed since it was read")
             _touch(node)
@@ -155,10 +199,11 @@ class FakeKube:
             node["spec"]["taints"] = copy.deepcopy(taints)
             self.store.count(state, "keep", name)
             result = copy.deepcopy(node)
-        self.store.pause()
+        self.store.done("kube", "set_node_keep", name)
         return result
 
     def list_pods(self, node=None, namespace=None, labels=None) -> list[Object]:
+        self.store.fault("kube", "list_pods", node or "")
         with self.store.txn() as state:
             pods = [
                 pod
@@ -173,15 +218,17 @@ class FakeKube:
 
     def evict_pod(self, namespace: str, name: str) -> bool:
         key = f"{namespace}/{name}"
+        self.store.fault("kube", "evict_pod", key)
         with self.store.txn() as state:
             if state["pods"].pop(key, None) is None:
                 return False
             self.store.count(state, "evict", key)
-        self.store.pause()
+        self.store.done("kube", "evict_pod", key)
         return True
 
     def create_event(self, event: Object) -> bool:
         key = f"{event['metadata']['namespace']}/{event['metadata']['name']}"
+        self.store.fault("kube", "create_event", event["involvedObject"]["name"])
         with self.store.txn() as state:
             if key in state["events"]:
                 return False
@@ -191,17 +238,19 @@ class FakeKube:
 
     def create_job(self, job: Object) -> bool:
         key = f"{job['metadata']['namespace']}/{job['metadata']['name']}"
+        self.store.fault("kube", "create_job", key)
         with self.store.txn() as state:
             if key in state["jobs"]:
                 return False
             state["jobs"][key] = copy.deepcopy(job)
             state["private"][f"job/{key}"] = time.time()
             self.store.count(state, "job", key)
-        self.store.pause()
+        self.store.done("kube", "create_job", key)
         return True
 
     def get_job(self, namespace: str, name: str) -> Object | None:
         key = f"{namespace}/{name}"
+        self.store.fault("kube", "get_job", key)
         with self.store.txn() as state:
             if key not in state["jobs"]:
                 return None
@@ -209,6 +258,7 @@ class FakeKube:
             return copy.deepcopy(state["jobs"][key])
 
     def get_raycluster(self, namespace: str, name: str) -> Object:
+        self.store.fault("kube", "get_raycluster", f"{namespace}/{name}")
         with self.store.txn() as state:
             try:
                 return copy.deepcopy(state["rayclusters"][f"{namespace}/{name}"])
@@ -216,12 +266,13 @@ class FakeKube:
                 raise NotFound(f"RayCluster {namespace}/{name} not found") from None
 
     def set_worker_replicas(self, namespace: str, name: str, index: int, replicas: int) -> None:
+        self.store.fault("kube", "set_worker_replicas", f"{namespace}/{name}")
         with self.store.txn() as state:
             group = state["rayclusters"][f"{namespace}/{name}"]["spec"]["workerGroupSpecs"][index]
             group["replicas"] = replicas
             group["minReplicas"] = min(group.get("minReplicas", 0), replicas)
             self.store.count(state, "shrink", f"{namespace}/{name}")
-        self.store.pause()
+        self.store.done("kube", "set_worker_replicas", f"{namespace}/{name}")
 
 
 __all__ = ["FakeKube", "FakeStore", "empty_state", "make_node", "make_pod"]

@@ -49,20 +49,21 @@ class FakeGcp:
     def __init__(self, store: FakeStore):
         self.store = store
 
-    def _once(self, kind: str, instance: Instance, request_id: str) -> None:
+    def _once(self, call: str, kind: str, instance: Instance, request_id: str) -> None:
+        self.store.fault("gcp", call, instance.name)
         with self.store.txn() as state:
             if request_id in state["requests"]:
                 return
             state["requests"][request_id] = [kind, instance.name]
             _restart(state, instance.name)
             self.store.count(state, kind, instance.name)
-        self.store.pause()
+        self.store.done("gcp", call, instance.name)
 
     def reset(self, instance: Instance, request_id: str) -> None:
-        self._once("reboot", instance, request_id)
+        self._once("reset", "reboot", instance, request_id)
 
     def repair(self, instance: Instance, reason: str, request_id: str) -> str:
-        self._once("repair", instance, request_id)
+        self._once("repair", "repair", instance, request_id)
         return f"reported the host of {instance.name} as faulty"
 
 
@@ -159,6 +160,20 @@ class FakeCluster:
         """Verdict of the next `check` or `diag` Job on a node: succeeded or failed."""
         with self.store.txn() as state:
             state["outcomes"].setdefault(node, {})[kind] = result
+
+    def inject(
+        self, service: str, call: str, status: int | str, times: int = 1, key: str = "",
+        after: bool = False, detail: str = "",
+    ) -> None:  # fmt: skip
+        """Make the next `times` calls (-1: every call) of `service` (`kube`, `gcp`) `call`
+        (an adapter method, `*` for any) on `key` (a node name, `namespace/name`; "" for
+        any) fail with HTTP `status`, or `"timeout"` (no answer). `after`: the call acts,
+        then its answer is lost. Raised faults count as `counts("fault")`."""
+        fault = {"service": service, "call": call, "key": key, "times": times}
+        fault |= {"status": None if status == "timeout" else int(status), "after": after}
+        fault["detail"] = detail or ("timed out" if status == "timeout" else "injected")
+        with self.store.txn() as state:
+            state.setdefault("faults", []).append(fault)
 
     def counts(self, kind: str) -> dict[str, int]:
         with self.store.txn() as state:

@@ -25,6 +25,7 @@ from temporalio import activity
 
 from catalog import labels
 from runner import keepnodes
+from warden.faults import beat
 from warden.kube import Conflict, NotFound, Object
 from warden.model import KeepInput, KeepResult
 
@@ -160,6 +161,7 @@ class KeepActivities:
             name = node["metadata"]["name"]
             if name not in wanted and not _tracked(node):
                 continue
+            beat(name)
             kept = kept_namespace(node)
             busy = bool(kept) and name not in wanted and self._namespace_active(name, kept)
             change = reconcile(node, wanted.get(name), busy, now)

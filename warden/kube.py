@@ -3,7 +3,9 @@
 Activities depend on the `WardenKube` protocol only; every object is a plain manifest dict.
 `RealKube` speaks REST through the official `kubernetes` client's ApiClient (in-cluster
 credentials or a kubeconfig); `warden.fake.FakeKube` is the in-memory (or on-disk) cluster
-the tests use.
+the tests use. Every request carries a timeout (`timeout_s`); a failed one raises the
+`warden.errors` class its status calls for (no answer: `Transient`), and urllib3 does not
+retry on its own: Temporal's retry policy is the only one, with its bound.
 """
 
 from __future__ import annotations
@@ -13,19 +15,10 @@ from datetime import UTC, datetime
 from typing import Any, Protocol
 from urllib.parse import quote
 
+from warden.errors import Conflict, NotFound, Refused, api_error
+
 Object = dict[str, Any]
-
-
-class NotFound(Exception):
-    """The object does not exist."""
-
-
-class Refused(Exception):
-    """The API server refused for now (429: an eviction a PodDisruptionBudget forbids)."""
-
-
-class Conflict(Exception):
-    """The object already exists, or changed since it was read (a failed precondition)."""
+__all__ = ["Conflict", "NotFound", "Refused", "RealKube", "WardenKube", "api_client"]
 
 
 class WardenKube(Protocol):
@@ -126,6 +119,14 @@ def event_manifest(
     }
 
 
+def _message(data: bytes) -> str:
+    """The `message` of a Kubernetes Status body, else the start of the body."""
+    try:
+        return str(json.loads(data).get("message", ""))
+    except (ValueError, AttributeError):
+        return data[:200].decode(errors="replace")
+
+
 def job_state(job: Object | None) -> str:
     """running, succeeded, failed or missing, from a Job's status conditions."""
     if job is None:
@@ -139,22 +140,34 @@ def job_state(job: Object | None) -> str:
     return "running"
 
 
+def api_client(host: str | None = None) -> Any:
+    """A `kubernetes` ApiClient: in-cluster credentials, else the kubeconfig, or a bare
+    `host` (tests); urllib3's own retries off (Temporal retries, within bounds)."""
+    from kubernetes import client, config
+
+    if host is None:
+        try:
+            config.load_incluster_config()
+        except config.ConfigException:
+            config.load_kube_config()
+        configuration = client.Configuration.get_default_copy()
+    else:
+        configuration = client.Configuration()
+        configuration.host = host
+    configuration.retries = False
+    return client.ApiClient(configuration)
+
+
 class RealKube:
-    """WardenKube over the Kubernetes REST API."""
+    """WardenKube over the Kubernetes REST API; each request gives up after `timeout_s`."""
 
-    def __init__(self, api_client: Any = None):
-        from kubernetes import client, config
-
-        if api_client is None:
-            try:
-                config.load_incluster_config()
-            except config.ConfigException:
-                config.load_kube_config()
-            api_client = client.ApiClient()
-        self.api = api_client
+    def __init__(self, api: Any = None, timeout_s: float = 20.0):
+        self.api = api if api is not None else api_client()
+        self.timeout_s = timeout_s
 
     def _call(self, method: str, path: str, body: Any = None, content_type: str | None = None):
         from kubernetes.client.exceptions import ApiException
+        from urllib3.exceptions import HTTPError
 
         headers = {"Accept": "application/json"}
         if body is not None:
@@ -162,22 +175,17 @@ class RealKube:
         params = self.api.param_serialize(
             method, path, header_params=headers, body=body, auth_settings=["BearerToken"]
         )
+        call = f"{method} {path.partition('?')[0]}"
         try:
-            response = self.api.call_api(*params)
+            response = self.api.call_api(*params, _request_timeout=self.timeout_s)
             data = response.read()
-        except ApiException as err:
-            status = err.status
-        else:
-            status = response.status
-            if 200 <= status < 300:
-                return json.loads(data) if data else None
-        if status == 404:
-            raise NotFound(f"{method} {path}: not found")
-        if status == 429:
-            raise Refused(f"{method} {path}: refused for now (HTTP 429)")
-        if status == 409:
-            raise Conflict(f"{method} {path}: conflict (exists, or changed since read)")
-        raise RuntimeError(f"{method} {path}: HTTP {status}")
+        except ApiException as err:  # status 0: TLS or protocol trouble, no answer
+            raise api_error("kube", call, err.status or None, str(err.reason or "")) from None
+        except (HTTPError, OSError) as err:  # timeouts, refused or reset connections
+            raise api_error("kube", call, None, f"{type(err).__name__}: {err}") from None
+        if 200 <= response.status < 300:
+            return json.loads(data) if data else None
+        raise api_error("kube", call, response.status, _message(data))
 
     def list_nodes(self) -> list[Object]:
         # resourceVersion=0: served from the API server's watch cache, cheap every sweep

@@ -23,6 +23,15 @@ class Timings:
     after this long."""
     retry_initial_s: float = 1.0
     """first retry interval of a failed activity (doubles up to 30 times that)."""
+    retry_max_attempts: int = 20
+    """attempts of an activity (a timeout, a 5xx, a 409) before its workflow gives up,
+    records the failure and stops (about 8 minutes with the defaults)."""
+    request_timeout_s: float = 20.0
+    """timeout of one Kubernetes, GCP, Prometheus or Temporal request (below
+    `activity_timeout_s`, so an attempt retries within its own time)."""
+    failed_recheck_s: float = 600.0
+    """how long a node workflow that stopped on an error keeps the node's workflow ID (and
+    says why in its phase); the next sweep then tries the node again."""
     poll_s: float = 10.0
     """how often a workflow polls a Job, a terminating pod or a rebooting node."""
     check_timeout_s: float = 1800.0
@@ -84,8 +93,11 @@ class NodeInput:
 class NodeResult:
     node: str
     outcome: str
-    """cleared, busy, uncordoned, escalated."""
+    """cleared, busy, uncordoned, escalated, released (a recovery found the node no longer
+    cordoned by Warden), failed (an error stopped it: `detail` says which)."""
     actions: list[str] = field(default_factory=list)
+    detail: str = ""
+    """for `failed`: the step and the error, e.g. `reboot: gcp POST ...: HTTP 403 ...`."""
 
 
 @dataclass
@@ -115,6 +127,8 @@ class SweepResult:
     sweeps: int
     started: int
     already_running: int
+    failed: int = 0
+    """sweeps an error stopped (recorded; the next sweep runs as usual)."""
 
 
 @dataclass
@@ -205,6 +219,8 @@ class WorkloadReport:
     """preemptible jobs that run on this node only."""
     terminating: int = 0
     """user pods already being deleted."""
+    cordoned: bool = True
+    """the node is still cordoned by Warden (a recovery of a node that is not stops)."""
 
 
 @dataclass
@@ -231,6 +247,18 @@ class RecordInput:
     remediation_id: str
     action: str
     reason: str
+
+
+@dataclass
+class FailureInput:
+    """A workflow step an error stopped: recorded, and an Event on the node if it can be."""
+
+    node: str
+    """the node, or "" (a sweep, a kept-nodes round, a shrink)."""
+    remediation_id: str
+    step: str
+    """the activity (or child workflow) that failed."""
+    error: str
 
 
 @dataclass
@@ -285,6 +313,8 @@ class KeepResult:
     watched: int = 0
     kept: int = 0
     released: int = 0
+    failed: int = 0
+    """rounds an error stopped (recorded; the next round runs as usual)."""
 
 
 def keep_workflow_id(cluster: str) -> str:

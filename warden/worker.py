@@ -20,6 +20,7 @@ from temporalio.worker import Worker
 
 from warden.activities import Settings, WardenActivities
 from warden.config import WardenConfig
+from warden.faults import FaultInterceptor
 from warden.model import (
     KeepInput,
     ShrinkInput,
@@ -46,7 +47,7 @@ def activity_functions(acts: WardenActivities) -> list:
     return [
         acts.cordon, acts.uncordon, acts.start_job, acts.job_status, acts.inspect, acts.notify,
         acts.drain, acts.reboot, acts.boot_state, acts.escalate, acts.record, acts.detect,
-        acts.dispatch, acts.shrink, acts.keep_nodes,
+        acts.dispatch, acts.shrink, acts.keep_nodes, acts.report_failure,
     ]  # fmt: skip
 
 
@@ -61,6 +62,7 @@ def build_worker(
         activities=activity_functions(acts),
         activity_executor=ThreadPoolExecutor(ACTIVITY_THREADS),
         max_concurrent_activities=ACTIVITY_THREADS,
+        interceptors=[FaultInterceptor()],
         sticky_queue_schedule_to_start_timeout=timedelta(seconds=t.workflow_task_timeout_s),
         graceful_shutdown_timeout=timedelta(seconds=t.activity_timeout_s),
     )
@@ -136,12 +138,14 @@ def activities_for(config: WardenConfig, fake: str | None = None) -> WardenActiv
     from warden.kube import RealKube
     from warden.prom import HttpPrometheus
 
+    timeout_s = config.timings.request_timeout_s  # every request gives up after this
     prom = None
     if config.prometheus:
         p = config.prometheus
-        prom = HttpPrometheus(p.url, p.node_label, p.window)
-    gcp = RealGcp(config.location or cluster.region, cluster.name, config.repair)
-    return WardenActivities(RealKube(), gcp, prom, sink, settings)
+        prom = HttpPrometheus(p.url, p.node_label, p.window, timeout_s)
+    location = config.location or cluster.region
+    gcp = RealGcp(location, cluster.name, config.repair, timeout_s=timeout_s)
+    return WardenActivities(RealKube(timeout_s=timeout_s), gcp, prom, sink, settings)
 
 
 async def serve_until_signalled(worker: Worker) -> None:

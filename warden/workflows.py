@@ -13,6 +13,11 @@
   up (`warden.keep`).
 
 All side effects are activities (`warden.activities`); the remediation id is the run id.
+Every activity runs with a start-to-close timeout and a bounded retry policy (`options`);
+the long ones heartbeat. An error that retrying cannot fix (a 403, a 400, a node gone), or
+retries that ran out, stops the workflow with a report (`report_failure`): a node workflow
+ends `failed` naming the step and the error, a sweep or kept-nodes round goes on with the
+next one.
 """
 
 from __future__ import annotations
@@ -21,14 +26,17 @@ from datetime import timedelta
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
+from temporalio.exceptions import ActivityError, ApplicationError, ChildWorkflowError
 
 with workflow.unsafe.imports_passed_through():
     from warden.activities import WardenActivities as A
+    from warden.faults import failure
     from warden.model import (
         AMBIGUOUS,
         DetectInput,
         DispatchInput,
         DrainInput,
+        FailureInput,
         JobInput,
         KeepInput,
         KeepResult,
@@ -47,19 +55,45 @@ with workflow.unsafe.imports_passed_through():
         stress_workflow_id,
     )
 
-NON_RETRYABLE = ["NodeGone", "NotFound"]
+NON_RETRYABLE = ["NodeGone", "NotFound", "Fatal"]
+"""error types never retried (`warden.errors`: gone, stop); the interceptor marks them too."""
+FAILED = (ActivityError, ChildWorkflowError)
 
 
-def options(t: Timings, timeout_s: float | None = None) -> dict:
-    """Activity options: a short attempt timeout, so a crashed worker's attempt is retried."""
-    return {
+def options(t: Timings, timeout_s: float | None = None, heartbeat: bool = False) -> dict:
+    """Activity options: a short attempt timeout, so a crashed worker's attempt is retried;
+    exponential backoff and at most `retry_max_attempts` attempts; `heartbeat` (long
+    activities): a dead worker's attempt is retried after `activity_timeout_s` of silence."""
+    found = {
         "start_to_close_timeout": timedelta(seconds=timeout_s or t.activity_timeout_s),
         "retry_policy": RetryPolicy(
             initial_interval=timedelta(seconds=t.retry_initial_s),
+            backoff_coefficient=2.0,
             maximum_interval=timedelta(seconds=t.retry_initial_s * 30),
+            maximum_attempts=max(1, t.retry_max_attempts),
             non_retryable_error_types=NON_RETRYABLE,
         ),
     }
+    if heartbeat:
+        found["heartbeat_timeout"] = timedelta(seconds=t.activity_timeout_s)
+    return found
+
+
+def long_options(t: Timings, floor_s: float) -> dict:
+    """A long activity (a sweep, a node's workloads): a longer attempt that heartbeats."""
+    return options(t, max(t.activity_timeout_s * 5, floor_s), heartbeat=True)
+
+
+async def report(t: Timings, node: str, rid: str, err: BaseException) -> str:
+    """Record what stopped a step (an Event on the node when it can); the error's text."""
+    step, message = failure(err, t.retry_max_attempts)
+    try:
+        await workflow.execute_activity_method(
+            A.report_failure, FailureInput(node, rid, step, message), **options(t)
+        )
+    except FAILED:
+        workflow.logger.error("no report for %s: %s: %s", node or "-", step, message)
+    return f"{step}: {message}" if step else message
 
 
 async def run_job(t: Timings, node: str, rid: str, kind: str, level: int = 0) -> str:
@@ -77,6 +111,9 @@ async def run_job(t: Timings, node: str, rid: str, kind: str, level: int = 0) ->
         if workflow.now() >= deadline:
             return "timed out"
         await workflow.sleep(t.poll_s)
+
+
+RELEASED = "released"
 
 
 def _key(w: Workload) -> tuple[str, str, str]:
@@ -97,9 +134,10 @@ class NodeWorkflow:
     def current_phase(self) -> str:
         return self.phase
 
-    async def _do(self, phase: str, method, arg, timeout_s: float | None = None):
+    async def _do(self, phase: str, method, arg, long: bool = False):
         self.phase = phase
-        result = await workflow.execute_activity_method(method, arg, **options(self.t, timeout_s))
+        opts = long_options(self.t, 0) if long else options(self.t)
+        result = await workflow.execute_activity_method(method, arg, **opts)
         self.actions.append(phase)
         return result
 
@@ -110,7 +148,21 @@ class NodeWorkflow:
     @workflow.run
     async def run(self, inp: NodeInput) -> NodeResult:
         self.t, self.mode = inp.timings, inp.mode
-        node, rid, reason = inp.node, workflow.info().run_id, inp.reason
+        try:
+            return await self._remediate(inp, workflow.info().run_id)
+        except FAILED as err:
+            return await self._failed(inp.node, workflow.info().run_id, err)
+
+    async def _failed(self, node: str, rid: str, err: BaseException) -> NodeResult:
+        """Stop on an error: report it, hold the node's workflow ID for `failed_recheck_s`
+        (the phase says why), then end `failed`; the next sweep tries the node again."""
+        detail = await report(self.t, node, rid, err)
+        self.phase = f"failed: {detail}"
+        await workflow.sleep(self.t.failed_recheck_s)
+        return NodeResult(node, "failed", list(self.actions), detail)
+
+    async def _remediate(self, inp: NodeInput, rid: str) -> NodeResult:
+        node, reason = inp.node, inp.reason
         if inp.mode == "respond":
             if inp.severity == AMBIGUOUS:
                 self.phase = "check"
@@ -145,11 +197,14 @@ class NodeWorkflow:
         return self._done(node, "busy")
 
     async def _wait_idle(self, node: str, rid: str) -> str | None:
-        """Drain what may be drained; the blocking workloads' names, or None once idle."""
+        """Drain what may be drained; the blocking workloads' names, RELEASED when the node
+        is no longer cordoned by Warden, or None once idle."""
         drains = 0
         deadline = workflow.now() + timedelta(seconds=self.t.reboot_timeout_s)
         while True:
-            report = await self._do("inspect", A.inspect, NodeAction(node, rid))
+            report = await self._do("inspect", A.inspect, NodeAction(node, rid), long=True)
+            if not report.cordoned:
+                return RELEASED
             if report.blocking:
                 return f"user workloads run on the node: {_names(report.blocking)}"
             if report.terminating and workflow.now() < deadline:
@@ -162,19 +217,26 @@ class NodeWorkflow:
             grace = self.t.drain_grace_s
             await self._do("notify", A.notify, DrainInput(node, rid, report.drainable, grace))
             await workflow.sleep(grace)
-            again = await self._do("inspect", A.inspect, NodeAction(node, rid))
+            again = await self._do("inspect", A.inspect, NodeAction(node, rid), long=True)
             if again.blocking:
                 return f"user workloads run on the node: {_names(again.blocking)}"
             notified = {_key(w) for w in report.drainable}
             still = [w for w in again.drainable if _key(w) in notified]
-            await self._do("drain", A.drain, DrainInput(node, rid, still, grace))
+            await self._do("drain", A.drain, DrainInput(node, rid, still, grace), long=True)
             drains += 1
 
     async def _recover(self, node: str, rid: str) -> NodeResult:
+        """Wait for idle, reboot, stress-test, uncordon. A node no longer cordoned by Warden
+        (uncordoned by the run that repaired it, seen by a sweep a moment before; or by a
+        person) is left alone: `released`, nothing done."""
         busy = await self._wait_idle(node, rid)
+        if busy == RELEASED:
+            return self._done(node, "released")
         if busy:
             return await self._busy(node, rid, busy)
         reboot = await self._do("reboot", A.reboot, NodeAction(node, rid, "repair reboot"))
+        if reboot.detail == "released":
+            return self._done(node, "released")
         if reboot.detail == "busy":
             return await self._busy(node, rid, "a workload arrived before the reboot")
         deadline = workflow.now() + timedelta(seconds=self.t.reboot_timeout_s)
@@ -219,17 +281,19 @@ class SweepWorkflow:
         t = inp.timings
         result = SweepResult(0, 0, 0)
         while True:
-            detected = await workflow.execute_activity_method(
-                A.detect, DetectInput(result.sweeps), **options(t, max(t.activity_timeout_s, 120))
-            )
-            dispatched = await workflow.execute_activity_method(
-                A.dispatch,
-                DispatchInput(detected, t, inp.task_queue),
-                **options(t, max(t.activity_timeout_s, 300)),
-            )
+            try:
+                detected = await workflow.execute_activity_method(
+                    A.detect, DetectInput(result.sweeps), **long_options(t, 120)
+                )
+                dispatched = await workflow.execute_activity_method(
+                    A.dispatch, DispatchInput(detected, t, inp.task_queue), **long_options(t, 300)
+                )
+                result.started += dispatched.started
+                result.already_running += dispatched.already_running
+            except FAILED as err:
+                result.failed += 1
+                await report(t, "", f"{workflow.info().run_id}-{result.sweeps}", err)
             result.sweeps += 1
-            result.started += dispatched.started
-            result.already_running += dispatched.already_running
             if inp.sweeps and result.sweeps >= inp.sweeps:
                 return result
             if result.sweeps >= t.sweeps_per_run:
@@ -242,7 +306,13 @@ class SweepWorkflow:
 class ShrinkWorkflow:
     @workflow.run
     async def run(self, inp: ShrinkInput) -> ShrinkResult:
-        return await workflow.execute_activity_method(A.shrink, inp, **options(Timings()))
+        t = Timings()
+        try:
+            return await workflow.execute_activity_method(A.shrink, inp, **options(t))
+        except FAILED as err:
+            detail = await report(t, "", workflow.info().workflow_id, err)
+            message = f"shrink {inp.namespace}/{inp.name} {inp.group}: {detail}"
+            raise ApplicationError(message, type="ShrinkFailed", non_retryable=True) from None
 
 
 @workflow.defn
@@ -252,13 +322,17 @@ class KeepWorkflow:
         t = inp.timings
         total = KeepResult()
         while True:
-            done = await workflow.execute_activity_method(
-                A.keep_nodes, inp, **options(t, max(t.activity_timeout_s, 120))
-            )
+            try:
+                done = await workflow.execute_activity_method(
+                    A.keep_nodes, inp, **long_options(t, 120)
+                )
+                total.watched += done.watched
+                total.kept += done.kept
+                total.released += done.released
+            except FAILED as err:
+                total.failed += 1
+                await report(t, "", f"{workflow.info().run_id}-{total.rounds}", err)
             total.rounds += 1
-            total.watched += done.watched
-            total.kept += done.kept
-            total.released += done.released
             if inp.rounds and total.rounds >= inp.rounds:
                 return total
             if total.rounds >= t.sweeps_per_run:
