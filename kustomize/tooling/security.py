@@ -19,6 +19,8 @@ Checks (`scripts/validate` runs them on every built overlay and app-of-apps):
 
 from __future__ import annotations
 
+import fnmatch
+
 from catalog import Cluster
 from catalog import labels as names
 from kustomize.tooling import objects
@@ -96,25 +98,33 @@ def runs_project(cluster: Cluster) -> Obj:
 
 
 def project_admits(project: Obj, obj: Obj) -> bool:
-    """Would Argo CD let an Application of `project` apply `obj`? (whitelists, destinations)
+    """Would Argo CD let an Application of `project` apply `obj`? (its project checks)
 
-    A kind is cluster-scoped when the object has no namespace. Argo CD denies every
-    cluster-scoped kind when `clusterResourceWhitelist` is empty or absent.
+    As Argo CD decides (`AppProject.IsGroupKindPermitted`, `IsDestinationPermitted`): a
+    cluster-scoped kind (an object without a namespace) must be on
+    `clusterResourceWhitelist`, so none is allowed when it is empty; a namespaced kind must
+    be on `namespaceResourceWhitelist` when that list is not empty, and on no blacklist; the
+    namespace must match a destination (globs allowed).
     """
     spec = project.get("spec", {})
     group = obj.get("apiVersion", "").rpartition("/")[0]
     kind = obj.get("kind", "")
     namespace = obj.get("metadata", {}).get("namespace")
 
-    def listed(entries: list[Obj] | None) -> bool:
-        return any(e.get("group") in (group, "*") and e.get("kind") in (kind, "*")
-                   for e in entries or [])  # fmt: skip
+    def listed(key: str) -> bool:
+        return any(fnmatch.fnmatchcase(group, e.get("group", "")) and
+                   fnmatch.fnmatchcase(kind, e.get("kind", ""))
+                   for e in spec.get(key) or [])  # fmt: skip
 
     if not namespace:
-        return listed(spec.get("clusterResourceWhitelist"))
-    if not listed(spec.get("namespaceResourceWhitelist")):
+        return listed("clusterResourceWhitelist") and not listed("clusterResourceBlacklist")
+    whitelist = spec.get("namespaceResourceWhitelist") or []
+    if (whitelist and not listed("namespaceResourceWhitelist")) or listed(
+        "namespaceResourceBlacklist"
+    ):
         return False
-    return any(d.get("namespace") in (namespace, "*") for d in spec.get("destinations") or [])
+    return any(fnmatch.fnmatchcase(namespace, d.get("namespace") or "")
+               for d in spec.get("destinations") or [])  # fmt: skip
 
 
 def secret_specs(cluster: Cluster) -> list[Obj]:
@@ -220,10 +230,11 @@ def runs_gate_problems(built: list[Obj]) -> list[str]:
         found.append(f"AppProject {project_name}: clusterResourceWhitelist must be empty")
     kinds = sorted((e.get("group", ""), e.get("kind", ""))
                    for e in spec.get("namespaceResourceWhitelist") or [])  # fmt: skip
-    if kinds != sorted(RUN_KINDS):
+    if kinds != sorted(RUN_KINDS) or spec.get("namespaceResourceBlacklist"):
         found.append(f"AppProject {project_name}: namespaceResourceWhitelist must be exactly "
                      f"{sorted(RUN_KINDS)}")  # fmt: skip
-    if any(d.get("namespace") in (None, "", "*") for d in spec.get("destinations") or []):
+    if any(any(c in (d.get("namespace") or "*") for c in "*?[")
+           for d in spec.get("destinations") or []):  # fmt: skip
         found.append(f"AppProject {project_name}: destinations must name team namespaces")
     return found
 

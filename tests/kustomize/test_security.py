@@ -88,13 +88,26 @@ def test_every_rendered_run_passes_the_gate(built, cluster):
         lambda p: p["spec"].update(clusterResourceWhitelist=[{"group": "*", "kind": "*"}]),
         lambda p: p["spec"]["namespaceResourceWhitelist"].append({"group": "", "kind": "Secret"}),
         lambda p: p["spec"]["destinations"].append({"server": "x", "namespace": "*"}),
+        lambda p: p["spec"]["destinations"].append({"server": "x", "namespace": "kube-*"}),
+        lambda p: p["spec"].update(namespaceResourceWhitelist=[]),
     ],
-    ids=["cluster-scoped", "extra-kind", "any-namespace"],
+    ids=["cluster-scoped", "extra-kind", "any-namespace", "glob-namespace", "no-kind-list"],
 )
 def test_gate_check_fails_when_the_project_is_widened(built, change):
     objs = copy.deepcopy(built["kustomize/argocd/ultra-usc1"])
-    change(named(objs, "AppProject", "runs", "argocd"))
+    project = named(objs, "AppProject", "runs", "argocd")
+    change(project)
     assert security.runs_gate_problems(objs)
+    # and the widened project really admits something the real one refuses
+    probes = [
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+         "metadata": {"name": "x"}},
+        {"apiVersion": "v1", "kind": "Secret", "metadata": {"namespace": "media"}},
+        {"apiVersion": "ray.io/v1", "kind": "RayJob", "metadata": {"namespace": "kube-system"}},
+    ]  # fmt: skip
+    real = named(built["kustomize/argocd/ultra-usc1"], "AppProject", "runs", "argocd")
+    assert not any(security.project_admits(real, o) for o in probes)
+    assert any(security.project_admits(project, o) for o in probes)
 
 
 def test_gate_check_fails_when_runs_use_the_platform_project(built):
