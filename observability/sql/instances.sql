@@ -1,17 +1,16 @@
 -- Shared CTEs of the straggler analysis (included by the other files, never run alone).
 -- base: one run's collective records in the time range.
 -- instances: one row per collective instance (communicator, collective, message size,
---   sequence number; hashed into one key, as a process is (node, pod, pid)), kept only when every rank of the communicator reported it. Each
---   rank's duration is wait + transfer; the rank with the shortest duration arrived last
---   (it did not wait), so the shortest duration estimates the transfer time. The window of
---   an instance is the start of the ~30 s interval holding its first record.
+--   sequence number: the table's `instance` key; `process` is node, pod, pid), kept only
+--   when every rank of the communicator reported it. Each rank's duration is wait +
+--   transfer; the rank with the shortest duration arrived last (it did not wait), so the
+--   shortest duration estimates the transfer time. The window of an instance is the start
+--   of the ~30 s interval holding its first record.
 -- samples: each record with its instance's window, transfer time and median duration.
 -- ClickHouse inlines a CTE at every reference, so each heavy one is referenced once.
 base AS
 (
-    SELECT ts, node, pod, pid, rank, n_ranks, exec_time_us,
-           cityHash64(comm_id, collective, msg_size_bytes, seq) AS instance,
-           cityHash64(node, pod, pid) AS process
+    SELECT ts, node, pod, pid, rank, n_ranks, exec_time_us, instance, process
     FROM platform.nccl_collectives
     WHERE team = {team:String} AND run = {run:String}
       AND ts >= {start:DateTime64(6)} AND ts < {end:DateTime64(6)}

@@ -129,7 +129,10 @@ CREATE TABLE IF NOT EXISTS platform.nccl_collectives
     exec_time_us     Float64,
     timing_source    LowCardinality(String),
     algbw_gbs        Float64,
-    busbw_gbs        Float64
+    busbw_gbs        Float64,
+    -- the straggler analysis' keys, computed once on insert (observability/sql/)
+    instance         UInt64 MATERIALIZED cityHash64(comm_id, collective, msg_size_bytes, seq),
+    process          UInt64 MATERIALIZED cityHash64(node, pod, pid)
 )
 ENGINE = MergeTree
 PARTITION BY toYYYYMMDD(ts)
