@@ -8,6 +8,7 @@ pulumi; each command module imports what it needs when it runs. User mistakes ra
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 
 import click
@@ -66,26 +67,87 @@ def cli() -> None:
     """
 
 
-def main(argv: list[str] | None = None) -> None:
-    """Run the CLI; bad input becomes one line on stderr and exit code 2."""
+MAX_LINE = 400  # characters of an error line; longer ones lose their middle
+
+
+def one_line(text: str) -> str:
+    """`text` as one short printable line: control characters escaped, the middle cut."""
+    if not text.isprintable():
+        text = "".join(c if c.isprintable() else ascii(c)[1:-1] for c in text)
+    if len(text) > MAX_LINE:
+        half = (MAX_LINE - 5) // 2
+        text = f"{text[:half]} ... {text[-half:]}"
+    return text
+
+
+def _say(text: str) -> None:
+    """One line on stderr, whatever state stderr is in."""
+    try:
+        click.echo(one_line(text), err=True)
+    except (OSError, ValueError):
+        pass
+
+
+def _standard_fds() -> None:
+    """Give closed standard descriptors /dev/null, so no file we open lands on fd 0-2."""
+    for fd in (0, 1, 2):
+        try:
+            os.fstat(fd)
+        except OSError:
+            os.open(os.devnull, os.O_RDWR)
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null, so the interpreter's final flush cannot fail again."""
+    try:
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, sys.stdout.fileno())
+        os.close(null)
+    except (OSError, ValueError, AttributeError):
+        pass
+
+
+def _invoke(argv: list[str] | None) -> int:
+    """Run the CLI; returns the exit code. Bad input is one line on stderr and code 2."""
     try:
         code = cli.main(args=argv, prog_name="runner", standalone_mode=False)
     except InputError as err:
-        click.echo(f"error: {err.line()}", err=True)
-        sys.exit(exitcodes.USAGE)
+        _say(f"error: {err.line()}")
+        return exitcodes.USAGE
     except click.exceptions.Abort:
-        click.echo("aborted", err=True)
-        sys.exit(exitcodes.FAILURE)
+        _say("aborted")
+        return exitcodes.FAILURE
     except click.UsageError as err:
         where = err.ctx.command_path if err.ctx else "runner"
-        click.echo(f"error: command line: {err.format_message()} (see {where} --help)", err=True)
-        sys.exit(exitcodes.USAGE)
+        _say(f"error: command line: {err.format_message()} (see {where} --help)")
+        return exitcodes.USAGE
     except click.ClickException as err:
-        err.show()
-        sys.exit(exitcodes.USAGE if err.exit_code == 2 else err.exit_code)
+        _say(f"Error: {err.format_message()}")
+        return exitcodes.USAGE if err.exit_code == 2 else err.exit_code
     except click.exceptions.Exit as err:
-        sys.exit(err.exit_code)
-    sys.exit(code if isinstance(code, int) else exitcodes.OK)
+        return err.exit_code
+    except SystemExit as end:
+        return end.code if isinstance(end.code, int) else exitcodes.FAILURE
+    return code if isinstance(code, int) else exitcodes.OK
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Run the CLI and exit. A closed pipe on stdout ends it quietly (exit 1); stdout that
+    cannot be written (a full disk) is one line on stderr and exit 1: never a traceback."""
+    _standard_fds()
+    try:
+        code = _invoke(argv)
+        if sys.stdout is not None:
+            sys.stdout.flush()
+    except BrokenPipeError:
+        _silence_stdout()
+        code = exitcodes.FAILURE
+    except OSError as err:
+        _silence_stdout()
+        where = f"{err.filename}: " if err.filename else "writing output: "
+        _say(f"error: {where}{err.strerror or err}")
+        code = exitcodes.FAILURE
+    sys.exit(code)
 
 
 if __name__ == "__main__":

@@ -19,9 +19,11 @@ from pathlib import Path
 
 from catalog.errors import InputError
 from catalog.loader import repo_root
+from runner.runfile import is_regular_file, read_bytes
 from runner.yamltext import dump_documents
 
 NOT_RUNS = ("train", "env")
+APPS_FILE_LIMIT = 8 * 2**20
 _SOURCE = re.compile(r"^# Rendered by runner from (\S+)")
 
 
@@ -53,6 +55,8 @@ def apps_path(cluster: str, namespace: str, name: str, root: Path | None = None)
 
 def rendered_source(path: Path) -> str | None:
     """The run definition an apps/ file names in its header, if any."""
+    if not is_regular_file(path):
+        return None
     try:
         with path.open() as handle:
             match = _SOURCE.match(handle.readline())
@@ -85,6 +89,29 @@ def write(path: Path, text: str) -> bool:
     return True
 
 
+def write_all(files: dict[Path, str]) -> dict[Path, bool]:
+    """Write several files all or nothing: each new text goes to a temporary file beside
+    its target first; only when every one is written are they renamed into place (a failed
+    write removes the temporary files and writes nothing). Path -> True when it changed."""
+    changed = {p: not (p.exists() and p.read_text() == text) for p, text in files.items()}
+    staged: list[tuple[Path, Path]] = []
+    try:
+        for path, text in files.items():
+            if not changed[path]:
+                continue
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd, temp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+            staged.append((Path(temp), path))
+            with os.fdopen(fd, "w", encoding="utf-8") as handle:
+                handle.write(text)
+        for temp, path in staged:
+            os.replace(temp, path)
+    finally:
+        for temp, _ in staged:
+            temp.unlink(missing_ok=True)
+    return changed
+
+
 def run_definitions(root: Path | None = None) -> list[Path]:
     """Committed run definitions: runs/**/*.yaml outside runs/train/ and runs/env/."""
     base = (root or repo_root()) / "runs"
@@ -112,6 +139,36 @@ def diff_text(path: str, old: str, new: str) -> str:
         tofile=f"b/{path}",
     )
     return "".join(lines)
+
+
+def foreign(expected: set[Path], root: Path | None = None) -> list[tuple[Path, str]]:
+    """(path, why) for everything under apps/ that `runner render` did not write: a file
+    without the renderer's header (any name, any depth, hidden ones too), a symbolic link,
+    or anything that is not a regular file. Files with a header are `orphans` or re-rendered.
+    """
+    base = (root or repo_root()) / "apps"
+    found = []
+    for folder, subfolders, files in os.walk(base):
+        for name in sorted(subfolders):
+            if (Path(folder) / name).is_symlink():
+                found.append((Path(folder) / name, "a symbolic link"))
+        for name in sorted(files):
+            path = Path(folder) / name
+            if path.is_symlink():
+                found.append((path, "a symbolic link"))
+            elif not is_regular_file(path):
+                found.append((path, "not a regular file"))
+            elif path not in expected and rendered_source(path) is None:
+                found.append((path, "has no `# Rendered by runner` header: not written by runner"))
+    return sorted(found)
+
+
+def read_apps_file(path: Path) -> str:
+    """The text of an apps/ file ('' when missing); bounded, regular files only."""
+    if not path.exists() and not path.is_symlink():
+        return ""
+    data = read_bytes(path, relative_to_root(path), limit=APPS_FILE_LIMIT)
+    return data.decode("utf-8", errors="replace")
 
 
 def orphans(expected: set[Path], root: Path | None = None) -> list[Path]:

@@ -19,6 +19,7 @@ from catalog.loader import load_cluster
 from catalog.quantity import format_bytes, format_cpu, parse_bytes
 from catalog.schema import Accelerator, Cluster, GpuPool
 from runner import keepnodes
+from runner.runfile import shown
 from runner.spec import RunSpec
 from runner.validation.requests import bytes_request, check_fits, cpu_request
 
@@ -127,7 +128,7 @@ def _cluster(spec: RunSpec) -> Cluster:
     if spec.namespace not in cluster.teams:
         teams = ", ".join(cluster.teams)
         raise spec.error(
-            "namespace", f"{spec.namespace!r} is not a team of {cluster.name} (teams: {teams})"
+            "namespace", f"{shown(spec.namespace)} is not a team of {cluster.name} (teams: {teams})"
         )
     return cluster
 
@@ -156,7 +157,7 @@ def _pools(spec: RunSpec, cluster: Cluster, accel: Accelerator) -> list[GpuPool]
             raise spec.error(
                 "resource_group",
                 f"no {accel.name} pool of {cluster.name} is in resource group "
-                f"{spec.resource_group!r} (groups: {', '.join(groups)})",
+                f"{shown(spec.resource_group)} (groups: {', '.join(groups)})",
             )
     if not spec.preemptible:
         reserved = [p for p in pools if not p.spot]
@@ -211,10 +212,11 @@ def _head(spec: RunSpec, cluster: Cluster) -> tuple[float, int]:
 def _priority(spec: RunSpec) -> str:
     if spec.priority is not None and spec.priority not in labels.PRIORITY_VALUES:
         known = ", ".join(labels.PRIORITY_VALUES)
-        raise spec.error("priority", f"unknown priority class {spec.priority!r} (known: {known})")
+        message = f"unknown priority class {shown(spec.priority)} (known: {known})"
+        raise spec.error("priority", message)
     if spec.preemptible:
         if spec.priority not in (None, labels.PRIORITY_PREEMPTIBLE):
-            raise spec.error("priority", f"{spec.priority!r} conflicts with preemptible")
+            raise spec.error("priority", f"{shown(spec.priority)} conflicts with preemptible")
         return labels.PRIORITY_PREEMPTIBLE
     return spec.priority or labels.PRIORITY_DEFAULT
 

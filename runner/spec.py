@@ -12,18 +12,36 @@ an error names either the file and the field (`runs/x.yaml: gpus: ...`) or the f
 
 from __future__ import annotations
 
+import re
 import shlex
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+)
 
 from catalog.errors import InputError, from_validation
-from catalog.loader import read_yaml, repo_root
+from catalog.loader import repo_root
+from runner.runfile import read_yaml_file, shown
 
 COMMAND_LINE = "command line"
 RUN_TYPES = ("rayjob", "raycluster", "job")
 Quantity = str | int | float
+# Bounds of a run definition's values (docs/runner.md, Validation), file or flag alike.
+MAX_TEXT = 4096  # characters of a string: names, paths, image, URIs, each override
+MAX_CMD = 32 * 1024  # characters of `cmd` and of an env value
+MAX_ENTRIES = 256  # entries of train_overrides and of env
+MAX_PODS = 10_000
+MAX_GPUS = 64
+MAX_TTL = 2**31 - 1  # Kubernetes' ttlSecondsAfterFinished is an int32
+_SURROGATE = re.compile("[\ud800-\udfff]")
 # field -> the flags that set it; the first names the field in messages unless another was
 # typed. Aliases follow the historical CLI (`--accelerators`, `--docker-image`, `--env`).
 # `name` and `type` are the NAME and TYPE arguments of `runner submit`; `env` has no flag.
@@ -55,9 +73,14 @@ class RunSpec(BaseModel):
     cluster: str = Field(description="cluster catalog name (clusters/<name>/cluster.yaml)")
     namespace: str = Field(description="team namespace on the cluster")
     team: str | None = Field(default=None, description="team label; defaults to namespace")
-    pods: int = Field(default=1, ge=1, description="worker pods (rayjob/raycluster) or job pods")
+    pods: int = Field(
+        default=1, ge=1, le=MAX_PODS, description="worker pods (rayjob/raycluster) or job pods"
+    )
     gpus: int | None = Field(
-        default=None, ge=0, description="GPUs per pod; default: a whole node with accelerator"
+        default=None,
+        ge=0,
+        le=MAX_GPUS,
+        description="GPUs per pod; default: a whole node with accelerator",
     )
     cpus: Quantity | None = Field(default=None, description="CPU per pod (8, 7.5, 500m)")
     memory: Quantity | None = Field(default=None, description="memory per pod (512Gi)")
@@ -80,7 +103,9 @@ class RunSpec(BaseModel):
     train_overrides: list[str] = Field(
         default_factory=list, description="driver config overrides, key=value"
     )
-    ttl_seconds: int = Field(default=3600, ge=0, description="keep finished objects this long")
+    ttl_seconds: int = Field(
+        default=3600, ge=0, le=MAX_TTL, description="keep finished objects this long"
+    )
     head_cpus: Quantity = Field(default=4, description="CPU of the Ray head (CPU pool)")
     head_memory: Quantity = Field(default="16Gi", description="memory of the Ray head")
     rack_affinity: Literal["block", "subblock"] | None = Field(
@@ -102,12 +127,26 @@ class RunSpec(BaseModel):
     _origin: str = PrivateAttr(default=COMMAND_LINE)
     _flags: dict[str, str] = PrivateAttr(default_factory=dict)
 
+    @field_validator("*", mode="before")
+    @classmethod
+    def _bounded(cls, value: Any, info: ValidationInfo) -> Any:
+        """Every string bounded, valid UTF-8 and without NUL; every list or mapping short."""
+        long = info.field_name in ("cmd", "env")
+        if isinstance(value, list | dict):
+            if len(value) > MAX_ENTRIES:
+                raise ValueError(f"{len(value)} entries; at most {MAX_ENTRIES}")
+            items = [*value.keys(), *value.values()] if isinstance(value, dict) else value
+            for item in items:
+                _check_text(item, MAX_CMD if long else MAX_TEXT)
+        _check_text(value, MAX_CMD if long else MAX_TEXT)
+        return value
+
     @field_validator("train_overrides")
     @classmethod
     def _key_value(cls, value: list[str]) -> list[str]:
         for item in value:
             if "=" not in item or item.startswith("="):
-                raise ValueError(f"{item!r} is not key=value")
+                raise ValueError(f"{shown(item)} is not key=value")
         return value
 
     @property
@@ -131,6 +170,17 @@ class RunSpec(BaseModel):
     def overridden(self) -> list[str]:
         """Fields set on the command line, in field order."""
         return [f for f in type(self).model_fields if self._sources.get(f) == COMMAND_LINE]
+
+
+def _check_text(value: Any, limit: int) -> None:
+    if not isinstance(value, str):
+        return
+    if len(value) > limit:
+        raise ValueError(f"{len(value)} characters; at most {limit}")
+    if "\x00" in value:
+        raise ValueError("contains a NUL character")
+    if _SURROGATE.search(value):
+        raise ValueError("is not valid UTF-8 text")
 
 
 def display_path(path: str | Path) -> str:
@@ -180,8 +230,10 @@ def build_spec(
 
 def read_run(path: str | Path) -> tuple[dict[str, Any], str]:
     """(data, display name) of a run definition file; errors name the file."""
+    if _SURROGATE.search(str(path)):
+        raise InputError(COMMAND_LINE, "RUN", f"{shown(str(path))}: the name is not UTF-8")
     origin = display_path(path)
-    data = read_yaml(Path(path), origin)
+    data = read_yaml_file(Path(path), origin)
     if data is None:
         data = {}
     if not isinstance(data, dict):

@@ -20,6 +20,7 @@ from catalog.errors import InputError
 from runner import gitops
 from runner.render import Rendered
 from runner.render import render as render_spec
+from runner.runfile import shown
 from runner.spec import COMMAND_LINE, FLAGS, RunSpec, build_spec, flag_name, load_run, read_run
 
 # Run definition fields that have a flag, in --help order. Values stay strings here: the
@@ -129,13 +130,12 @@ def apps_text(rendered: Rendered, flags: list[str] | tuple[str, ...] = ()) -> st
     )
 
 
-def render_to_apps(spec: RunSpec, flags: list[str], dry_run: bool) -> tuple[Rendered, Path, bool]:
-    """Render, check the name is free, write apps/<cluster>/<ns>/<run>.yaml unless dry_run."""
+def render_to_apps(spec: RunSpec, flags: list[str]) -> tuple[Rendered, Path, str]:
+    """Render and check the name is free: (rendered, apps/ path, apps/ text); writes nothing."""
     rendered = render_spec(spec)
     gitops.check_unique(spec.cluster, spec.namespace, spec.name, spec.origin)
     path = gitops.apps_path(spec.cluster, spec.namespace, spec.name)
-    changed = False if dry_run else gitops.write(path, apps_text(rendered, flags))
-    return rendered, path, changed
+    return rendered, path, apps_text(rendered, flags)
 
 
 def _relative(path: Path) -> str:
@@ -158,7 +158,7 @@ def check_apps() -> list[gitops.Difference]:
             raise InputError(spec.origin, "name", message)
         expected[path] = spec.origin
         new = apps_text(rendered)
-        old = path.read_text() if path.exists() else ""
+        old = gitops.read_apps_file(path)
         if old != new:
             name = _relative(path)
             differences.append(gitops.Difference(name, gitops.diff_text(name, old, new)))
@@ -166,6 +166,9 @@ def check_apps() -> list[gitops.Difference]:
         name = _relative(path)
         text = f"{name}: no run definition renders this file (source gone or flags used)\n"
         differences.append(gitops.Difference(name, text))
+    for path, why in gitops.foreign(set(expected)):
+        name = _relative(path)
+        differences.append(gitops.Difference(name, f"{name}: {why}\n"))
     return differences
 
 
@@ -196,19 +199,33 @@ def render_command(ctx: click.Context, runs, output, dry_run, check, **options) 
     if not runs:
         raise InputError(COMMAND_LINE, "RUN", "give a run definition file (or --check)")
     if output not in (None, "-"):
-        raise InputError(COMMAND_LINE, "--output", f"{output!r}: only '-' (stdout) is supported")
+        message = f"{shown(output)}: only '-' (stdout) is supported"
+        raise InputError(COMMAND_LINE, "--output", message)
     overrides, typed = overrides_from(options)
-    for run in runs:
-        spec = load_with_flags(run, overrides, typed)
-        if output == "-":
-            rendered = render_spec(spec)
-            click.echo(apps_text(rendered, flag_words(overrides, typed)), nl=False)
-            click.echo(f"{spec.name}: {rendered.plan.totals()}", err=True)
-            continue
-        flags = flag_words(overrides, typed)
-        rendered, path, changed = render_to_apps(spec, flags, dry_run)
-        verb = "would write" if dry_run else ("wrote" if changed else "unchanged")
+    flags = flag_words(overrides, typed)
+    if output == "-":
+        texts = [(r, apps_text(r, flags)) for r in _render_all(runs, overrides, typed)]
+        for rendered, text in texts:
+            click.echo(text, nl=False)
+            click.echo(f"{rendered.plan.spec.name}: {rendered.plan.totals()}", err=True)
+        return
+    planned: dict[Path, tuple[Rendered, str]] = {}
+    for run in runs:  # every run renders before anything is written: all or nothing
+        rendered, path, text = render_to_apps(load_with_flags(run, overrides, typed), flags)
+        if path in planned:
+            spec, other = rendered.plan.spec, planned[path][0].plan.spec
+            where = f"{spec.cluster}/{spec.namespace}"
+            raise InputError(spec.origin, "name", f"run {spec.name!r} in {where} is also "
+                             f"defined by {other.origin}")  # fmt: skip
+        planned[path] = (rendered, text)
+    changed = {} if dry_run else gitops.write_all({p: t for p, (_, t) in planned.items()})
+    for path, (rendered, _) in planned.items():
+        verb = "would write" if dry_run else ("wrote" if changed[path] else "unchanged")
         click.echo(f"{verb} {_relative(path)}: {rendered.plan.totals()}")
+
+
+def _render_all(runs, overrides: dict[str, Any], typed: dict[str, str]) -> list[Rendered]:
+    return [render_spec(load_with_flags(run, overrides, typed)) for run in runs]
 
 
 render_command.name = "render"

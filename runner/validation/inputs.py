@@ -12,7 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from catalog.errors import InputError
-from catalog.loader import read_yaml, repo_root
+from catalog.loader import repo_root
+from runner.runfile import FileMissing, is_regular_file, read_yaml_file, shown
 from runner.spec import COMMAND_LINE, RunSpec, display_path
 
 DNS_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
@@ -41,11 +42,11 @@ class EnvPlan:
 
 def check_name(spec: RunSpec, key: str, value: str, limit: int = 63) -> None:
     if len(value) > limit:
-        raise spec.error(key, f"{value!r} is longer than {limit} characters")
+        raise spec.error(key, f"{shown(value)} is longer than {limit} characters")
     if not DNS_LABEL.match(value):
         raise spec.error(
             key,
-            f"{value!r} is not a DNS-1123 label (lower-case letters, digits and '-', "
+            f"{shown(value)} is not a DNS-1123 label (lower-case letters, digits and '-', "
             "starting with a letter)",
         )
 
@@ -53,12 +54,12 @@ def check_name(spec: RunSpec, key: str, value: str, limit: int = 63) -> None:
 def check_image(spec: RunSpec) -> None:
     image = spec.image
     if not IMAGE.match(image):
-        raise spec.error("image", f"{image!r} is not an image reference")
+        raise spec.error("image", f"{shown(image)} is not an image reference")
     if DIGEST.search(image) or spec.allow_mutable_tag:
         return
     raise spec.error(
         "image",
-        f"{image!r} is not pinned by digest (@sha256:<64 hex>); "
+        f"{shown(image)} is not pinned by digest (@sha256:<64 hex>); "
         "set allow_mutable_tag to accept a tag",
     )
 
@@ -85,15 +86,17 @@ def check_combinations(spec: RunSpec) -> None:
     for key in ("train_config", "env_file", "working_dir", "cmd"):
         if "\x00" in (getattr(spec, key) or ""):
             raise spec.error(key, "contains a NUL character")
-    if spec.train_config and not (repo_root() / spec.train_config).is_file():
-        raise spec.error("train_config", f"{spec.train_config!r} does not exist")
+    if spec.train_config and not is_regular_file(repo_root() / spec.train_config):
+        raise spec.error("train_config", f"{shown(spec.train_config)} does not exist")
     if spec.working_dir and "://" in spec.working_dir:
         if spec.type != "rayjob":
             raise spec.error("working_dir", "a URI working_dir needs a rayjob")
     elif spec.working_dir and not spec.working_dir.startswith("/"):
-        raise spec.error("working_dir", f"{spec.working_dir!r} must be absolute or a URI")
+        raise spec.error("working_dir", f"{shown(spec.working_dir)} must be absolute or a URI")
     if spec.resume and "://" not in spec.resume:
-        raise spec.error("resume", f"{spec.resume!r} is not a URI (gs://bucket/team/run/step-N)")
+        raise spec.error(
+            "resume", f"{shown(spec.resume)} is not a URI (gs://bucket/team/run/step-N)"
+        )
 
 
 def check_spec(spec: RunSpec) -> None:
@@ -116,7 +119,7 @@ def _env_path(spec: RunSpec) -> Path:
 
 def _entry(source: str, label: str, key: Any, value: Any, env: EnvPlan) -> None:
     if not isinstance(key, str) or not ENV_NAME.match(key):
-        raise InputError(source, label, f"{key!r} is not an environment variable name")
+        raise InputError(source, label, f"{shown(key)} is not an environment variable name")
     if isinstance(value, dict):
         ref = value.get("secretKeyRef")
         if (
@@ -146,10 +149,11 @@ def load_env(spec: RunSpec) -> EnvPlan:
     env = EnvPlan()
     if spec.env_file:
         path = _env_path(spec)
-        if not path.is_file():
-            raise spec.error("env_file", f"{spec.env_file!r} does not exist")
         source = display_path(path)
-        data = read_yaml(path, source) or {}
+        try:
+            data = read_yaml_file(path, source) or {}
+        except FileMissing:
+            raise spec.error("env_file", f"{shown(spec.env_file)} does not exist") from None
         if not isinstance(data, dict):
             raise InputError(source, None, "expected a mapping of NAME: value")
         for key, value in data.items():

@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 
 from catalog.quantity import QuantityError, format_bytes, format_cpu, parse_bytes, parse_cpu
+from runner.runfile import shown
 from runner.spec import RunSpec
 
 MAX_CPUS = 10**5  # far above any node: a typo, not a request
@@ -21,7 +22,7 @@ MIN_CPU = 0.001  # 1m, Kubernetes' finest CPU unit
 
 def _finite(spec: RunSpec, name: str, value: object) -> None:
     if isinstance(value, float) and not math.isfinite(value):
-        raise spec.error(name, f"{value!r} is not a quantity (e.g. 8, 500m, 512Gi)")
+        raise spec.error(name, f"{shown(value)} is not a quantity (e.g. 8, 500m, 512Gi)")
 
 
 def cpu_request(spec: RunSpec, name: str) -> float | None:
@@ -35,9 +36,9 @@ def cpu_request(spec: RunSpec, name: str) -> float | None:
     except (QuantityError, ValueError, OverflowError) as err:
         raise spec.error(name, str(err)) from None
     if cores > MAX_CPUS:
-        raise spec.error(name, f"{value!r} is more CPUs than any node has")
+        raise spec.error(name, f"{shown(value)} is more CPUs than any node has")
     if cores < MIN_CPU:
-        raise spec.error(name, f"{value!r} is below the smallest CPU request, 1m")
+        raise spec.error(name, f"{shown(value)} is below the smallest CPU request, 1m")
     return cores
 
 
@@ -52,9 +53,9 @@ def bytes_request(spec: RunSpec, name: str) -> int | None:
     except (QuantityError, ValueError, OverflowError) as err:
         raise spec.error(name, str(err)) from None
     if count > MAX_BYTES:
-        raise spec.error(name, f"{value!r} is more memory than any node has")
+        raise spec.error(name, f"{shown(value)} is more memory than any node has")
     if count <= 0:
-        raise spec.error(name, f"{value!r} must be more than 0")
+        raise spec.error(name, f"{shown(value)} must be more than 0")
     return count
 
 

@@ -45,7 +45,7 @@ def generate(count: int, seed: int = 7) -> list[dict]:
         }
         if rng.random() < 0.8:
             run["accelerator"] = ACCELERATOR[cluster]
-            run["gpus"] = rng.choice([1, 2, 4, 8, 8, 8])
+            run["gpus"] = rng.choice([1, 2, 4, 8, 8, 8]) if run["pods"] == 1 else 8
             run["rack_affinity"] = rng.choice([None, "block", "subblock"])
         if kind == "job" or (kind == "rayjob" and rng.random() < 0.3):
             run["cmd"] = f"python -m bench.step --seed {i}"

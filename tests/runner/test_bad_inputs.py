@@ -322,7 +322,7 @@ def test_the_base_run_is_valid(repo, base_run, capsys):
     [
         ("DB_PASSWORD: hunter2\n", f"runs/env/x.yaml: DB_PASSWORD: {SECRET}"),
         ("- a\n", "runs/env/x.yaml: expected a mapping of NAME: value"),
-        ("A: [1\n", "runs/env/x.yaml: line 2: expected ',' or ']', but got '<stream end>'"),
+        ("A: [1\n", "runs/env/x.yaml: line 2: did not find expected ',' or ']'"),
     ],
 )
 def test_env_file_errors_name_the_env_file(repo, base_run, capsys, text, message):
@@ -345,4 +345,4 @@ def test_a_run_file_that_is_not_a_mapping(repo, capsys):
 def test_a_run_file_that_is_a_directory(repo, capsys):
     (repo / "runs").mkdir(exist_ok=True)
     code, _, err = run_cli(["render", "runs"], capsys)
-    assert (code, err) == (exitcodes.USAGE, "error: runs: cannot read: Is a directory\n")
+    assert (code, err) == (exitcodes.USAGE, "error: runs: not a regular file (a folder)\n")
