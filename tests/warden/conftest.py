@@ -27,6 +27,7 @@ FAST = Timings(
     workflow_task_timeout_s=2,
     sweep_period_s=0.5,
     busy_recheck_s=0.2,
+    failed_recheck_s=0.2,
 )
 
 
