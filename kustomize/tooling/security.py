@@ -141,6 +141,8 @@ def secret_specs(cluster: Cluster) -> list[Obj]:
          "copy_to": ["warden"]},
         {"namespace": "observability", "name": "clickhouse-reader", "keys": ["password"],
          "copy_to": teams},
+        {"namespace": "observability", "name": "clickhouse-runs", "keys": ["password"],
+         "copy_to": teams},
         {"namespace": "observability", "name": "grafana-admin", "keys": ["password"]},
         {"namespace": "warden", "name": "temporal-db", "keys": ["password"]},
     ]  # fmt: skip

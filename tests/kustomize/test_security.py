@@ -258,6 +258,9 @@ def test_clickhouse_users_take_passwords_from_the_environment():
                       ("reader", "CLICKHOUSE_READER_PASSWORD")):  # fmt: skip
         password = users.find(user).find("password")
         assert password.attrib == {"from_env": env} and not (password.text or "").strip()
+    runs_grants = [q.text for q in users.find("runs").find("grants")]
+    assert runs_grants == ["GRANT INSERT ON platform.run_metrics"]
+    assert users.find("runs").find("password").attrib == {"from_env": "CLICKHOUSE_RUNS_PASSWORD"}
     reader_grants = [q.text for q in users.find("reader").find("grants")]
     assert all(q.startswith("GRANT SELECT ON ") for q in reader_grants)
     assert users.find("reader").find("profile").text == "read_only"
