@@ -8,7 +8,8 @@ SPEC keys: mode (`ft`, or `ddp`: plain gloo data parallelism, no torchft), group
 steps, grad_accum, micro_batch, dim, hidden, lr, seed, out (JSON lines, one per committed
 step: step, live, slots, loss, digest, time), ft (FtConfig fields), lighthouse and gate
 (ft), store (ddp: host:port of the TCPStore), kill_step and kill_phase (`before`: in the
-forward pass, `during`: inside the gradient allreduce, `after`: after the commit), ckpt_root
+forward pass, `during`: inside the gradient allreduce, `after`: after the commit) and
+kill_when_full (wait for a quorum of every group), ckpt_root
 and ckpt_interval (checkpoints through driver.checkpoint; the lowest live group writes),
 step_sleep_s (simulated extra compute per micro-batch), hold_step and hold_file (wait
 before that step until a joining group wrote ready_file). A run that stops below
@@ -111,8 +112,17 @@ def hold(spec: dict, step: int) -> None:
             time.sleep(0.02)
 
 
-def kill_now(spec: dict, step: int, phase: str) -> None:
-    if spec.get("kill_step") == step and spec.get("kill_phase") == phase:
+def kill_now(spec: dict, step: int, phase: str, live: int | None = None) -> None:
+    """SIGKILL this process at `kill_step` in `kill_phase`; with `kill_when_full`, at the
+    first step from `kill_step` on whose quorum has every group (failures strike a whole
+    job, not one still waiting for its last replacement)."""
+    if spec.get("kill_step") is None or spec.get("kill_phase") != phase:
+        return
+    if spec.get("kill_when_full"):
+        due = step >= spec["kill_step"] and live == spec["groups"]
+    else:
+        due = step == spec["kill_step"]
+    if due:
         with open(spec["out"] + ".killed", "w") as f:
             f.write(str(time.time()))
         os.kill(os.getpid(), signal.SIGKILL)
@@ -145,7 +155,7 @@ def run_ft(spec: dict) -> int:
 
     def allreduce(*args, **kwargs):  # the `during` kill: the allreduce is already issued
         work = real(*args, **kwargs)
-        kill_now(spec, ft.step, "during")
+        kill_now(spec, ft.step, "during", ft.plan.live if ft.plan else None)
         return work
 
     ft.manager._pg.allreduce = allreduce
@@ -159,7 +169,7 @@ def run_ft(spec: dict) -> int:
                 local = 0.0
                 for i, slot in enumerate(plan.slots):
                     if i == len(plan.slots) - 1:
-                        kill_now(spec, plan.step, "before")
+                        kill_now(spec, plan.step, "before", plan.live)
                     loss = job.micro_loss(plan.step, slot, groups * accum) / plan.divisor
                     loss.backward()
                     local += loss.item()
@@ -182,7 +192,7 @@ def run_ft(spec: dict) -> int:
                         ckpt.set_writer(ft.lowest_live)
                         if ckpt.due(ft.step):
                             ckpt.save(ft.step, state)
-                kill_now(spec, plan.step, "after")
+                kill_now(spec, plan.step, "after", plan.live)
         except FtStopped as err:
             print(err, file=sys.stderr, flush=True)
             return STOPPED

@@ -40,7 +40,8 @@ class Drill:
     kills: dict[int, tuple[int, str]] = field(default_factory=dict)
     """group -> (step, phase) at which it SIGKILLs itself."""
     rejoin: dict[int, int] = field(default_factory=dict)
-    """group -> step of the survivors after which a fresh process of it starts (heals)."""
+    """group -> step of the survivors after which (and after the group's process is gone) a
+    fresh process of it starts and heals."""
     spec: dict = field(default_factory=dict)
     """Extra drill spec keys (grad_accum, micro_batch, ft, ckpt_root, ...)."""
     hold: bool = True
@@ -98,8 +99,11 @@ class Drill:
         deadline = time.monotonic() + self.timeout_s
         try:
             while any(p.poll() is None for p in procs.values()) and time.monotonic() < deadline:
+                if self._committed(self.steps):  # a late joiner must not wait for a quorum
+                    deadline = min(deadline, time.monotonic() + 10)
                 for group, after in list(pending.items()):
-                    if self._committed(after):
+                    gone = procs[f"g{group}"].poll() is not None  # never two of one group
+                    if gone and self._committed(after):
                         procs[f"g{group}b"] = self._start(f"g{group}b", group, extra, env)
                         del pending[group]
                 time.sleep(0.05)

@@ -24,6 +24,19 @@ from driver.ft.config import FtConfig
 GATE_KEY = "ft/started"
 
 
+def lighthouse_kwargs(cfg: FtConfig) -> dict:
+    """The Lighthouse's settings from the config: `LighthouseServer(**kwargs)` here, or
+    `ray.train.v2.torch.torchft_config.TorchftConfig(lighthouse_kwargs=...)` under Ray Train
+    (its actor on the head node; workers find it in the TORCHFT_LIGHTHOUSE variable)."""
+    return {
+        "bind": "[::]:0",
+        "min_replicas": cfg.min_replicas,
+        "join_timeout_ms": cfg.join_timeout_ms,
+        "quorum_tick_ms": cfg.quorum_tick_ms,
+        "heartbeat_timeout_ms": cfg.heartbeat_timeout_ms,
+    }
+
+
 class DriverSide:
     """A torchft Lighthouse plus the start gate's TCPStore, both on ports from the OS."""
 
@@ -32,13 +45,7 @@ class DriverSide:
         from torch.distributed import TCPStore
         from torchft.coordination import LighthouseServer
 
-        self.server = LighthouseServer(
-            bind="[::]:0",
-            min_replicas=cfg.min_replicas,
-            join_timeout_ms=cfg.join_timeout_ms,
-            quorum_tick_ms=cfg.quorum_tick_ms,
-            heartbeat_timeout_ms=cfg.heartbeat_timeout_ms,
-        )
+        self.server = LighthouseServer(**lighthouse_kwargs(cfg))
         self.gate = TCPStore(host, 0, is_master=True, wait_for_workers=False)
         self.gate.set("ft/expected", str(groups_at_start))
         port = self.server.address().rsplit(":", 1)[1]

@@ -23,6 +23,7 @@ quorum forms: `begin_step` raises FtStopped with one line giving the reason.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -69,7 +70,7 @@ class FtReplica:
         cfg: FtConfig,
         group: int,
         groups_at_start: int,
-        lighthouse: str,
+        lighthouse: str | None,
         state: dict,
         grad_accum: int = 1,
         gate: str | None = None,
@@ -80,6 +81,8 @@ class FtReplica:
         from torchft import Manager, ProcessGroupGloo
 
         from driver.ft.lighthouse import pass_gate
+
+        lighthouse = lighthouse or os.environ["TORCHFT_LIGHTHOUSE"]  # set by Ray's TorchftConfig
         from driver.ft.transport import WeightsOnlyHTTPTransport
 
         self.cfg, self.group, self.start_groups = cfg, group, groups_at_start
