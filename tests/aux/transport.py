@@ -33,6 +33,31 @@ class Echo:
 
 
 @contextlib.contextmanager
+def processes(tmp_path, workers=1, **worker_kw) -> Iterator[str]:
+    """Workers and one proxy in their own (spawned) processes: yields the proxy address."""
+    import multiprocessing as mp
+
+    spawn, stop = mp.get_context("spawn"), str(tmp_path / "stop")
+    addresses = [f"ipc://{tmp_path}/w{i}.sock" for i in range(workers)]
+    queue = spawn.Queue()
+    procs = [
+        spawn.Process(target=serve_worker, args=(a, stop, 0.0), kwargs=worker_kw, daemon=True)
+        for a in addresses
+    ]
+    procs.append(spawn.Process(target=serve_proxy, args=(addresses, queue, stop), daemon=True))
+    for proc in procs:
+        proc.start()
+    try:
+        yield queue.get(timeout=60)
+    finally:
+        open(stop, "w").close()
+        for proc in procs:
+            proc.join(10)
+            if proc.exitcode is None:
+                proc.kill()
+
+
+@contextlib.contextmanager
 def stack(tmp_path, workers=2, delay_s=0.0, proxy_kw=None, **worker_kw) -> Iterator[tuple]:
     """Workers (threads, IPC) behind one proxy: yields (proxy address, proxy, workers)."""
     servers = [
@@ -60,9 +85,9 @@ def wait_for_file(path: str) -> None:
         time.sleep(0.05)
 
 
-def serve_worker(address: str, stop_path: str, delay_s: float = 0.0) -> None:
+def serve_worker(address: str, stop_path: str, delay_s: float = 0.0, **kw) -> None:
     """Process entry: one worker until `stop_path` exists."""
-    server = WorkerServer(Echo(delay_s), address)
+    server = WorkerServer(Echo(delay_s), address, **kw)
     server.start()
     wait_for_file(stop_path)
     server.stop()
