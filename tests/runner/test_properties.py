@@ -1,10 +1,15 @@
-"""Property tests: no generated run definition ends in a traceback, only success or InputError."""
+"""Property tests: no generated run definition or flag ends in a traceback or a hang.
+
+Only success or an InputError (exit 2, one line). The hostile generators live in
+tests/runner/hostile.py; `scripts/fuzz-runs --seconds N` runs them for longer.
+"""
 
 from __future__ import annotations
 
 import contextlib
 import io
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -13,7 +18,10 @@ from catalog.errors import InputError
 from runner.cli import main
 from runner.render import render
 from runner.spec import RunSpec, build_spec
+from tests.runner import hostile
 from tests.runner.conftest import IMAGE
+
+COMMANDS = ["render", "validate"]
 
 FIELDS = sorted(RunSpec.model_fields)
 quantities = st.one_of(
@@ -141,3 +149,23 @@ def test_no_traceback_for_any_flags(pairs):
     assert code in (exitcodes.OK, exitcodes.USAGE), err.getvalue()
     if code == exitcodes.USAGE:
         assert err.getvalue().startswith("error: ") and err.getvalue().count("\n") == 1
+
+
+# --- hostile files and flags through the CLI (tests/runner/hostile.py) ------------------
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory):
+    return tmp_path_factory.mktemp("hostile")
+
+
+@settings(max_examples=1200, deadline=None, suppress_health_check=list(HealthCheck))
+@given(data=hostile.run_files(), pairs=hostile.flag_lists, command=st.sampled_from(COMMANDS))
+def test_hostile_run_files_and_flags(folder, data, pairs, command):
+    """Mutated run definitions (bad bytes, duplicate keys, deep nesting, huge values) with
+    hostile flags: exit 0, or exit 2 with one short line; no traceback, no hang."""
+    hostile.check_file(folder, data, pairs, command)
+
+
+@settings(max_examples=800, deadline=None, suppress_health_check=list(HealthCheck))
+@given(pairs=hostile.flag_lists)
+def test_hostile_flags_on_a_valid_run(pairs):
+    hostile.check_cli(["validate", "runs/examples/tiny-lm-spot.yaml", *hostile._argv(pairs)])
