@@ -214,8 +214,8 @@ class Learner:
             new_base = outer.apply_delta(self.base, outer.unpack(weights, self.base, "delta"))
         else:
             new_base = outer.unpack(weights, self.base, "shared weights")
-        now = _params(model)
-        local = outer.merge(self.cfg.merge, now, self.snapshot, new_base)
+        now = _params(model)  # on the model's device; the merge is done on CPU copies
+        local = outer.merge(self.cfg.merge, outer.clone(now), self.snapshot, new_base)
         with torch.no_grad():
             for name, tensor in now.items():
                 tensor.copy_(local[name])
