@@ -4,7 +4,10 @@ One thread polls a ROUTER bound on TCP (training ranks' `AuxClient`s), a ROUTER 
 to every worker (`WorkerServer`, addressed by its endpoint string) and that socket's
 monitor. Requests are checked (`wire.parse`: envelope, frame count and lengths, declared
 size; a frame over `max_message_bytes` is refused by ZeroMQ before it is read, and the
-peer disconnected) and forwarded round robin to live workers; replies go back to the rank.
+peer disconnected) and forwarded round robin to live workers, skipping a worker that holds
+`SKEW` more requests than the least busy one (a slower worker would otherwise build a
+longer queue, and the ranks whose requests keep landing on it would be served less);
+replies go back to the rank.
 
 Worker health: a worker is live after it answers a ping. It is dead at once when its
 socket disconnects (the process died) or a send finds no route, and after
@@ -30,10 +33,11 @@ import zmq
 from zmq.utils.monitor import recv_monitor_message
 
 from driver.aux import wire
-from driver.aux.routing import RoundRobin
+from driver.aux.routing import RoundRobin, pick_worker
 
 LOSS_POLICIES = ("retry", "error")
 HWM = 100_000  # messages queued per peer before a send would block
+SKEW = 4  # round robin skips a worker holding this many more requests than the least busy
 
 
 class ProxyServer:
@@ -271,8 +275,8 @@ class ProxyServer:
     def _dispatch(self, entry: Entry) -> None:
         tried: set[str] = set()
         while True:
-            live = [a for a, w in self.workers.items() if w.live and a not in tried]
-            address = self.rr.next(exclude=set(self.workers) - set(live)) if live else None
+            live = {a: len(w.inflight) for a, w in self.workers.items() if w.live}
+            address = pick_worker(self.rr, {a: n for a, n in live.items() if a not in tried}, SKEW)
             if address is None:  # wait for a worker to come (back), up to the deadline
                 entry.worker = None
                 self.waiting.append(entry)

@@ -3,7 +3,8 @@
 - `SmoothWeightedRoundRobin`: a rank spreads a service's requests over its proxies, weight
   = the proxy's live worker count, interleaved (weights 2:1 give a b a, never a a b);
   weight 0 is skipped.
-- `RoundRobin`: a proxy forwards to its live workers in turn.
+- `RoundRobin`, `pick_worker`: a proxy forwards to its live workers in turn, skipping one
+  that has fallen behind the others.
 - `FairQueues`: a worker's bounded FIFO per training rank, dequeued round robin over the
   ranks that have work, so one busy rank cannot monopolise the worker.
 - `admit`: the back-pressure decision for a request that finds its rank's queue full.
@@ -69,6 +70,16 @@ class RoundRobin:
             if key not in skip:
                 return key
         return None
+
+
+def pick_worker(rr: RoundRobin, inflight: dict[Hashable, int], skew: int) -> Hashable | None:
+    """The proxy's choice among live workers ({worker: requests it holds}): round robin,
+    skipping a worker that holds more than `skew` requests over the least busy one."""
+    if not inflight:
+        return None
+    floor = min(inflight.values())
+    usable = {key for key, count in inflight.items() if count <= floor + skew}
+    return rr.next(exclude=set(rr.keys) - usable)
 
 
 class FairQueues:

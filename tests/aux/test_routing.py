@@ -6,7 +6,13 @@ from collections import Counter
 
 import pytest
 
-from driver.aux.routing import FairQueues, RoundRobin, SmoothWeightedRoundRobin, admit
+from driver.aux.routing import (
+    FairQueues,
+    RoundRobin,
+    SmoothWeightedRoundRobin,
+    admit,
+    pick_worker,
+)
 
 
 @pytest.mark.parametrize(
@@ -47,6 +53,21 @@ def test_round_robin_over_workers_skips_excluded():
     assert [rr.next(exclude={"w2"}) for _ in range(3)] == ["w1", "w0", "w1"]
     assert rr.next(exclude={"w0", "w1", "w2"}) is None
     assert RoundRobin().next() is None
+
+
+@pytest.mark.parametrize(
+    ("inflight", "skew", "picks"),
+    [
+        ({"w0": 0, "w1": 0, "w2": 0}, 4, ["w0", "w1", "w2", "w0"]),
+        ({"w0": 9, "w1": 3, "w2": 5}, 4, ["w1", "w2", "w1", "w2"]),  # w0 fell behind
+        ({"w0": 9, "w1": 3, "w2": 5}, 10, ["w0", "w1", "w2", "w0"]),
+        ({"w1": 2}, 0, ["w1", "w1"]),  # only w1 live
+        ({}, 4, [None]),
+    ],
+)
+def test_proxy_picks_round_robin_skipping_a_worker_behind(inflight, skew, picks):
+    rr = RoundRobin(["w0", "w1", "w2"])
+    assert [pick_worker(rr, inflight, skew) for _ in picks] == picks
 
 
 def test_fair_queues_serve_ranks_in_turn_not_arrival_order():

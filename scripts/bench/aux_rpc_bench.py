@@ -1,0 +1,295 @@
+"""Benchmark the auxiliary-service remote-call layer against Ray actor calls, in one run.
+
+    python scripts/bench/aux_rpc_bench.py                 # ~1-2 min on 2 busy cores
+    python scripts/bench/aux_rpc_bench.py --seconds 60    # the scale case over a minute
+    python scripts/bench/aux_rpc_bench.py --no-ray --calls 50 --ranks 100 --seconds 1  # tiny
+
+Our side: the training process's AuxClient -> a ProxyServer process (TCP) -> WorkerServer
+processes (IPC) running an echo handler. Ray's side: an actor (`ray.init` on this host)
+with the same echo method. Same payloads on both sides:
+
+1. Round trip of a 1 KiB request, one call at a time: p50 and p99, ours ÷ `ray.get` of an
+   actor method call (goal p50 ratio <= 0.25).
+2. Pipelined requests/s, `--window` requests in flight, ours ÷ an async Ray actor's calls
+   submitted the same way (goal >= 4).
+3. A 16 MiB float32 array round trip (sent and echoed back): ours ÷ Ray passing it through
+   its object store as the argument and the return value (goal <= 0.5).
+4. Scale: one proxy and `--workers` workers under `--ranks` (10,000) simulated ranks, each
+   keeping one request outstanding; served per rank over `--seconds` after a warm-up in
+   which every rank is served once: max/min (goal <= 1.2) and ranks never served (goal 0).
+   The issue's figure is over a minute (`--seconds 60`); the default is shorter.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+import numpy as np
+import zmq
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, ROOT)
+
+from driver.aux import wire  # noqa: E402
+from driver.aux.client import AuxClient  # noqa: E402
+
+
+class Echo:
+    """The benchmark's handler: returns its payload."""
+
+    def setup(self) -> None:
+        pass
+
+    def ready(self) -> dict:
+        return {}
+
+    def handle(self, method: str, payload: dict, ctx) -> dict:
+        return payload
+
+
+def serve(role: str, address: str, workers: list[str]) -> None:
+    """Child process: a worker at `address` or a proxy over `workers`; prints its address."""
+    from driver.aux.proxy import ProxyServer
+    from driver.aux.worker import WorkerServer
+
+    if role == "worker":
+        server = WorkerServer(Echo(), address, queue_bound=64)
+    else:
+        server = ProxyServer("echo", workers)
+    print(server.start(), flush=True)
+    sys.stdin.read()  # until the parent closes our stdin
+    server.stop()
+
+
+class Service:
+    """A proxy and its workers in child processes."""
+
+    def __init__(self, folder: str, workers: int):
+        self.procs: list[subprocess.Popen] = []
+        addresses = [self._start("worker", f"ipc://{folder}/w{i}.sock") for i in range(workers)]
+        self.address = self._start("proxy", "", addresses)
+
+    def _start(self, role: str, address: str, workers: list[str] | None = None) -> str:
+        cmd = [sys.executable, __file__, "--role", role, "--address", address]
+        cmd += ["--worker-addresses", json.dumps(workers or [])]
+        proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        self.procs.append(proc)
+        return proc.stdout.readline().strip()
+
+    def close(self) -> None:
+        for proc in self.procs:
+            proc.stdin.close()
+        for proc in self.procs:
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+
+
+def percentiles(samples: list[float]) -> tuple[float, float]:
+    """(p50, p99) in microseconds."""
+    return float(np.percentile(samples, 50) * 1e6), float(np.percentile(samples, 99) * 1e6)
+
+
+def timed(call, count: int) -> list[float]:
+    out = []
+    for _ in range(count):
+        started = time.perf_counter()
+        call()
+        out.append(time.perf_counter() - started)
+    return out
+
+
+def pipelined(submit, wait, total: int, window: int) -> float:
+    """Requests per second, `window` in flight at a time."""
+    started = time.perf_counter()
+    for first in range(0, total, window):
+        wait([submit() for _ in range(min(window, total - first))])
+    return total / (time.perf_counter() - started)
+
+
+def ours(address: str, args: argparse.Namespace, small: dict, big: np.ndarray) -> dict:
+    client = AuxClient("echo", 0, {address: 1}, deadline_s=60)
+    try:
+        timed(lambda: client.call("echo", small), args.calls // 5)  # warm-up
+        latency = timed(lambda: client.call("echo", small), args.calls)
+        rate = pipelined(
+            lambda: client.submit("echo", small),
+            lambda futures: [f.result() for f in futures],
+            args.pipelined,
+            args.window,
+        )
+        assert np.array_equal(client.call("echo", {"x": big})["x"], big)
+        tensor = timed(lambda: client.call("echo", {"x": big}), args.big_calls)
+    finally:
+        client.close()
+    return {"latency": latency, "rate": rate, "big": float(np.median(tensor))}
+
+
+def ray_side(args: argparse.Namespace, small: dict, big: np.ndarray) -> dict:
+    import ray
+
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
+    try:
+
+        @ray.remote
+        class EchoActor:
+            def echo(self, payload):
+                return payload
+
+        @ray.remote
+        class AsyncEchoActor:
+            async def echo(self, payload):
+                return payload
+
+        actor, aio = EchoActor.remote(), AsyncEchoActor.options(max_concurrency=1000).remote()
+        ray.get([actor.echo.remote(small), aio.echo.remote(small)])
+        timed(lambda: ray.get(actor.echo.remote(small)), args.calls // 5)
+        latency = timed(lambda: ray.get(actor.echo.remote(small)), args.calls)
+        rate = pipelined(lambda: aio.echo.remote(small), ray.get, args.pipelined, args.window)
+        assert np.array_equal(ray.get(actor.echo.remote({"x": big}))["x"], big)
+        tensor = timed(lambda: ray.get(actor.echo.remote({"x": big})), args.big_calls)
+    finally:
+        ray.shutdown()
+    return {"latency": latency, "rate": rate, "big": float(np.median(tensor))}
+
+
+def scale(address: str, ranks: int, seconds: float, sockets: int = 8) -> dict:
+    """`ranks` simulated ranks over `sockets` connections, one request outstanding each;
+    served per rank counted over `seconds` after every rank was served once."""
+    context = zmq.Context.instance()
+    socks = []
+    for _ in range(sockets):
+        sock = context.socket(zmq.DEALER)
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.setsockopt(zmq.SNDHWM, 0)
+        sock.setsockopt(zmq.RCVHWM, 0)
+        sock.connect(address)
+        socks.append(sock)
+    body = wire.encode({"x": b"\0" * 64})
+    served = np.zeros(ranks, np.int64)
+    seq = np.zeros(ranks, np.int64)
+    errors = 0
+
+    def send(rank: int) -> None:
+        seq[rank] += 1
+        rid = int(seq[rank]) * ranks + rank
+        msg = wire.Message("req", rid, rank, "echo", time.time() + 120, body=body)
+        socks[rank % sockets].send_multipart(wire.pack(msg), copy=False)
+
+    for rank in range(ranks):
+        send(rank)
+    poller = zmq.Poller()
+    for sock in socks:
+        poller.register(sock, zmq.POLLIN)
+    window_start = window_end = None
+    while window_end is None or time.monotonic() < window_end:
+        for sock, _ in poller.poll(100):
+            for _ in range(1000):
+                try:
+                    frames = sock.recv_multipart(zmq.NOBLOCK, copy=False)
+                except zmq.Again:
+                    break
+                msg = wire.parse(frames, 1 << 20)
+                if msg.kind == "pong":
+                    continue
+                rank = msg.id % ranks
+                if msg.kind == "rep":
+                    served[rank] += 1
+                else:
+                    errors += 1
+                send(rank)
+        if window_start is None and served.min() >= 1:
+            window_start, baseline = time.monotonic(), served.copy()
+            window_end = window_start + seconds
+    counts = served - baseline
+    for sock in socks:
+        sock.close(0)
+    return {
+        "ranks": ranks,
+        "total": int(counts.sum()),
+        "rate": float(counts.sum() / seconds),
+        "min": int(counts.min()),
+        "max": int(counts.max()),
+        "starved": int((counts == 0).sum()),
+        "errors": errors,
+    }
+
+
+def ratio(a: float, b: float) -> float:
+    return a / b if b else float("nan")
+
+
+def report(mine: dict, theirs: dict | None, scaled: dict) -> None:
+    p50, p99 = percentiles(mine["latency"])
+    print(f"1 KiB round trip   ours p50 {p50:8.1f} us  p99 {p99:8.1f} us")
+    print(f"pipelined          ours {mine['rate']:9.0f} req/s")
+    print(f"16 MiB round trip  ours {mine['big'] * 1e3:8.2f} ms")
+    if theirs is not None:
+        r50, r99 = percentiles(theirs["latency"])
+        print(f"1 KiB round trip   Ray  p50 {r50:8.1f} us  p99 {r99:8.1f} us")
+        print(f"pipelined          Ray  {theirs['rate']:9.0f} req/s (async actor)")
+        print(f"16 MiB round trip  Ray  {theirs['big'] * 1e3:8.2f} ms (object store)")
+        print(
+            f"ratio p50 latency   {ratio(p50, r50):.3f} [goal <= 0.25]  (p99 {ratio(p99, r99):.3f})"
+        )
+        print(f"ratio pipelined     {ratio(mine['rate'], theirs['rate']):.3f} [goal >= 4]")
+        print(f"ratio 16 MiB        {ratio(mine['big'], theirs['big']):.3f} [goal <= 0.5]")
+    spread = ratio(scaled["max"], scaled["min"])
+    print(
+        f"scale: {scaled['ranks']} ranks, {scaled['total']} served ({scaled['rate']:.0f}/s), "
+        f"per rank min {scaled['min']} max {scaled['max']}, starved {scaled['starved']}, "
+        f"errors {scaled['errors']}"
+    )
+    print(f"ratio max/min per rank {spread:.3f} [goal <= 1.2, starved 0]")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    add = parser.add_argument
+    add("--calls", type=int, default=1000, help="sequential 1 KiB calls per side")
+    add("--pipelined", type=int, default=5000, help="pipelined calls per side")
+    add("--window", type=int, default=256, help="requests in flight when pipelining")
+    add("--big-calls", type=int, default=10, help="16 MiB round trips per side")
+    add("--workers", type=int, default=2, help="workers behind the proxy in the scale case")
+    add("--ranks", type=int, default=10_000, help="simulated ranks in the scale case")
+    add("--seconds", type=float, default=30.0, help="scale case window (the issue: 60)")
+    add("--no-ray", action="store_true", help="our side only")
+    add("--role", choices=["bench", "worker", "proxy"], default="bench", help=argparse.SUPPRESS)
+    add("--address", default="", help=argparse.SUPPRESS)
+    add("--worker-addresses", default="[]", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.role != "bench":
+        serve(args.role, args.address, json.loads(args.worker_addresses))
+        return 0
+    import tempfile
+
+    load = os.getloadavg()
+    print(f"host: {os.cpu_count()} CPUs, load average {load[0]:.1f} / {load[1]:.1f}")
+    small = {"x": np.random.default_rng(0).bytes(1024)}
+    big = np.random.default_rng(1).random(4 << 20, dtype=np.float32)  # 16 MiB
+    with tempfile.TemporaryDirectory(prefix="aux-bench-") as folder:
+        service = Service(folder, workers=1)
+        try:
+            mine = ours(service.address, args, small, big)
+        finally:
+            service.close()
+        theirs = None if args.no_ray else ray_side(args, small, big)
+        service = Service(folder, workers=args.workers)
+        try:
+            scaled = scale(service.address, args.ranks, args.seconds)
+        finally:
+            service.close()
+    report(mine, theirs, scaled)
+    load = os.getloadavg()
+    print(f"load average at end: {load[0]:.1f} / {load[1]:.1f}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
