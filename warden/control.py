@@ -29,6 +29,7 @@ from warden.model import (
     NodeInput,
     ShrinkInput,
     ShrinkResult,
+    Timings,
     node_workflow_id,
 )
 from warden.prom import PromError
@@ -45,6 +46,22 @@ def node_inputs(inp: DispatchInput) -> list[NodeInput]:
     ]
     starts += [NodeInput(n, "recover", inp.timings, AMBIGUOUS, "") for n in inp.detected.recover]
     return starts
+
+
+def node_start_options(node: str, task_queue: str, t: Timings) -> dict:
+    """How a node's workflow is started. Conflict policy FAIL: a node whose workflow runs is
+    left to it, never terminated and restarted (a new run would act again); reuse policy
+    ALLOW_DUPLICATE: a node whose last workflow ended may get a new one. Two replicas (or a
+    replaced sweep's dispatch still running) racing on one node: one start wins, the other
+    gets WorkflowAlreadyStartedError."""
+    return {
+        "id": node_workflow_id(node),
+        "task_queue": task_queue,
+        "task_timeout": timedelta(seconds=t.workflow_task_timeout_s),
+        "id_conflict_policy": WorkflowIDConflictPolicy.FAIL,
+        "id_reuse_policy": WorkflowIDReusePolicy.ALLOW_DUPLICATE,
+        "rpc_timeout": timedelta(seconds=t.request_timeout_s),
+    }
 
 
 class ControlActivities:
@@ -83,28 +100,15 @@ class ControlActivities:
 
     @activity.defn
     async def dispatch(self, inp: DispatchInput) -> DispatchResult:
-        """Start each node's workflow under its one ID. Conflict policy FAIL: a node whose
-        workflow runs is left to it (never terminated and restarted, which would act twice);
-        reuse policy ALLOW_DUPLICATE: a node whose last workflow ended may get a new one.
-        Two replicas (or a replaced sweep's dispatch still running) racing on one node: one
-        start wins, the other gets WorkflowAlreadyStartedError."""
+        """Start each node's workflow under its one ID (`node_start_options`)."""
         client = activity.client()
         gate = asyncio.Semaphore(PARALLEL_STARTS)
-        t = inp.timings
 
         async def start(node_input: NodeInput) -> bool:
             async with gate:
+                options = node_start_options(node_input.node, inp.task_queue, inp.timings)
                 try:
-                    await client.start_workflow(
-                        NODE_WORKFLOW,
-                        node_input,
-                        id=node_workflow_id(node_input.node),
-                        task_queue=inp.task_queue,
-                        task_timeout=timedelta(seconds=t.workflow_task_timeout_s),
-                        id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
-                        id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
-                        rpc_timeout=timedelta(seconds=t.request_timeout_s),
-                    )
+                    await client.start_workflow(NODE_WORKFLOW, node_input, **options)
                 except WorkflowAlreadyStartedError:
                     return False
                 finally:
