@@ -15,15 +15,13 @@ node_instances AS
 per_unit AS
 (
     SELECT window, node,
-           max(node_ranks) AS ranks,
-           count() AS samples,
-           countIf(node_us = instance_transfer_us) AS last_count,
+           (node, max(node_ranks), count(), countIf(node_us = instance_transfer_us)) AS unit,
            avg(instance_median_us - node_us) AS delay_us
     FROM node_instances
     GROUP BY window, node
 ),
 --@include outliers.sql
-SELECT window, node, ranks, samples, last_count, last_count / samples AS last_fraction,
-       delay_us, straggler
+SELECT window, unit.1 AS node, unit.2 AS ranks, unit.3 AS samples, unit.4 AS last_count,
+       unit.4 / unit.3 AS last_fraction, delay_us, straggler
 FROM judged
 ORDER BY window, node

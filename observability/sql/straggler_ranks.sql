@@ -14,18 +14,17 @@ WITH
 ,
 per_unit AS
 (
-    SELECT window, any(node) AS node, any(pod) AS pod, any(pid) AS pid,
-           argMax(comm_rank, n_ranks) AS rank,
-           count() AS samples,
-           countIf(exec_time_us = transfer_us) AS last_count,
-           avg(median_us - exec_time_us) AS delay_us,
-           avg(exec_time_us - transfer_us) AS wait_us,
-           avg(transfer_us) AS mean_transfer_us
+    SELECT window,
+           (any(node), any(pod), any(pid), argMax(comm_rank, n_ranks), count(),
+            countIf(exec_time_us = transfer_us), avg(exec_time_us - transfer_us),
+            avg(transfer_us)) AS unit,
+           avg(median_us - exec_time_us) AS delay_us
     FROM samples
     GROUP BY window, process
 ),
 --@include outliers.sql
-SELECT window, rank, node, pod, pid, samples, last_count, last_count / samples AS last_fraction,
-       delay_us, wait_us, mean_transfer_us AS transfer_us, straggler
+SELECT window, unit.4 AS rank, unit.1 AS node, unit.2 AS pod, unit.3 AS pid,
+       unit.5 AS samples, unit.6 AS last_count, unit.6 / unit.5 AS last_fraction,
+       delay_us, unit.7 AS wait_us, unit.8 AS transfer_us, straggler
 FROM judged
 ORDER BY window, rank, node, pod, pid
