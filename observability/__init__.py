@@ -7,8 +7,9 @@
   chDB (local) or ClickHouse (cluster), and the same query text for Grafana.
 - `observability.reference`: the same analysis in pandas (benchmark peer, cross-check).
 - `observability.synthetic`: collective records with injected stragglers (numpy, columnar).
-- `observability.flight_recorder`: PyTorch flight recorder settings for training ranks, and
-  the reading and analysis of its dumps for crash bundles.
+- `observability.flight_recorder`: PyTorch flight recorder settings for training ranks, its
+  dumps read (JSON, or pickles of plain data only); `observability.fr_analysis`: what the
+  dumps of all ranks say (last collective per rank, who never entered, mismatches).
 
 Imports only `catalog` from the project. See docs/observability.md.
 """
