@@ -9,8 +9,9 @@
 
 Every `sync_every` (H) local steps it sends its pseudo-gradient (shared weights it started
 from minus its weights now, in `compression`) to the synchronizer. `barrier` mode waits for
-the merged update (up to `barrier_timeout_s`, then trains on and pushes again at the next
-sync point); `decoupled` mode trains on and merges when the update arrives, by `merge`:
+the merged update (up to `barrier_timeout_s`; then it trains on, merges the update if it
+comes later, and pushes again at the next sync point); `decoupled` mode trains on and
+merges when the update arrives, by `merge`:
 `delta` (default) keeps the steps taken while the round was in flight, `replace` drops
 them (see outer.merge). The inner optimizer's state is kept across merges. A late or
 returning learner gets the shared weights whole and continues from them.
@@ -149,7 +150,7 @@ class Learner:
         self.local_steps += 1
         sync = self.local_steps % self.cfg.sync_every == 0
         if self.rank == 0:
-            if self.cfg.mode == "decoupled" and self.pending:
+            if self.pending:  # decoupled, or a barrier wait that timed out: merge on arrival
                 self._poll(model, step, 0.0)
             if sync:
                 self._sync_point(model, step)

@@ -26,6 +26,8 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
+import signal
 import time
 from dataclasses import dataclass
 
@@ -224,9 +226,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.endpoint_file:
         with open(args.endpoint_file + ".tmp", "w") as out:
             out.write(server.address)
-        import os
-
         os.replace(args.endpoint_file + ".tmp", args.endpoint_file)
+    signal.signal(signal.SIGTERM, lambda *_: sync.stop())  # a pod's stop: leave cleanly
     log.info("listening on %s, round %d", server.address, sync.round)
     try:
         sync.serve(args.rounds)

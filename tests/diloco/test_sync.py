@@ -4,6 +4,8 @@ steps in flight, late learners catch up, a restarted synchronizer resumes its st
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import pytest
 import torch
@@ -187,3 +189,51 @@ def test_learner_config_from_env(env, error):
 
 def test_no_address_means_no_diloco():
     assert LearnerConfig.from_env({"REVE_DILOCO_LEARNER": "a"}) is None
+
+
+def test_a_push_of_the_wrong_shape_is_refused_and_the_round_unharmed(sync_thread, keys_dir):
+    from driver.aux import wire
+    from driver.diloco import keys
+    from driver.diloco.link import Client
+
+    sync = sync_thread(lr=1.0, momentum=0.0, compression="fp32")
+    model = linear(0)
+    ln = learner(sync.address, keys_dir, "a")
+    ln.start(model)
+    bad = Client(sync.address, keys.client_keys(keys_dir, "b"))
+    try:
+        grad = {"t": {"weight": torch.zeros(2, 2), "bias": torch.zeros(3)}}
+        rid = bad.request("push", {"learner": "b", "round": 0, "grad": grad})
+        reply = bad.recv(10)
+        assert reply.id == rid and reply.kind == "err" and "weight" in reply.error
+        garbage = bad.request("push", {"learner": "b", "round": 0, "grad": "nope"})
+        assert bad.recv(10).id == garbage
+        w = flat(model)
+        one_round([ln], [model], [np.full(w.shape, 0.5, np.float32)], 0)
+        np.testing.assert_allclose(flat(model), w + 0.5, atol=1e-6)  # lr 1: a's weights alone
+        assert state.read_rounds(sync.sync.state_dir)[0]["contributors"] == ["a"]
+        assert wire.decode  # the reply above went through the wire format
+    finally:
+        bad.close()
+        ln.close()
+
+
+def test_barrier_learner_merges_an_update_that_came_after_its_timeout(sync_thread, keys_dir):
+    sync = sync_thread(lr=1.0, momentum=0.0, compression="fp32", round_timeout_s=1.0)
+    models = [linear(0), linear(0)]
+    a = learner(sync.address, keys_dir, "a", barrier_timeout_s=0.2, sync_every=100)
+    b = learner(sync.address, keys_dir, "b")
+    in_threads(lambda: a.start(models[0]), lambda: b.start(models[1]))
+    w = flat(models[0])
+    set_flat(models[0], w + 0.2)
+    for step in range(100):  # the 100th step is a sync point; b stays silent
+        a.after_step(step, models[0])
+    assert a.pending and a.round == 0  # gave up waiting; the round merges after 1 s
+    deadline = time.time() + 20
+    while a.pending and time.time() < deadline:
+        a.after_step(100, models[0])  # not a sync point: polls and merges on arrival
+        time.sleep(0.25)
+    assert a.round == 1 and a.merges[-1]["kind"] == "delta"
+    np.testing.assert_allclose(flat(models[0]), w + 0.2, atol=1e-6)  # lr 1: a's weights
+    for ln in (a, b):
+        ln.close()
