@@ -27,8 +27,8 @@ class Timings:
     """attempts of an activity (a timeout, a 5xx, a 409) before its workflow gives up,
     records the failure and stops (about 8 minutes with the defaults)."""
     request_timeout_s: float = 20.0
-    """timeout of one Kubernetes, GCP, Prometheus or Temporal request (below
-    `activity_timeout_s`, so an attempt retries within its own time)."""
+    """timeout of one Kubernetes, GCP, Prometheus or Temporal request (the adapters use
+    at most `activity_timeout_s`: a request never outlives its attempt)."""
     failed_recheck_s: float = 600.0
     """how long a node workflow that stopped on an error keeps the node's workflow ID (and
     says why in its phase); the next sweep then tries the node again."""

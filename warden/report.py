@@ -62,7 +62,11 @@ def event_lines(events) -> list[str]:
             EventType.EVENT_TYPE_ACTIVITY_TASK_FAILED,
             EventType.EVENT_TYPE_ACTIVITY_TASK_TIMED_OUT,
         ):
-            attrs = event.activity_task_failed_event_attributes
+            attrs = (
+                event.activity_task_failed_event_attributes
+                if kind == EventType.EVENT_TYPE_ACTIVITY_TASK_FAILED
+                else event.activity_task_timed_out_event_attributes
+            )
             name = scheduled.get(attrs.scheduled_event_id, "?")
             lines.append(f"{stamp}  {name:<10} FAILED {attrs.failure.message}")
         elif kind == EventType.EVENT_TYPE_TIMER_STARTED:
@@ -112,12 +116,16 @@ async def status_lines(address: str, namespace: str, node: str) -> list[str]:
         for pending in desc.raw_description.pending_activities:
             attempt = f" (attempt {pending.attempt})" if pending.attempt > 1 else ""
             lines.append(f"activity: {pending.activity_type.name}{attempt}")
+            if pending.attempt > 1 and pending.HasField("last_failure"):
+                lines.append(f"retrying: {pending.last_failure.message}")
     elif desc.status == WorkflowExecutionStatus.COMPLETED:
         result = await handle.result()
         lines.append(f"closed:   {desc.close_time:%Y-%m-%d %H:%M:%S}")
-        lines.append(
-            f"outcome:  {result['outcome']}" if isinstance(result, dict) else f"outcome:  {result}"
-        )
+        if not isinstance(result, dict):
+            result = {"outcome": result}
+        lines.append(f"outcome:  {result['outcome']}")
+        if result.get("detail"):  # what stopped a failed remediation
+            lines.append(f"detail:   {result['detail']}")
     return lines
 
 

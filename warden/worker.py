@@ -138,7 +138,8 @@ def activities_for(config: WardenConfig, fake: str | None = None) -> WardenActiv
     from warden.kube import RealKube
     from warden.prom import HttpPrometheus
 
-    timeout_s = config.timings.request_timeout_s  # every request gives up after this
+    t = config.timings  # every request gives up after this, never outliving its attempt
+    timeout_s = min(t.request_timeout_s, t.activity_timeout_s)
     prom = None
     if config.prometheus:
         p = config.prometheus

@@ -19,6 +19,7 @@ from warden.model import (
     SweepInput,
     node_workflow_id,
 )
+from warden.report import status_lines
 from warden.workflows import NodeWorkflow, SweepWorkflow
 
 
@@ -97,6 +98,8 @@ def test_gcp_403_stops_the_repair_at_once_with_a_report(harness):
     (failed,) = [r for r in harness.sink.records if r.action == "failed"]
     assert (failed.node, failed.detail) == (node, "reboot")
     assert "HTTP 403" in failed.reason
+    shown = asyncio.run(status_lines(harness.address, "default", node))
+    assert "outcome:  failed" in shown and f"detail:   {result.detail}" in shown
 
 
 @pytest.mark.parametrize("status", [403, 400])
@@ -154,3 +157,31 @@ def test_a_sweep_that_fails_is_recorded_and_the_next_one_runs(harness):
     assert (result.sweeps, result.failed, result.started) == (2, 1, 1)
     (failed,) = [r for r in harness.sink.records if r.action == "failed"]
     assert (failed.node, failed.detail) == ("", "detect") and "HTTP 403" in failed.reason
+
+
+def test_status_shows_the_error_an_activity_is_retrying_on(harness):
+    fleet = harness.fleet
+    node = fleet.node_name(1)
+    fleet.inject("kube", "get_job", 503, times=-1, detail="etcdserver: leader changed")
+
+    async def body(h):
+        handle = await h.client.start_workflow(
+            NodeWorkflow.run,
+            NodeInput(node, "respond", h.timings, AMBIGUOUS, "NVLink"),
+            id=node_workflow_id(node),
+            task_queue=h.queue,
+        )
+        shown: list[str] = []
+        for _ in range(600):
+            shown = await status_lines(h.address, "default", node)
+            if any(line.startswith("retrying:") for line in shown):
+                break
+            await asyncio.sleep(0.05)
+        await handle.terminate()
+        return shown
+
+    shown = harness.run(body)
+    assert "phase:    check" in shown
+    assert any(line.startswith("activity: job_status (attempt ") for line in shown)
+    (retrying,) = [line for line in shown if line.startswith("retrying:")]
+    assert "kube get_job" in retrying and "HTTP 503" in retrying and "leader changed" in retrying
