@@ -122,7 +122,10 @@ def _invoke(argv: list[str] | None) -> int:
         _say(f"error: command line: {err.format_message()} (see {where} --help)")
         return exitcodes.USAGE
     except click.ClickException as err:
-        _say(f"Error: {err.format_message()}")
+        try:
+            err.show()
+        except (OSError, ValueError):
+            pass
         return exitcodes.USAGE if err.exit_code == 2 else err.exit_code
     except click.exceptions.Exit as err:
         return err.exit_code

@@ -17,6 +17,12 @@ partial pod holding them would block the node. A partial-node pod gets the defau
 (eth0) and NCCL's socket transport (`SOCKET_NCCL_ENV`), plus the driver libraries. Runs of
 more than one pod take whole nodes (`runner.resolve` refuses the rest).
 
+Every container of every pod runner builds gets a securityContext (`_pod.yaml.j2`): no
+privilege escalation, every capability dropped except those the catalog lists for a sidecar
+(the TCPXO receive daemon: NET_ADMIN, NET_BIND_SERVICE) or a pod asks for
+(`capabilities`: the node check's SYSLOG), and a non-root user where `run_as_user` is set.
+Every host path is mounted read-only, but for the sidecar writes in `SIDECAR_HOST_WRITES`.
+
 Every GPU pod also tolerates its namespace's kept-nodes taint and prefers nodes kept for
 its namespace (`runner.keepnodes`), so a relaunch lands on the nodes a finished RayJob kept.
 """
@@ -39,6 +45,15 @@ GKE_DEFAULT_INTERFACE = "networking.gke.io/default-interface"
 GKE_INTERFACES = "networking.gke.io/interfaces"
 GKE_DEVICES = "devices.gke.io/container.{name}"
 TCPXO_DEVICES = ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/dmabuf_import_helper")
+# (sidecar, host path) -> why that sidecar mounts the host path writable; every other host
+# mount of a pod is read-only. The same allowance as kustomize.tooling.security's
+# RUN_HOST_PATH_WRITERS, which validates the rendered runs.
+SIDECAR_HOST_WRITES = {
+    ("tcpxo-daemon", "/sys"): "the TCPXO receive-data-path manager tunes the GPU NICs",
+    ("tcpxo-daemon", "/proc/sys"): "the TCPXO receive-data-path manager sets network sysctls",
+}
+# A non-root user for containers that only wait (the sentinel): `nobody`.
+NOBODY = 65534
 # NCCL on the default network: sockets over eth0, no GPUDirect plugin.
 SOCKET_NCCL_ENV = {"NCCL_NET": "Socket", "NCCL_SOCKET_IFNAME": "eth0"}
 
@@ -89,6 +104,7 @@ POD_DEFAULTS: dict[str, Any] = {
     "command": None,
     "working_dir": None,
     "capabilities": [],
+    "run_as_user": None,
     "field_env": {labels.NODE_NAME_ENV: "spec.nodeName"},
     "env": {},
     "secrets": {},
@@ -106,6 +122,15 @@ def pod_context(**values: Any) -> dict[str, Any]:
         raise TypeError(f"pod_context lacks {sorted(missing)}")
     fresh = {k: v.copy() if isinstance(v, dict | list) else v for k, v in POD_DEFAULTS.items()}
     return {**fresh, **values}
+
+
+def _sidecar(values: dict[str, Any]) -> dict[str, Any]:
+    """A sidecar's template values: each mount read-only unless SIDECAR_HOST_WRITES says."""
+    mounts = [
+        {**m, "read_only": (values["name"], m["host_path"]) not in SIDECAR_HOST_WRITES}
+        for m in values["mounts"]
+    ]
+    return {**values, "mounts": mounts}
 
 
 def needs_nics(accel: Accelerator, mount) -> bool:
@@ -173,6 +198,7 @@ def gpu_settings(
     volumes: dict[str, dict] = {}
     for mount in [*mounts, *(m for s in sidecars for m in s.mounts)]:
         volumes.setdefault(mount.name, mount.model_dump())
+    sidecar_values = [_sidecar(s.model_dump()) for s in sidecars]
     return GpuSettings(
         whole_node=whole,
         node_selector=selector,
@@ -183,5 +209,5 @@ def gpu_settings(
         env=env,
         mounts=[m.model_dump() for m in mounts],
         host_volumes=list(volumes.values()),
-        sidecars=[s.model_dump() for s in sidecars],
+        sidecars=sidecar_values,
     )

@@ -16,7 +16,7 @@ from typing import Any
 
 from catalog import labels
 from runner import keepnodes
-from runner.gpupod import gpu_settings, pod_context
+from runner.gpupod import NOBODY, gpu_settings, pod_context
 from runner.resolve import CPU_ONLY_SHM, Plan, resolve
 from runner.spec import RunSpec, entrypoint
 from runner.templating import render_template
@@ -121,6 +121,7 @@ def _sentinel(plan: Plan, env: EnvPlan) -> dict[str, Any]:
         shm="64Mi",
         resources=dict(SENTINEL_RESOURCES),
         command=["sleep", "infinity"],
+        run_as_user=NOBODY,
         env={
             "RAY_CLUSTER": name,
             "RAY_ADDRESS": f"http://{name}-head-svc:8265",

@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import io
 import json
+import re
+import shlex
 import tarfile
 import tempfile
 import time
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 import click
 import yaml
@@ -33,38 +35,55 @@ from runner.commands._day2_views import summary
 from runner.kube import KubeError
 
 LOG_TAIL = 5000
+_UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
 
 
 def pod_logs(kube, namespace: str, pod: dict, tail: int) -> dict[str, str]:
     """`logs/<pod>/<container>[.previous].log` -> text, for every container."""
-    name = pod["metadata"]["name"]
+    name = safe_name(pod["metadata"]["name"])
     statuses = {s["name"]: s for s in pod.get("status", {}).get("containerStatuses") or []}
     out = {}
     containers = pod.get("spec", {}).get("initContainers", []) + pod["spec"]["containers"]
+    pod_name = pod["metadata"]["name"]
     for container in (c["name"] for c in containers):
+        base = f"logs/{name}/{safe_name(container)}"
         try:
-            out[f"logs/{name}/{container}.log"] = "\n".join(
-                kube.logs(namespace, name, container, tail=tail)
-            )
+            out[f"{base}.log"] = "\n".join(kube.logs(namespace, pod_name, container, tail=tail))
         except KubeError as err:
-            out[f"logs/{name}/{container}.log"] = f"(logs unavailable: {err})"
+            out[f"{base}.log"] = f"(logs unavailable: {err})"
         if statuses.get(container, {}).get("restartCount", 0):
             try:
-                text = "\n".join(kube.logs(namespace, name, container, tail=tail, previous=True))
-                out[f"logs/{name}/{container}.previous.log"] = text
+                lines = kube.logs(namespace, pod_name, container, tail=tail, previous=True)
+                out[f"{base}.previous.log"] = "\n".join(lines)
             except KubeError as err:
-                out[f"logs/{name}/{container}.previous.log"] = f"(unavailable: {err})"
+                out[f"{base}.previous.log"] = f"(unavailable: {err})"
     return out
 
 
 def crash_bundles(kube, namespace: str, pod: str, output_dir: str, into: Path) -> list[str]:
-    """Copy `<output_dir>/crash-*` from the pod into `into`; returns what was copied."""
-    listing = kube.exec(namespace, pod, ["sh", "-c", f"ls -d {output_dir}/crash-* 2>/dev/null"])
+    """Copy `<output_dir>/crash-*` from the pod into `into`; returns what was copied.
+
+    `output_dir` reaches the pod's shell quoted (`shlex.quote`); only the `crash-*` glob is
+    left to the shell, and the names come back NUL-separated, so no name is split or run.
+    """
+    folder = shlex.quote(output_dir.rstrip("/") or "/")
+    script = f'for f in {folder}/crash-*; do [ -e "$f" ] && printf \'%s\\0\' "$f"; done; true'
+    listing = kube.exec(namespace, pod, ["sh", "-c", script])
     copied = []
-    for remote in listing.stdout.decode().split():
-        kube.copy_from(namespace, pod, remote, into / Path(remote).name)
+    for remote in listing.stdout.decode(errors="replace").split("\0"):
+        name = PurePosixPath(remote).name
+        if not name.startswith("crash-"):
+            continue
+        kube.copy_from(namespace, pod, remote, into / safe_name(name))
         copied.append(remote)
     return copied
+
+
+def safe_name(text: str) -> str:
+    """One archive path component from a cluster-given name (pod, container, run): no
+    folder separators, no leading dots, no control characters."""
+    cleaned = _UNSAFE.sub("_", text).lstrip(".")
+    return cleaned[:200] or "_"
 
 
 def _add(tar: tarfile.TarFile, name: str, text: str) -> None:
@@ -102,8 +121,8 @@ def diagnose(run, namespace, cluster, out, output_dir, tail) -> None:
     info = summary(run, objects, pods)
     output_dir = output_dir or f"outputs/{info['team'] or namespace}/{run}"
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    out = out or Path(f"{run}-diagnose-{stamp}.tar.gz")
-    root = f"{run}-diagnose-{stamp}"
+    out = out or Path(f"{safe_name(run)}-diagnose-{stamp}.tar.gz")
+    root = f"{safe_name(run)}-diagnose-{stamp}"
     names = {o["metadata"]["name"] for o in objects + pods}
     events = [e for e in kube.events(namespace) if e.get("involvedObject", {}).get("name") in names]
     notes = []

@@ -9,7 +9,15 @@ import pytest
 
 from catalog import accelerator, load_cluster
 from runner.commands.shell import dev_context
-from runner.gpupod import GKE_DEVICES, GKE_INTERFACES, SOCKET_NCCL_ENV, gpu_settings, needs_nics
+from runner.gpupod import (
+    GKE_DEVICES,
+    GKE_INTERFACES,
+    NOBODY,
+    SIDECAR_HOST_WRITES,
+    SOCKET_NCCL_ENV,
+    gpu_settings,
+    needs_nics,
+)
 from runner.nodecheck import check_job
 from runner.render import render_run
 from runner.spec import build_spec, load_run
@@ -135,3 +143,70 @@ def test_pod_contexts_share_no_mutable_default():
     first["env"]["X"] = "1"
     first["tolerations"].append({"key": "k", "effect": "NoSchedule"})
     assert second["env"] == {} and second["tolerations"] == []
+
+
+# --- the securityContext and read-only host paths of every pod runner builds ------------
+
+
+def sentinel_pod() -> dict:
+    data = {"name": "t", "type": "raycluster", "cluster": "ultra-usc1", "namespace": "research"}
+    manifests = render_run(build_spec({**data, "accelerator": "H200", "image": IMAGE}))
+    deployment = next(m for m in manifests if m["kind"] == "Deployment")
+    return deployment["spec"]["template"]
+
+
+def every_pod() -> dict[str, dict]:
+    """Every kind of pod runner builds, whole-node H100 (the sidecar) and H200, and CPU."""
+    pods = {}
+    for key in ("H100", "H200"):
+        for kind in ("rayjob", "raycluster", "job"):
+            pods[f"{kind} {key}"] = run_pod(key, accelerator(key).gpus_per_node, kind)
+        pods[f"rayjob {key} 1 GPU"] = run_pod(key, 1)
+        pods[f"node check {key}"] = check_pod(key)
+        pods[f"dev {key}"] = dev_pod(key, 8)
+    cpu = render_run(build_spec({**_cpu_run(), "type": "rayjob"}))[-1]["spec"]["rayClusterSpec"]
+    pods["rayjob head"] = cpu["headGroupSpec"]["template"]
+    pods["rayjob CPU worker"] = cpu["workerGroupSpecs"][0]["template"]
+    pods["sentinel"] = sentinel_pod()
+    return pods
+
+
+def _cpu_run() -> dict:
+    return {"name": "t", "cluster": "ultra-usc1", "namespace": "research", "image": IMAGE,
+            "cmd": "python x.py"}  # fmt: skip
+
+
+@pytest.mark.parametrize(("name", "pod"), list(every_pod().items()), ids=list(every_pod()))
+def test_every_container_is_confined(name, pod):
+    """No privilege escalation, every capability dropped but the listed ones, host paths
+    read-only but the TCPXO daemon's sysfs and sysctl writes."""
+    spec = pod["spec"]
+    host = {v["name"]: v["hostPath"]["path"] for v in spec["volumes"] if "hostPath" in v}
+    for container in [*spec.get("initContainers", []), *spec["containers"]]:
+        context = container["securityContext"]
+        assert context["allowPrivilegeEscalation"] is False, container["name"]
+        assert context["capabilities"]["drop"] == ["ALL"]
+        added = set(context["capabilities"].get("add", []))
+        allowed = {"tcpxo-daemon": {"NET_ADMIN", "NET_BIND_SERVICE"}, "preflight": {"SYSLOG"}}
+        assert added == allowed.get(container["name"], set()), container["name"]
+        assert "privileged" not in context
+        for mount in container["volumeMounts"]:
+            path = host.get(mount["name"])
+            if path is None:
+                continue
+            writable = (container["name"], path) in SIDECAR_HOST_WRITES
+            assert mount.get("readOnly", False) is not writable, (container["name"], path)
+
+
+def test_the_sentinel_runs_as_nobody_and_run_containers_as_the_image_user():
+    context = sentinel_pod()["spec"]["containers"][0]["securityContext"]
+    assert context["runAsNonRoot"] is True and context["runAsUser"] == NOBODY
+    worker_context = run_pod("H200", 8)["spec"]["containers"][0]["securityContext"]
+    assert "runAsNonRoot" not in worker_context and "runAsUser" not in worker_context
+
+
+def test_the_writable_sidecar_paths_are_the_catalog_sidecar_mounts():
+    """Every allowance names a host path a catalog sidecar really mounts."""
+    mounted = {(s.name, m.host_path) for a in ("H100", "H200") for s in accelerator(a).sidecars
+               for m in s.mounts}  # fmt: skip
+    assert set(SIDECAR_HOST_WRITES) <= mounted

@@ -104,7 +104,8 @@ def test_a3_ultra_pods_get_rdma_annotations_mounts_and_nccl(base):
     container = pod["spec"]["containers"][0]
     env = {e["name"]: e.get("value") for e in container["env"]}
     assert env["NCCL_NET"] == "gIB" and env["LD_LIBRARY_PATH"] == "/usr/local/nvidia/lib64"
-    assert {"name": "gib", "mountPath": "/usr/local/gib"} in container["volumeMounts"]
+    gib = {"name": "gib", "mountPath": "/usr/local/gib", "readOnly": True}
+    assert gib in container["volumeMounts"]
     assert "initContainers" not in pod["spec"]
 
 
