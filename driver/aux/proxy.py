@@ -11,13 +11,14 @@ replies go back to the rank.
 
 Worker health: a worker is live after it answers a ping. It is dead at once when its
 socket disconnects (the process died) or a send finds no route, and after
-`worker_timeout_s` without a pong (hung). A dead worker gets no requests; the ones it held
-are re-sent to another live worker (`on_worker_loss="retry"`, at most once, within their
-deadline) or answered `unavailable` ("error"). ZeroMQ reconnects to the same address, and
-the worker is live again after its next pong. A request that finds no live worker waits at
-the proxy until one is live or its deadline passes (then `timeout`). Whenever its live
-worker count changes, the proxy tells the ranks it heard from in the last minute (a pong
-they did not ask for), so their weights follow at once; a proxy with 0 gets no requests.
+`worker_timeout_s` without a pong while it holds none of our requests (hung). A dead
+worker gets no requests; the ones it held are re-sent to another live worker
+(`on_worker_loss="retry"`, at most once, within their deadline) or answered `unavailable`
+("error"). ZeroMQ reconnects to the same address, and the worker is live again after its
+next pong. A request that finds no live worker waits at the proxy until one is live or its
+deadline passes (then `timeout`). Whenever its live worker count changes, the proxy tells
+the ranks it heard from in the last minute (a pong they did not ask for), so their weights
+follow at once; a proxy with 0 gets no requests.
 
     proxy = ProxyServer("encoder", ["ipc:///tmp/enc-0.sock"]); address = proxy.start()
 """
@@ -193,7 +194,8 @@ class ProxyServer:
     def _heartbeat(self) -> None:
         now = time.monotonic()
         for worker in list(self.workers.values()):
-            if worker.live and now - worker.seen > self.worker_timeout_s:
+            idle = not worker.inflight  # a worker busy with our requests answers later
+            if worker.live and idle and now - worker.seen > self.worker_timeout_s:
                 self._lose(worker, f"no answer for {self.worker_timeout_s:g} s")
             self._ping(worker)
         if self.waiting and any(e.deadline <= time.time() for e in self.waiting):

@@ -1,10 +1,12 @@
 """A service worker: serves one Handler over a local socket to its proxy, fairly per rank.
 
 The worker binds a ROUTER (usually `ipc:///...`); its proxy connects and forwards
-requests `[client id, envelope, *body]`. An I/O thread receives, answers the proxy's pings
-(so a long handler call never looks like a dead worker) and admits each request into its
-rank's bounded FIFO (`routing.FairQueues`); one handler thread dequeues the ranks round
-robin, calls `handler.handle`, and hands the reply back to the I/O thread over inproc.
+requests `[client id, envelope, *body]`. One thread alternates: it takes in every message
+that has arrived (answering pings and cancels, admitting each request into its rank's
+bounded FIFO, `routing.FairQueues`), then serves one request from the next rank in turn
+(round robin over ranks with work) and sends the reply. No thread handoff on the way, so
+a request costs no more than its handler; while a handler call runs, pings wait (the
+proxy does not count a worker busy with its requests as hung).
 
 A request that finds its rank's queue full: policy "fail_fast" answers `queue_full` at
 once; policy "wait" holds it at the worker (in arrival order, at most `hold_bound` per rank)
@@ -30,6 +32,7 @@ from driver.aux import wire
 from driver.aux.handler import Handler, RequestContext
 from driver.aux.routing import FairQueues, admit
 
+DRAIN = 10_000  # messages taken in at most between two handler calls
 COUNTERS = (
     "served",
     "errors",
@@ -65,11 +68,10 @@ class WorkerServer:
         self.hold_bound = hold_bound if hold_bound is not None else 16 * queue_bound
         self.queues = FairQueues(queue_bound)
         self.held: dict[int, deque[Item]] = defaultdict(deque)
-        self.cond = threading.Condition()
+        self.lock = threading.Lock()  # stats() reads from other threads
         self.context = context or zmq.Context.instance()
         self.running = threading.Event()
         self.threads: list[threading.Thread] = []
-        self.inbox = f"inproc://aux-worker-{id(self)}"
         self.counters: dict[str, Any] = defaultdict(int, dict.fromkeys(COUNTERS, 0))
         self.per_rank: dict[int, int] = defaultdict(int)
         self.wait_s = self.process_s = 0.0
@@ -84,19 +86,15 @@ class WorkerServer:
         self.router.setsockopt(zmq.MAXMSGSIZE, self.max_bytes + wire.MAX_ENVELOPE_BYTES)
         self.router.bind(self.address)
         self.address = self.router.getsockopt(zmq.LAST_ENDPOINT).decode()
-        self.pull = self.context.socket(zmq.PULL)
-        self.pull.bind(self.inbox)
         self.running.set()
-        for target in (self._io_loop, self._handler_loop):
-            thread = threading.Thread(target=target, name=f"aux-worker-{target.__name__}")
-            thread.daemon = True
-            thread.start()
-            self.threads.append(thread)
+        thread = threading.Thread(target=self._loop, name="aux-worker", daemon=True)
+        thread.start()
+        self.threads.append(thread)
         return self.address
 
     def stats(self) -> dict:
         """Counts and sums since start: served, errors, pending, wait/process seconds."""
-        with self.cond:
+        with self.lock:
             held = sum(len(q) for q in self.held.values())
             return {
                 **self.counters,
@@ -109,37 +107,33 @@ class WorkerServer:
 
     def stop(self) -> None:
         self.running.clear()
-        with self.cond:
-            self.cond.notify_all()
         for thread in self.threads:
             thread.join(5)
         self.threads.clear()
 
-    # -- I/O thread: receive, admit, answer pings, send replies ------------------------------
+    # -- the loop: take in everything that arrived, then serve one request -------------------
 
-    def _io_loop(self) -> None:
+    def _loop(self) -> None:
         poller = zmq.Poller()
         poller.register(self.router, zmq.POLLIN)
-        poller.register(self.pull, zmq.POLLIN)
         next_sweep = time.monotonic()
         try:
             while self.running.is_set():
-                for sock, _ in poller.poll(50):
-                    for _ in range(256):  # drain, bounded so replies are not starved
+                if poller.poll(0 if len(self.queues) else 50):
+                    for _ in range(DRAIN):  # every rank's arrivals queued before a pick
                         try:
-                            frames = sock.recv_multipart(zmq.NOBLOCK, copy=False)
+                            frames = self.router.recv_multipart(zmq.NOBLOCK, copy=False)
                         except zmq.Again:
                             break
-                        if sock is self.pull:
-                            self.router.send_multipart(frames, copy=False)
-                        else:
-                            self._receive(frames)
+                        self._receive(frames)
                 if time.monotonic() >= next_sweep:
                     self._expire_held()
                     next_sweep = time.monotonic() + 0.05
+                item = self._next()
+                if item is not None:
+                    self._reply(item.route, self._serve(item))
         finally:
             self.router.close(0)
-            self.pull.close(0)
 
     def _receive(self, frames: list[Any]) -> None:
         if len(frames) < 3:
@@ -164,7 +158,7 @@ class WorkerServer:
 
     def _admit(self, item: Item) -> None:
         rank = item.msg.rank
-        with self.cond:
+        with self.lock:
             held = self.held.get(rank)
             full = self.queues.full(rank) or bool(held)  # held ones go first
             decision = admit(full, self.policy, item.arrived, item.msg.deadline)
@@ -172,7 +166,6 @@ class WorkerServer:
                 decision = "refuse"
             if decision == "accept":
                 self.queues.push(rank, item)
-                self.cond.notify()
                 return
             if decision == "hold":
                 self.held[rank].append(item)
@@ -189,7 +182,7 @@ class WorkerServer:
         def match(item: Item) -> bool:
             return item.msg.id == msg.id and item.route[1].bytes == client
 
-        with self.cond:
+        with self.lock:
             taken = self.queues.remove(msg.rank, match)
             held = self.held.get(msg.rank)
             if held:
@@ -199,7 +192,7 @@ class WorkerServer:
 
     def _expire_held(self) -> None:
         now, expired = time.time(), []
-        with self.cond:
+        with self.lock:
             for rank in [r for r, q in self.held.items() if q and q[0].msg.deadline <= now]:
                 queue = self.held[rank]
                 expired += [item for item in queue if item.msg.deadline <= now]
@@ -211,25 +204,8 @@ class WorkerServer:
     def _reply(self, route: list[Any], msg: wire.Message) -> None:
         self.router.send_multipart([*route, *wire.pack(msg)], copy=False)
 
-    # -- handler thread ----------------------------------------------------------------------
-
-    def _handler_loop(self) -> None:
-        push = self.context.socket(zmq.PUSH)
-        push.setsockopt(zmq.LINGER, 0)
-        push.connect(self.inbox)
-        try:
-            while self.running.is_set():
-                item = self._next()
-                if item is not None:
-                    reply = self._serve(item)
-                    push.send_multipart([*item.route, *wire.pack(reply)], copy=False)
-        finally:
-            push.close(0)
-
     def _next(self) -> Item | None:
-        with self.cond:
-            while not len(self.queues) and self.running.is_set():
-                self.cond.wait(0.1)
+        with self.lock:
             popped = self.queues.pop()
             if popped is None:
                 return None

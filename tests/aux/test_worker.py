@@ -31,6 +31,7 @@ class Gate:
     def handle(self, method, payload, ctx):
         self.started += 1
         self.open.wait(10)
+        time.sleep(payload.get("sleep_s", 0))
         self.order.append((ctx.rank, payload["i"]))
         return {"i": payload["i"]}
 
@@ -68,16 +69,27 @@ def wait_for(predicate, timeout=5.0):
         time.sleep(0.01)
 
 
+def block(gate, sock, rank=0):
+    """Put request 0 of `rank` in the handler, where it waits for the gate."""
+    send(sock, rank, 0)
+    wait_for(lambda: gate.started == 1)
+
+
+def release(gate):
+    """Let what was sent meanwhile arrive (the worker takes it all in between two handler
+    calls), then open the gate."""
+    time.sleep(0.3)
+    gate.open.set()
+
+
 def test_ranks_are_served_in_turn_whoever_floods(served):
     gate, server, sock = served
-    send(sock, 0, 0)
-    wait_for(lambda: gate.started == 1)
+    block(gate, sock)
     for i in range(1, 8):
         send(sock, 0, i)  # rank 0 floods
     send(sock, 1, 100)
     send(sock, 2, 200)
-    wait_for(lambda: server.stats()["pending"] == 9)
-    gate.open.set()
+    release(gate)
     replies = [receive(sock).id for _ in range(10)]
     assert sorted(replies) == [*range(8), 100, 200]
     assert [rank for rank, _ in gate.order[:4]] == [0, 0, 1, 2]  # not behind rank 0's seven
@@ -85,73 +97,90 @@ def test_ranks_are_served_in_turn_whoever_floods(served):
 
 
 @pytest.mark.parametrize("served", [{"queue_bound": 2, "full_policy": "fail_fast"}], indirect=True)
-def test_fail_fast_refuses_at_once_when_the_ranks_queue_is_full(served):
+def test_fail_fast_refuses_when_the_ranks_queue_is_full(served):
     gate, server, sock = served
-    send(sock, 0, 0)
-    wait_for(lambda: gate.started == 1)
+    block(gate, sock)
     for i in range(1, 4):  # 2 queued, the 4th refused
         send(sock, 0, i)
-    refused = receive(sock)
-    assert (refused.kind, refused.code, refused.id) == ("err", "queue_full", 3)
     send(sock, 1, 10)  # another rank still gets in
-    gate.open.set()
-    assert sorted(receive(sock).id for _ in range(4)) == [0, 1, 2, 10]
+    release(gate)
+    replies = {msg.id: msg for msg in (receive(sock) for _ in range(5))}
+    assert replies.pop(3).code == "queue_full"
+    assert sorted(replies) == [0, 1, 2, 10] and {m.kind for m in replies.values()} == {"rep"}
     assert server.stats()["refused_queue_full"] == 1
 
 
 @pytest.mark.parametrize("served", [{"queue_bound": 1, "hold_bound": 2}], indirect=True)
 def test_wait_holds_in_order_then_refuses_past_the_hold_bound(served):
     gate, server, sock = served
-    send(sock, 0, 0)
-    wait_for(lambda: gate.started == 1)
+    block(gate, sock)
     for i in range(1, 5):  # 1 queued, 2 held, the 5th refused
         send(sock, 0, i)
-    assert receive(sock).code == "queue_full"
-    assert server.stats()["held"] == 2
-    gate.open.set()
-    assert [receive(sock).id for _ in range(4)] == [0, 1, 2, 3]
+    release(gate)
+    replies = [receive(sock) for _ in range(5)]
+    assert [(m.id, m.kind) for m in replies if m.kind == "err"] == [(4, "err")]
+    assert [m.id for m in replies if m.kind == "rep"] == [0, 1, 2, 3]
     assert gate.order == [(0, 0), (0, 1), (0, 2), (0, 3)]
+    assert server.stats()["held_total"] == 2 and server.stats()["held"] == 0
 
 
 @pytest.mark.parametrize("served", [{"queue_bound": 1}], indirect=True)
-def test_held_and_queued_requests_expire_at_their_deadline(served):
+def test_requests_past_their_deadline_are_answered_timeout_not_run(served):
     gate, server, sock = served
-    send(sock, 0, 0)
-    wait_for(lambda: gate.started == 1)
-    send(sock, 0, 1, deadline_s=0.2)  # queued
-    send(sock, 0, 2, deadline_s=0.2)  # held
-    held = receive(sock)
-    assert (held.id, held.code) == (2, "timeout")
+    block(gate, sock)
+    send(sock, 0, 1, deadline_s=0.1)
+    send(sock, 0, 2, deadline_s=0.1)
+    release(gate)
+    replies = {msg.id: msg for msg in (receive(sock) for _ in range(3))}
+    assert replies[0].kind == "rep" and replies[1].code == replies[2].code == "timeout"
+    send(sock, 0, 3, deadline_s=-1)
+    assert receive(sock).code == "timeout" and gate.order == [(0, 0)]
+
+
+@pytest.mark.parametrize("served", [{"queue_bound": 1}], indirect=True)
+def test_held_requests_expire_while_others_are_served(served):
+    gate, server, sock = served
     gate.open.set()
-    replies = {msg.id: msg for msg in (receive(sock), receive(sock))}
-    assert replies[0].kind == "rep" and replies[1].code == "timeout"
-    assert send(sock, 0, 3, deadline_s=-1) is None and receive(sock).code == "timeout"
+    sock.send_multipart(
+        [
+            b"c",
+            *wire.pack(
+                wire.Message(
+                    "req", 0, 1, "m", time.time() + 10, body=wire.encode({"i": 0, "sleep_s": 0.3})
+                )
+            ),
+        ]
+    )
+    send(sock, 0, 1, deadline_s=10)
+    send(sock, 0, 2, deadline_s=0.1)  # held behind request 1, expires during request 0
+    send(sock, 0, 3, deadline_s=10)
+    replies = {msg.id: msg for msg in (receive(sock) for _ in range(4))}
+    assert {i: m.kind for i, m in replies.items()} == {0: "rep", 1: "rep", 2: "err", 3: "rep"}
 
 
 def test_cancel_removes_a_queued_request(served):
     gate, server, sock = served
-    send(sock, 0, 0)
-    wait_for(lambda: gate.started == 1)
+    block(gate, sock)
     send(sock, 0, 1)
-    wait_for(lambda: server.stats()["pending"] == 1)
     sock.send_multipart([b"c", *wire.pack(wire.Message("cancel", 1, 0))])
-    wait_for(lambda: server.stats()["cancelled"] == 1)
-    gate.open.set()
+    release(gate)
     assert receive(sock).id == 0
     with pytest.raises(zmq.Again):
         sock.setsockopt(zmq.RCVTIMEO, 300)
         receive(sock)
-    assert gate.order == [(0, 0)]
+    assert gate.order == [(0, 0)] and server.stats()["cancelled"] == 1
 
 
-def test_pings_are_answered_while_the_handler_is_busy(served):
+def test_pings_are_answered_between_requests(served):
     gate, server, sock = served
     send(sock, 0, 0)
     send(sock, 0, 1)
     wait_for(lambda: gate.started == 1)
     sock.send_multipart([b"", *wire.pack(wire.Message("ping"))])
-    pong = receive(sock)
-    assert pong.kind == "pong" and pong.info == {"pending": 1}
+    gate.open.set()
+    replies = [receive(sock) for _ in range(3)]
+    assert [m.kind for m in replies] == ["rep", "pong", "rep"]  # not behind the queue
+    assert replies[1].info == {"pending": 1}
 
 
 def test_bad_messages_get_protocol_errors(served):

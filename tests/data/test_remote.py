@@ -6,6 +6,7 @@ from __future__ import annotations
 import multiprocessing as mp
 import pickle
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -115,6 +116,11 @@ def test_samples_cross_without_pickle_and_keep_their_types(threads_serving, monk
 
 def test_requests_spread_over_several_proxies(threads_serving):
     client = RemoteStage(threads_serving, "tag").client(WorkerInfo("producer", 0, 0))
+    for _ in range(500):  # both proxies connected and reporting their worker
+        weights = [p["weight"] for p in client.aux.stats()["proxies"].values()]
+        if weights == [1, 1]:
+            break
+        time.sleep(0.02)
     tags = [client.process({"i": i}, SampleContext(i, 0, i, 0))["by"] for i in range(20)]
     assert sorted(set(tags)) == ["a", "b"] and min(tags.count("a"), tags.count("b")) >= 5
     client.close()
