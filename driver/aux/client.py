@@ -142,6 +142,7 @@ class AuxClient:
         self.later: list[tuple[float, int, Pending]] = []  # re-sends after a back-off
         self.deadlines: list[tuple[float, int]] = []
         self.closed = False
+        self.sleeping = True  # the I/O thread is (about to be) in poll: wake it
         self.thread = threading.Thread(target=self._loop, args=(dict(proxies),), daemon=True)
         self.thread.name = f"aux-client-{service}"
         self.thread.start()
@@ -194,6 +195,8 @@ class AuxClient:
 
     def _command(self, kind: str, value: Any) -> None:
         self.commands.append((kind, value))
+        if not self.sleeping:  # the I/O thread looks at the commands before it sleeps
+            return
         with self.wake_lock:
             if not self.wake.closed:
                 try:
@@ -210,8 +213,11 @@ class AuxClient:
         next_beat = 0.0
         try:
             while not self._run_commands():
-                for sock, _ in self.poller.poll(TICK_S * 1000):
+                self.sleeping = True
+                timeout = 0 if self.commands else TICK_S * 1000
+                for sock, _ in self.poller.poll(timeout):
                     self._drain(sock)
+                self.sleeping = False
                 now = time.time()
                 self._timers(now)
                 if time.monotonic() >= next_beat:
