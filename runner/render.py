@@ -65,6 +65,7 @@ def _pod(plan: Plan, env: EnvPlan, role: str, configmap: str | None) -> dict[str
         "working_dir": working_dir,
         "secrets": env.secrets,
         "configmap": configmap,
+        "run_as_user": spec.run_as_user,
     }
 
 
@@ -115,13 +116,12 @@ def _head(plan: Plan, env: EnvPlan, configmap: str | None) -> dict[str, Any]:
 def _sentinel(plan: Plan, env: EnvPlan) -> dict[str, Any]:
     name = plan.spec.name
     pod = pod_context(
-        **_pod(plan, EnvPlan(), "sentinel", None),
+        **{**_pod(plan, EnvPlan(), "sentinel", None), "run_as_user": NOBODY},
         container="sentinel",
         node_selector=labels.cpu_node_labels(),
         shm="64Mi",
         resources=dict(SENTINEL_RESOURCES),
         command=["sleep", "infinity"],
-        run_as_user=NOBODY,
         env={
             "RAY_CLUSTER": name,
             "RAY_ADDRESS": f"http://{name}-head-svc:8265",

@@ -123,6 +123,13 @@ class RunSpec(BaseModel):
         " (30m, 2h, 1h30m; 1m to 24h), so a relaunch lands on them",
     )
 
+    run_as_user: int | None = Field(
+        default=None,
+        ge=1,
+        le=MAX_TTL,
+        description="run the run's containers as this non-root user id (the image must allow it)",
+    )
+
     _sources: dict[str, str] = PrivateAttr(default_factory=dict)
     _origin: str = PrivateAttr(default=COMMAND_LINE)
     _flags: dict[str, str] = PrivateAttr(default_factory=dict)

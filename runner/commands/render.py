@@ -29,6 +29,7 @@ _VALUE_FIELDS = [
     "type", "cluster", "namespace", "team", "pods", "gpus", "cpus", "memory", "accelerator",
     "image", "working_dir", "env_file", "priority", "cmd", "train_config", "ttl_seconds",
     "head_cpus", "head_memory", "rack_affinity", "shm", "resource_group", "resume", "keep_nodes",
+    "run_as_user",
 ]  # fmt: skip
 _BOOL_FIELDS = ["preemptible", "allow_mutable_tag", "preflight"]
 _SHORT = {"namespace": "-n"}
@@ -40,6 +41,7 @@ _METAVAR = {
     "ttl_seconds": "SECONDS",
     "resume": "URI",
     "keep_nodes": "DURATION",
+    "run_as_user": "UID",
 }
 
 

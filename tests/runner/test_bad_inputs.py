@@ -57,6 +57,11 @@ CASES = [
     ({}, ["--set", "lr"], "command line: --set: 'lr' is not key=value"),
     (
         {},
+        ["--run-as-user", "0"],
+        "command line: --run-as-user: Input should be greater than or equal to 1",
+    ),
+    (
+        {},
         ["--image", IMAGE, "--docker-image", IMAGE],
         "command line: --docker-image: give --image or --docker-image, not both",
     ),

@@ -210,3 +210,18 @@ def test_the_writable_sidecar_paths_are_the_catalog_sidecar_mounts():
     mounted = {(s.name, m.host_path) for a in ("H100", "H200") for s in accelerator(a).sidecars
                for m in s.mounts}  # fmt: skip
     assert set(SIDECAR_HOST_WRITES) <= mounted
+
+
+def test_run_as_user_makes_the_run_containers_non_root():
+    data = {**_cpu_run(), "type": "rayjob", "run_as_user": 1000}
+    cluster = render_run(build_spec(data))[-1]["spec"]["rayClusterSpec"]
+    for template in (
+        cluster["headGroupSpec"]["template"],
+        cluster["workerGroupSpecs"][0]["template"],
+    ):
+        context = template["spec"]["containers"][0]["securityContext"]
+        assert (context["runAsNonRoot"], context["runAsUser"], context["runAsGroup"]) == (
+            True,
+            1000,
+            1000,
+        )
