@@ -53,13 +53,14 @@ def local_env(spec_env: dict, base: dict[str, str]) -> dict[str, str]:
 @click.option("--dry-run", is_flag=True, help="Print the command and exit.")
 def run(run_file, local, sets, steps, dry_run) -> None:
     """Run a run definition locally: the same driver and config its RayJob runs."""
+    from runner.runfile import shown
     from runner.spec import entrypoint, load_run
 
     if not local:
         raise InputError("command line", "--local", "required (use runner submit for clusters)")
     for word in sets:
         if "=" not in word:
-            raise InputError("command line", "--set", f"expected KEY=VALUE, got {word!r}")
+            raise InputError("command line", "--set", f"expected KEY=VALUE, got {shown(word)}")
     spec = load_run(run_file)
     extra = [*sets, *([f"train.steps={steps}"] if steps else [])]
     if extra:

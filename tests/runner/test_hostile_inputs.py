@@ -231,3 +231,26 @@ def test_stdout_closed_pipe_and_closed_descriptor(repo, base):
     )  # fmt: skip
     assert closed.returncode == exitcodes.OK and closed.stderr.count(b"\n") == 1
     assert b"Traceback" not in closed.stderr
+
+
+@pytest.mark.parametrize(
+    "command",
+    [["validate"], ["render", "--dry-run"], ["run", "--local", "--dry-run"],
+     ["submit", "--dry-run", "-f"]],
+    ids=["validate", "render", "run", "submit"],
+)  # fmt: skip
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (None, "/dev/zero: not a regular file (a character device)"),
+        (b"name: x\n\xc3\x28\n", "runs/bad.yaml: line 2: not UTF-8 text (byte 0xc3)"),
+        ("a: " + "[" * 500 + "]" * 500, "nested deeper than 16 levels"),
+        ("name: a\nname: b\n", "runs/bad.yaml: name: line 2: duplicate key (lines 1 and 2)"),
+    ],
+    ids=["dev-zero", "not-utf8", "deep", "duplicate"],
+)
+def test_every_command_that_reads_a_run_file_reads_it_safely(repo, capsys, command, text, expected):
+    path = "/dev/zero" if text is None else str(write_text(repo, text).relative_to(repo))
+    message = one_error(*run_cli([*command, path], capsys))
+    assert expected in message
+    assert not list((repo / "apps").rglob("*"))
