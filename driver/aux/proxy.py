@@ -37,6 +37,18 @@ from driver.aux import wire
 from driver.aux.routing import RoundRobin, pick_worker
 
 LOSS_POLICIES = ("retry", "error")
+COUNTERS = (
+    "forwarded",
+    "replied",
+    "retried",
+    "lost",
+    "waited",
+    "expired",
+    "cancelled",
+    "worker_up",
+    "worker_lost",
+    "rank_disconnects",
+)
 HWM = 100_000  # messages queued per peer before a send would block
 SKEW = 4  # round robin skips a worker holding this many more requests than the least busy
 
@@ -75,7 +87,7 @@ class ProxyServer:
         self.inflight: dict[tuple[bytes, int], Entry] = {}
         self.waiting: deque[Entry] = deque()  # requests that found no live worker
         self.clients: dict[bytes, float] = {}  # ranks heard from lately: told of changes
-        self.counts: dict[str, int] = defaultdict(int)
+        self.counts: dict[str, int] = defaultdict(int, dict.fromkeys(COUNTERS, 0))
         self.refused: dict[str, int] = defaultdict(int)
         self.thread: threading.Thread | None = None
         self.address = ""

@@ -146,3 +146,43 @@ def exercise(cluster, client, load, weights):
     wait_for(lambda: weights()[cluster.proxies[0]] == 2)
     before = load.replies
     wait_for(lambda: load.replies > before + 100)
+
+
+@pytest.mark.parametrize("policy", ["retry", "error"])
+def test_requests_on_a_killed_worker_follow_the_services_policy(tmp_path, policy):
+    from driver.aux.errors import AuxUnavailable
+    from driver.aux.proxy import ProxyServer
+
+    stop = str(tmp_path / "stop")
+    workers = [f"ipc://{tmp_path}/w{i}.sock" for i in range(2)]
+    procs = [
+        SPAWN.Process(target=serve_worker, args=(address, stop, 0.0), daemon=True)
+        for address in workers
+    ]
+    for proc in procs:
+        proc.start()
+    proxy = ProxyServer("echo", workers, on_worker_loss=policy)
+    client = AuxClient("echo", 0, {proxy.start(): 2}, deadline_s=20, retries=0)
+    try:
+        wait_for(lambda: proxy.live_workers() == 2)
+        futures = [client.submit("sleep", {"sleep_s": 1.0, "i": i}) for i in range(4)]
+        wait_for(lambda: proxy.stats()["forwarded"] == 4)
+        os.kill(procs[0].pid, signal.SIGKILL)  # holds two of them (round robin)
+        outcomes = []
+        for future in futures:
+            try:
+                outcomes.append(future.result()["i"])
+            except AuxUnavailable:
+                outcomes.append("unavailable")
+        stats = proxy.stats()
+    finally:
+        client.close()
+        proxy.stop()
+        open(stop, "w").close()
+        for proc in procs:
+            proc.join(10)
+    assert stats["worker_lost"] == 1 and stats["live_workers"] == 1
+    if policy == "retry":  # re-sent to the live worker
+        assert sorted(outcomes) == [0, 1, 2, 3] and stats["retried"] == 2
+    else:  # answered at once with a typed error
+        assert outcomes.count("unavailable") == 2 and stats["lost"] == 2
