@@ -4,7 +4,7 @@
   a `warden.errors.ApiError` fails with an `ApplicationError` of the same type name, marked
   non-retryable when `warden.errors.classify` says stop or gone (403, 400, 404 ...), so
   Temporal does not retry what cannot succeed; the rest (timeouts, 5xx, 409) is retried
-  within the activity's bounded retry policy (`warden.workflows.options`).
+  within the activity's bounded retry policy (`warden.policy.options`).
 - `failure_text` (pure, used by the workflows): what stopped a workflow, e.g.
   `reboot: gcp POST .../reset: HTTP 403 Forbidden: ...`, or `job_status: gave up after 20
   attempts: kube GET ...: HTTP 503 ...`.

@@ -5,19 +5,13 @@
   recover: wait for the node to be free of user workloads (draining preemptible single-node
   jobs after notifying their owners and a grace period), reboot, stress-test, uncordon.
 - `StressTestWorkflow` (ID `stress-<name>`, a child): DCGM diag Job at the configured level.
-- `SweepWorkflow`: periodic detection, starting node workflows for findings and for nodes
-  Warden cordoned earlier (the recovery sweep).
-- `ShrinkWorkflow`: lower a RayCluster worker group after training dropped a replica group.
-- `KeepWorkflow` (ID `warden-keep-<cluster>`): every `keep_period_s`, keep the nodes of
-  finished RayJobs that asked for it for their namespace, and release them when the time is
-  up (`warden.keep`).
+- `SweepWorkflow`, `ShrinkWorkflow`, `KeepWorkflow`: in `warden.loops`, importable from here.
 
 All side effects are activities (`warden.activities`); the remediation id is the run id.
-Every activity runs with a start-to-close timeout and a bounded retry policy (`options`);
-the long ones heartbeat. An error that retrying cannot fix (a 403, a 400, a node gone), or
-retries that ran out, stops the workflow with a report (`report_failure`): a node workflow
-ends `failed` naming the step and the error, a sweep or kept-nodes round goes on with the
-next one.
+Every activity runs with a start-to-close timeout and a bounded retry policy
+(`warden.policy.options`); the long ones heartbeat. An error that retrying cannot fix (a
+403, a 400, a node gone), or retries that ran out, stop the workflow with a report
+(`report_failure`): a node workflow ends `failed` naming the step and the error.
 """
 
 from __future__ import annotations
@@ -25,75 +19,27 @@ from __future__ import annotations
 from datetime import timedelta
 
 from temporalio import workflow
-from temporalio.common import RetryPolicy
-from temporalio.exceptions import ActivityError, ApplicationError, ChildWorkflowError
 
 with workflow.unsafe.imports_passed_through():
     from warden.activities import WardenActivities as A
-    from warden.faults import failure
+    from warden.loops import KeepWorkflow, ShrinkWorkflow, SweepWorkflow
     from warden.model import (
         AMBIGUOUS,
-        DetectInput,
-        DispatchInput,
         DrainInput,
-        FailureInput,
         JobInput,
-        KeepInput,
-        KeepResult,
         NodeAction,
         NodeInput,
         NodeResult,
         RecordInput,
-        ShrinkInput,
-        ShrinkResult,
         StressInput,
         StressResult,
-        SweepInput,
-        SweepResult,
         Timings,
         Workload,
         stress_workflow_id,
     )
+    from warden.policy import FAILED, long_options, options, report
 
-NON_RETRYABLE = ["NodeGone", "NotFound", "Fatal"]
-"""error types never retried (`warden.errors`: gone, stop); the interceptor marks them too."""
-FAILED = (ActivityError, ChildWorkflowError)
-
-
-def options(t: Timings, timeout_s: float | None = None, heartbeat: bool = False) -> dict:
-    """Activity options: a short attempt timeout, so a crashed worker's attempt is retried;
-    exponential backoff and at most `retry_max_attempts` attempts; `heartbeat` (long
-    activities): a dead worker's attempt is retried after `activity_timeout_s` of silence."""
-    found = {
-        "start_to_close_timeout": timedelta(seconds=timeout_s or t.activity_timeout_s),
-        "retry_policy": RetryPolicy(
-            initial_interval=timedelta(seconds=t.retry_initial_s),
-            backoff_coefficient=2.0,
-            maximum_interval=timedelta(seconds=t.retry_initial_s * 30),
-            maximum_attempts=max(1, t.retry_max_attempts),
-            non_retryable_error_types=NON_RETRYABLE,
-        ),
-    }
-    if heartbeat:
-        found["heartbeat_timeout"] = timedelta(seconds=t.activity_timeout_s)
-    return found
-
-
-def long_options(t: Timings, floor_s: float) -> dict:
-    """A long activity (a sweep, a node's workloads): a longer attempt that heartbeats."""
-    return options(t, max(t.activity_timeout_s * 5, floor_s), heartbeat=True)
-
-
-async def report(t: Timings, node: str, rid: str, err: BaseException) -> str:
-    """Record what stopped a step (an Event on the node when it can); the error's text."""
-    step, message = failure(err, t.retry_max_attempts)
-    try:
-        await workflow.execute_activity_method(
-            A.report_failure, FailureInput(node, rid, step, message), **options(t)
-        )
-    except FAILED:
-        workflow.logger.error("no report for %s: %s: %s", node or "-", step, message)
-    return f"{step}: {message}" if step else message
+__all__ = ["KeepWorkflow", "NodeWorkflow", "ShrinkWorkflow", "StressTestWorkflow", "SweepWorkflow"]
 
 
 async def run_job(t: Timings, node: str, rid: str, kind: str, level: int = 0) -> str:
@@ -272,70 +218,3 @@ class StressTestWorkflow:
         record = RecordInput(inp.node, inp.remediation_id, action, reason)
         await workflow.execute_activity_method(A.record, record, **options(t))
         return StressResult(inp.node, verdict == "succeeded", verdict)
-
-
-@workflow.defn
-class SweepWorkflow:
-    @workflow.run
-    async def run(self, inp: SweepInput) -> SweepResult:
-        t = inp.timings
-        result = SweepResult(0, 0, 0)
-        while True:
-            try:
-                detected = await workflow.execute_activity_method(
-                    A.detect, DetectInput(result.sweeps), **long_options(t, 120)
-                )
-                dispatched = await workflow.execute_activity_method(
-                    A.dispatch, DispatchInput(detected, t, inp.task_queue), **long_options(t, 300)
-                )
-                result.started += dispatched.started
-                result.already_running += dispatched.already_running
-            except FAILED as err:
-                result.failed += 1
-                await report(t, "", f"{workflow.info().run_id}-{result.sweeps}", err)
-            result.sweeps += 1
-            if inp.sweeps and result.sweeps >= inp.sweeps:
-                return result
-            if result.sweeps >= t.sweeps_per_run:
-                left = inp.sweeps - result.sweeps if inp.sweeps else 0
-                workflow.continue_as_new(SweepInput(t, inp.task_queue, left))
-            await workflow.sleep(t.sweep_period_s)
-
-
-@workflow.defn
-class ShrinkWorkflow:
-    @workflow.run
-    async def run(self, inp: ShrinkInput) -> ShrinkResult:
-        t = Timings()
-        try:
-            return await workflow.execute_activity_method(A.shrink, inp, **options(t))
-        except FAILED as err:
-            detail = await report(t, "", workflow.info().workflow_id, err)
-            message = f"shrink {inp.namespace}/{inp.name} {inp.group}: {detail}"
-            raise ApplicationError(message, type="ShrinkFailed", non_retryable=True) from None
-
-
-@workflow.defn
-class KeepWorkflow:
-    @workflow.run
-    async def run(self, inp: KeepInput) -> KeepResult:
-        t = inp.timings
-        total = KeepResult()
-        while True:
-            try:
-                done = await workflow.execute_activity_method(
-                    A.keep_nodes, inp, **long_options(t, 120)
-                )
-                total.watched += done.watched
-                total.kept += done.kept
-                total.released += done.released
-            except FAILED as err:
-                total.failed += 1
-                await report(t, "", f"{workflow.info().run_id}-{total.rounds}", err)
-            total.rounds += 1
-            if inp.rounds and total.rounds >= inp.rounds:
-                return total
-            if total.rounds >= t.sweeps_per_run:
-                left = inp.rounds - total.rounds if inp.rounds else 0
-                workflow.continue_as_new(KeepInput(t, left))
-            await workflow.sleep(t.keep_period_s)

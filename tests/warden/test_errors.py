@@ -13,7 +13,7 @@ from temporalio.exceptions import (
 from warden import errors
 from warden.errors import CONFLICT, GONE, RETRY, STOP, classify
 from warden.faults import application_error, failure_text
-from warden.workflows import NON_RETRYABLE
+from warden.policy import NON_RETRYABLE
 
 
 @pytest.mark.parametrize(

@@ -27,19 +27,21 @@ def faults(fleet) -> dict[str, int]:
     return fleet.counts("fault")
 
 
-def test_kubernetes_5xx_and_timeouts_are_retried_then_the_repair_completes(harness):
+def test_kubernetes_5xx_timeouts_and_conflicts_are_retried_then_the_repair_completes(harness):
     fleet = harness.fleet
     node = fleet.node_name(0)
     fleet.inject("kube", "get_node", 503, times=2, key=node)
     fleet.inject("kube", "patch_node", "timeout", key=node)  # no answer, nothing done
     fleet.inject("kube", "patch_node", "timeout", key=node, after=True)  # done, answer lost
+    fleet.inject("kube", "patch_node", 409, key=node)  # changed since read: read again
     fleet.inject("kube", "list_pods", 500, key=node)
     fleet.inject("kube", "create_job", 502, after=True)  # the Job exists, the answer is lost
     fleet.inject("kube", "get_job", "timeout", times=2)
     result = harness.run(lambda h: remediate(h, node))
     assert result.outcome == "uncordoned", result
     assert faults(fleet) == {
-        "kube.get_node 503": 2, "kube.patch_node timeout": 2, "kube.list_pods 500": 1,
+        "kube.get_node 503": 2, "kube.patch_node timeout": 2, "kube.patch_node 409": 1,
+        "kube.list_pods 500": 1,
         "kube.create_job 502": 1, "kube.get_job timeout": 2,
     }  # fmt: skip
     assert fleet.counts("cordon") == {node: 1}  # the lost answer's retry saw its own cordon
