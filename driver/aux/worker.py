@@ -67,7 +67,7 @@ class WorkerServer:
         self.policy, self.max_bytes = full_policy, max_message_bytes
         self.hold_bound = hold_bound if hold_bound is not None else 16 * queue_bound
         self.queues = FairQueues(queue_bound)
-        self.held: dict[int, deque[Item]] = defaultdict(deque)
+        self.held: dict[int, deque[Item]] = {}  # ranks with held requests only
         self.lock = threading.Lock()  # stats() reads from other threads
         self.context = context or zmq.Context.instance()
         self.running = threading.Event()
@@ -168,7 +168,7 @@ class WorkerServer:
                 self.queues.push(rank, item)
                 return
             if decision == "hold":
-                self.held[rank].append(item)
+                self.held.setdefault(rank, deque()).append(item)
                 self.counters["held_total"] += 1
                 return
         code, text = {
@@ -184,19 +184,25 @@ class WorkerServer:
 
         with self.lock:
             taken = self.queues.remove(msg.rank, match)
-            held = self.held.get(msg.rank)
+            held = self.held.pop(msg.rank, None)
             if held:
                 taken += [item for item in held if match(item)]
-                self.held[msg.rank] = deque(item for item in held if not match(item))
+                kept = deque(item for item in held if not match(item))
+                if kept:
+                    self.held[msg.rank] = kept
         self.counters["cancelled"] += len(taken)
 
     def _expire_held(self) -> None:
         now, expired = time.time(), []
         with self.lock:
-            for rank in [r for r, q in self.held.items() if q and q[0].msg.deadline <= now]:
-                queue = self.held[rank]
-                expired += [item for item in queue if item.msg.deadline <= now]
-                self.held[rank] = deque(item for item in queue if item.msg.deadline > now)
+            for rank, queue in list(self.held.items()):
+                if any(item.msg.deadline <= now for item in queue):
+                    expired += [item for item in queue if item.msg.deadline <= now]
+                    kept = deque(item for item in queue if item.msg.deadline > now)
+                    if kept:
+                        self.held[rank] = kept
+                    else:
+                        del self.held[rank]
         for item in expired:
             self.counters["refused_timeout"] += 1
             self._reply(item.route, _error(item.msg.id, "timeout", "deadline passed in queue"))
@@ -213,6 +219,8 @@ class WorkerServer:
             held = self.held.get(rank)
             if held:
                 self.queues.push(rank, held.popleft())
+                if not held:
+                    del self.held[rank]
             return item
 
     def _serve(self, item: Item) -> wire.Message:
@@ -225,7 +233,11 @@ class WorkerServer:
             payload = wire.decode(msg.body, torch=self.torch)
             ctx = RequestContext(msg.rank, msg.id, msg.deadline)
             result = self.handler.handle(msg.method, payload, ctx)
-            reply = wire.Message("rep", msg.id, body=wire.encode(result))
+            body = wire.encode(result)
+            size = sum(wire._nbytes(frame) for frame in body)
+            if size > self.max_bytes:  # the caller would drop its connection on it
+                raise ValueError(f"reply of {size} bytes over the limit {self.max_bytes}")
+            reply = wire.Message("rep", msg.id, body=body)
             self.counters["served"] += 1
             self.per_rank[msg.rank] += 1
         except wire.WireError as err:

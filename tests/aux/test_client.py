@@ -131,3 +131,13 @@ def test_many_threads_share_one_client(service):
     for thread in threads:
         thread.join()
     assert results == {t: list(range(30)) for t in range(6)}
+
+
+def test_a_reply_over_the_limit_is_an_error_not_a_dropped_connection(tmp_path):
+    with stack(tmp_path, workers=1, max_message_bytes=4096) as (address, _, _):
+        client = AuxClient("echo", 0, {address: 1}, max_message_bytes=4096)
+        with pytest.raises(AuxRemoteError, match="reply of 8.* bytes over the limit 4096"):
+            client.call("zeros", {"n": 8192})
+        assert client.call("zeros", {"n": 16}) == {"x": bytes(16)}
+        assert client.stats()["resent"] == 0
+        client.close()

@@ -12,7 +12,7 @@ from driver.aux.worker import WorkerServer
 
 
 class Echo:
-    """Test service: echo, sleep, boom (raises), pid."""
+    """Test service: echo, sleep, boom (raises), pid, zeros (n bytes)."""
 
     def __init__(self, delay_s: float = 0.0):
         self.delay_s = delay_s
@@ -29,6 +29,8 @@ class Echo:
         time.sleep(payload.get("sleep_s", self.delay_s) if isinstance(payload, dict) else 0)
         if method == "pid":
             return {"pid": os.getpid(), "rank": ctx.rank}
+        if method == "zeros":
+            return {"x": bytes(payload["n"])}
         return payload
 
 
