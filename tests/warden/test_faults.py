@@ -12,6 +12,10 @@ import pytest
 from catalog import labels
 from tests.warden.test_workflows import remediate
 from warden import annotations as ann
+from warden import errors
+from warden.cli import run_cli
+from warden.fakefleet import FakeCluster
+from warden.gcp import Instance
 from warden.model import (
     AMBIGUOUS,
     DEFINITE,
@@ -187,3 +191,23 @@ def test_status_shows_the_error_an_activity_is_retrying_on(harness):
     assert any(line.startswith("activity: job_status (attempt ") for line in shown)
     (retrying,) = [line for line in shown if line.startswith("retrying:")]
     assert "kube get_job" in retrying and "HTTP 503" in retrying and "leader changed" in retrying
+
+
+def test_the_cli_injects_api_faults_into_the_on_disk_fake(tmp_path, capsys):
+    path = str(tmp_path / "fleet.json")
+    assert run_cli(["fake-fleet", path, "--nodes", "2"]) == 0
+    fleet = FakeCluster(path)
+    node = fleet.node_name(0)
+    args = ["inject", path, node, "--api-fault", "gcp.reset=403", "--api-fault"]
+    assert run_cli([*args, "kube.get_node=timeout", "--times", "2"]) == 0
+    with pytest.raises(errors.Fatal, match="HTTP 403"):
+        fleet.gcp.reset(Instance("p", "z", node), "rid")
+    for _ in range(2):
+        with pytest.raises(errors.Transient, match="no answer"):
+            fleet.kube.get_node(node)
+    assert fleet.kube.get_node(node)["metadata"]["name"] == node  # two calls only
+    assert fleet.counts("fault") == {"gcp.reset 403": 1, "kube.get_node timeout": 2}
+    capsys.readouterr()
+    assert run_cli(["inject", path, node, "--api-fault", "gcp.reset=200"]) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith("error: --api-fault: 'gcp.reset=200': expected kube.CALL=STATUS")
