@@ -84,7 +84,9 @@ class ControlActivities:
         result = DetectResult()
         nodes = self.kube.list_nodes()
         beat("nodes")
-        for node in nodes:
+        for index, node in enumerate(nodes):
+            if index % 500 == 0:
+                beat(index)
             if not rules.is_gpu_node(node):
                 continue
             facts = rules.node_facts(node, now)
