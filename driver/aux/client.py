@@ -41,6 +41,7 @@ from driver.aux.routing import SmoothWeightedRoundRobin
 
 TICK_S = 0.02
 HWM = 100_000  # messages queued per socket before a send would block
+IDLE_PING_S = 30.0  # an idle client's ping: the proxy keeps it on its list for 60 s
 
 
 class AuxFuture:
@@ -306,6 +307,7 @@ class AuxClient:
                 busy.add(address)
                 continue
             pending.proxy = address
+            proxy.expect()
             proxy.inflight.add(future.id)
             self.inflight[future.id] = pending
             heapq.heappush(self.deadlines, (future.deadline, future.id))
@@ -317,6 +319,7 @@ class AuxClient:
 
     def _on_message(self, proxy: Proxy, frames: list[Any]) -> None:
         proxy.seen = time.monotonic()
+        proxy.expecting = proxy.seen if proxy.inflight else None
         if not proxy.answering:
             proxy.answering = True
             self._reweigh()
@@ -365,7 +368,7 @@ class AuxClient:
             proxy.up = False
         else:
             proxy.answering = False
-        proxy.reported = None
+        proxy.reported, proxy.expecting = None, None
         self._reweigh_only()
         ids, proxy.inflight = proxy.inflight, set()
         for rid in sorted(ids):
@@ -403,13 +406,20 @@ class AuxClient:
             self.parked = keep
 
     def _heartbeat(self) -> None:
+        """Pings cost the proxy: only while we wait on it (every `heartbeat_s` of silence),
+        while requests wait for a proxy with no live worker (often), and every
+        `IDLE_PING_S` otherwise (so the proxy keeps telling us of its worker count)."""
         now = time.monotonic()
         for proxy in list(self.proxies.values()):
-            if proxy.up and proxy.answering and now - proxy.seen > self.proxy_timeout_s:
+            silent = proxy.expecting is not None and now - proxy.expecting > self.proxy_timeout_s
+            if proxy.up and proxy.answering and silent:
                 self._proxy_down(proxy, f"silent for {self.proxy_timeout_s:g} s")
-            # often while requests wait for a proxy that reported no live worker
-            every = 0.1 if self.parked and proxy.reported == 0 else self.heartbeat_s
-            if now - max(proxy.seen, proxy.pinged) > every:
+            waiting = proxy.inflight or (proxy.up and not proxy.answering)
+            if waiting and now - max(proxy.seen, proxy.pinged) > self.heartbeat_s:
+                proxy.ping()
+            elif self.parked and proxy.reported == 0 and now - proxy.pinged > 0.1:
+                proxy.ping()
+            elif now - proxy.pinged > IDLE_PING_S:
                 proxy.ping()
 
     def _cancel(self, rid: int) -> None:
@@ -447,6 +457,7 @@ class Proxy:
         self.address, self.given = address, given
         self.reported: int | None = None
         self.up, self.answering, self.seen, self.pinged = False, True, time.monotonic(), 0.0
+        self.expecting: float | None = None  # since when we wait for an answer
         self.inflight: set[int] = set()
         self.sock = context.socket(zmq.DEALER)
         self.sock.setsockopt(zmq.LINGER, 0)
@@ -470,7 +481,14 @@ class Proxy:
 
     def ping(self) -> None:
         self.pinged = time.monotonic()
+        if self.up:
+            self.expect()
         self._send(wire.Message("ping"))
+
+    def expect(self) -> None:
+        """We now wait for an answer: silent from here for proxy_timeout_s means down."""
+        if self.expecting is None:
+            self.expecting = time.monotonic()
 
     def cancel(self, rid: int, rank: int) -> None:
         self._send(wire.Message("cancel", rid, rank))

@@ -8,6 +8,7 @@ import time
 
 import numpy as np
 import pytest
+import zmq
 
 from driver.aux.client import AuxClient
 from driver.aux.errors import (
@@ -141,3 +142,22 @@ def test_a_reply_over_the_limit_is_an_error_not_a_dropped_connection(tmp_path):
         assert client.call("zeros", {"n": 16}) == {"x": bytes(16)}
         assert client.stats()["resent"] == 0
         client.close()
+
+
+def test_a_proxy_that_stops_answering_gets_weight_0_and_its_requests_move(tmp_path):
+    mute = zmq.Context.instance().socket(zmq.ROUTER)  # connects, never answers
+    mute.setsockopt(zmq.LINGER, 0)
+    mute_address = f"tcp://127.0.0.1:{mute.bind_to_random_port('tcp://127.0.0.1')}"
+    with stack(tmp_path, workers=1) as (address, _, _):
+        proxies = {address: 1, mute_address: 1}
+        client = AuxClient("echo", 0, proxies, retries=1, heartbeat_s=0.1, proxy_timeout_s=0.5)
+        while not all(p["up"] for p in client.stats()["proxies"].values()):
+            time.sleep(0.01)
+        futures = [client.submit("echo", {"i": i}) for i in range(10)]
+        assert [f.result(timeout=20)["i"] for f in futures] == list(range(10))
+        stats = client.stats()
+        assert stats["proxies"][mute_address]["weight"] == 0 and stats["errors"] == {}
+        assert stats["resent"] == 5  # the mute one's share, re-sent to the live proxy
+        assert client.call("echo", {"after": 1}) == {"after": 1}
+        client.close()
+    mute.close(0)
