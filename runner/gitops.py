@@ -24,7 +24,7 @@ from runner.yamltext import dump_documents
 
 NOT_RUNS = ("train", "env")
 APPS_FILE_LIMIT = 8 * 2**20
-_SOURCE = re.compile(r"^# Rendered by runner from (\S+)")
+_SOURCE = re.compile(r"^# Rendered by runner from (.+); do not edit by hand\.$")
 
 
 def dump(manifests: list[dict]) -> str:
@@ -32,12 +32,21 @@ def dump(manifests: list[dict]) -> str:
     return dump_documents(manifests)
 
 
+def comment(text: str) -> str:
+    """`text` safe inside a one-line YAML comment: line breaks and other non-printable
+    characters escaped (`\\n`), so no file name or flag value can add a line to the file."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else ascii(c)[1:-1] for c in text)
+
+
 def header(source: str, totals: str, flags: list[str]) -> str:
+    source = comment(source)
     lines = [f"# Rendered by runner from {source}; do not edit by hand."]
     if flags:
-        lines.append(f"# Command-line overrides: {' '.join(flags)}")
+        lines.append(f"# Command-line overrides: {comment(' '.join(flags))}")
     lines.append(f"# Re-render: runner render {source}")
-    lines.append(f"# {totals}")
+    lines.append(f"# {comment(totals)}")
     return "\n".join(lines) + "\n"
 
 
@@ -59,10 +68,10 @@ def rendered_source(path: Path) -> str | None:
         return None
     try:
         with path.open() as handle:
-            match = _SOURCE.match(handle.readline())
-    except OSError:
+            match = _SOURCE.match(handle.readline(4096).rstrip("\n"))
+    except (OSError, UnicodeDecodeError):
         return None
-    return match.group(1).rstrip(";") if match else None
+    return match.group(1) if match else None
 
 
 def check_unique(cluster: str, namespace: str, name: str, source: str, root: Path | None = None):
@@ -71,7 +80,7 @@ def check_unique(cluster: str, namespace: str, name: str, source: str, root: Pat
     if not path.exists():
         return
     existing = rendered_source(path)
-    if existing != source:
+    if existing != comment(source):
         raise InputError(
             source,
             "name",

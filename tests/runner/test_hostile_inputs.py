@@ -254,3 +254,23 @@ def test_every_command_that_reads_a_run_file_reads_it_safely(repo, capsys, comma
     message = one_error(*run_cli([*command, path], capsys))
     assert expected in message
     assert not list((repo / "apps").rglob("*"))
+
+
+def test_names_and_values_cannot_add_lines_to_an_apps_file(repo, base, capsys):
+    """A file name or a flag value with a line break stays inside the header's comments."""
+    path = write_run(repo / "runs", base, "x\nkind: ClusterRoleBinding\n.yaml")
+    argv = ["render", str(path), "--cmd", "python t.py\napiVersion: v1"]
+    code, out, _ = run_cli(argv, capsys)
+    assert code == exitcodes.OK, out
+    text = (repo / "apps/ultra-usc1/research/t-run.yaml").read_text()
+    header = text.split("---\n", 1)[0]
+    assert all(line.startswith("# ") for line in header.splitlines()), header
+    assert [d["kind"] for d in yaml.safe_load_all(text)] == ["RayJob"]
+    assert run_cli(argv, capsys)[0] == exitcodes.OK  # the header names the file: unchanged
+
+
+def test_a_run_file_name_with_spaces_renders_again(repo, base, capsys):
+    path = write_run(repo / "runs", base, "my run.yaml")
+    assert run_cli(["render", str(path)], capsys)[0] == exitcodes.OK
+    code, out, err = run_cli(["render", str(path)], capsys)
+    assert (code, err) == (exitcodes.OK, "") and out.startswith("unchanged "), err
