@@ -131,25 +131,27 @@ def encode(payload: Any) -> list[Any]:
     headers: list[dict[str, Any]] = []
     buffers: list[Any] = []
 
-    def walk(node: Any, path: str) -> Any:
+    def walk(node: Any, path: Any) -> Any:  # path: (parent path, key), spelled on error
         if node is None or isinstance(node, bool | int | float | str):
             return node
         if isinstance(node, dict):
             out = {}
             for key, value in node.items():
                 if not isinstance(key, str) or key in RESERVED:
-                    raise TypeError(f"payload{path}: key {key!r} (keys are str, not $nd/$t)")
-                out[key] = walk(value, f"{path}[{key!r}]")
+                    where = _spell(path)
+                    raise TypeError(f"payload{where}: key {key!r} (keys are str, not $nd/$t)")
+                out[key] = walk(value, (path, key))
             return out
         if isinstance(node, list):
-            return [walk(value, f"{path}[{i}]") for i, value in enumerate(node)]
+            return [walk(value, (path, i)) for i, value in enumerate(node)]
         if isinstance(node, tuple):
-            return {"$t": [walk(value, f"{path}[{i}]") for i, value in enumerate(node)]}
+            return {"$t": [walk(value, (path, i)) for i, value in enumerate(node)]}
         if _is_array(node):
             return {"$nd": _add(node, headers, buffers)}
-        raise TypeError(f"payload{path}: {type(node).__name__} is not JSON-able or an array")
+        kind = type(node).__name__
+        raise TypeError(f"payload{_spell(path)}: {kind} is not JSON-able or an array")
 
-    tree = walk(payload, "")
+    tree = walk(payload, None)
     body = json.dumps({"p": tree, "a": headers}, separators=(",", ":")).encode()
     return [body, *buffers]
 
@@ -168,6 +170,15 @@ def decode(body: list[Any], *, torch: bool = False) -> Any:
         raise
     except (ValueError, TypeError, KeyError, IndexError, UnicodeDecodeError) as err:
         raise WireError("garbage", f"body: {err}") from None
+
+
+def _spell(path: Any) -> str:
+    """`(((None, "a"), 0), "b")` -> `['a'][0]['b']`."""
+    keys = []
+    while path is not None:
+        path, key = path
+        keys.append(f"[{key!r}]")
+    return "".join(reversed(keys))
 
 
 def _is_array(node: Any) -> bool:
