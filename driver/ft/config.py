@@ -62,10 +62,6 @@ class FtConfig:
     """With `constant_batch` off: `linear` scales the learning rate by live/total groups
     while groups are missing, `none` keeps it."""
 
-    heal: bool = True
-    """A group that (re)joins receives the live groups' weights and optimizer state over
-    torchft's HTTP transport (tensors only, loaded weights-only) before it commits."""
-
     shrink: bool = True
     """After a group is dropped, the lowest live group asks Warden to shrink the
     RayCluster's worker group (locally: a logged no-op)."""

@@ -101,6 +101,8 @@ class Drill:
             while any(p.poll() is None for p in procs.values()) and time.monotonic() < deadline:
                 if self._committed(self.steps):  # a late joiner must not wait for a quorum
                     deadline = min(deadline, time.monotonic() + 10)
+                if self.mode == "ddp" and any(p.poll() not in (None, 0) for p in procs.values()):
+                    break  # as Ray Train tears the worker group down on a worker's failure
                 for group, after in list(pending.items()):
                     gone = procs[f"g{group}"].poll() is not None  # never two of one group
                     if gone and self._committed(after):

@@ -153,9 +153,11 @@ def report(args, clean: DrillResult, ddp: DrillResult, fail: DrillResult, restar
         f"allreduce {per_step['reduce']:.1f} ms, commit vote {per_step['commit']:.1f} ms; "
         f"ddp step {1000 / off:.1f} ms"
     )
-    drops = sum(1 for a, b in zip(rows_fail, rows_fail[1:], strict=False) if b["live"] < a["live"])
     degraded = sum(1 for r in rows_fail if r["live"] < g)
-    print(f"  failures survived {drops}, steps committed with fewer groups {degraded}")
+    print(
+        f"  kills survived {len(fail.killed_at)} (all {steps} steps committed), "
+        f"steps committed with fewer groups {degraded}"
+    )
 
 
 if __name__ == "__main__":

@@ -36,3 +36,30 @@ def test_no_shrink_when_pods_stay_and_local_is_a_no_op(caplog):
     warden_shrink(target, lambda **kw: sent.append(kw))(ShrinkRequest(8, 7))
     assert sent == []
     local_shrink(ShrinkRequest(3, 2))
+
+
+def replica(position_calls: list, cfg=None):
+    """An FtReplica without a Manager: only the quorum bookkeeping is exercised."""
+    import threading
+
+    from driver.ft.config import FtConfig
+    from driver.ft.replica import FtReplica
+
+    done = threading.Event()
+    ft = FtReplica.__new__(FtReplica)
+    ft.cfg, ft.start_groups, ft._last_live = cfg or FtConfig(enabled=True), 4, None
+    ft.counters = {"ft_quorum_size": 0, "ft_failures_survived": 0}
+    ft.manager = type("M", (), {"current_step": lambda self: 7})()
+    ft.shrink = lambda request: (position_calls.append(request), done.set())
+    return ft, done
+
+
+@pytest.mark.parametrize(("position", "asks"), [(0, True), (1, False)])
+def test_the_lowest_live_group_asks_once_per_drop(position, asks):
+    calls: list = []
+    ft, done = replica(calls)
+    for live in (4, 4, 3, 3):
+        ft._note_quorum(live, position)
+    done.wait(5 if asks else 0.2)
+    assert calls == ([ShrinkRequest(4, 3)] if asks else [])
+    assert ft.counters["ft_failures_survived"] == 1 and ft.counters["ft_quorum_size"] == 3
