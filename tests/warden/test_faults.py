@@ -34,19 +34,19 @@ def faults(fleet) -> dict[str, int]:
 def test_kubernetes_5xx_timeouts_and_conflicts_are_retried_then_the_repair_completes(harness):
     fleet = harness.fleet
     node = fleet.node_name(0)
-    fleet.inject("kube", "get_node", 503, times=2, key=node)
+    harness.timings.retry_initial_s = 0.05  # faults one after another: short backoff
+    fleet.inject("kube", "get_node", 503, key=node)
     fleet.inject("kube", "patch_node", "timeout", key=node)  # no answer, nothing done
     fleet.inject("kube", "patch_node", "timeout", key=node, after=True)  # done, answer lost
     fleet.inject("kube", "patch_node", 409, key=node)  # changed since read: read again
     fleet.inject("kube", "list_pods", 500, key=node)
     fleet.inject("kube", "create_job", 502, after=True)  # the Job exists, the answer is lost
-    fleet.inject("kube", "get_job", "timeout", times=2)
+    fleet.inject("kube", "get_job", "timeout")
     result = harness.run(lambda h: remediate(h, node))
     assert result.outcome == "uncordoned", result
     assert faults(fleet) == {
-        "kube.get_node 503": 2, "kube.patch_node timeout": 2, "kube.patch_node 409": 1,
-        "kube.list_pods 500": 1,
-        "kube.create_job 502": 1, "kube.get_job timeout": 2,
+        "kube.get_node 503": 1, "kube.patch_node timeout": 2, "kube.patch_node 409": 1,
+        "kube.list_pods 500": 1, "kube.create_job 502": 1, "kube.get_job timeout": 1,
     }  # fmt: skip
     assert fleet.counts("cordon") == {node: 1}  # the lost answer's retry saw its own cordon
     assert fleet.counts("reboot") == {node: 1} and fleet.counts("uncordon") == {node: 1}
