@@ -29,6 +29,10 @@ SOURCE_ANNOTATION = f"{labels.DOMAIN}/source"
 PREFLIGHT_ANNOTATION = f"{labels.DOMAIN}/preflight"
 RAY_CLUSTER_ANNOTATION = f"{labels.DOMAIN}/ray-cluster"
 SENTINEL_RESOURCES = {"cpu": "100m", "memory": "256Mi"}
+# The RayJob's submitter (KubeRay runs `ray job submit` in it; it fills in the command):
+# KubeRay's own default requests, as requests and limits.
+SUBMITTER_CONTAINER = "ray-job-submitter"
+SUBMITTER_RESOURCES = {"cpu": "500m", "memory": "1Gi"}
 
 
 def exact_bytes(count: int) -> str:
@@ -113,6 +117,21 @@ def _head(plan: Plan, env: EnvPlan, configmap: str | None) -> dict[str, Any]:
     )
 
 
+def _submitter(plan: Plan) -> dict[str, Any]:
+    """The submitter pod of a RayJob, given so it is confined like every other pod of the run
+    (KubeRay's default one has no securityContext). No service account: it only talks to the
+    Ray head's job API."""
+    values = {**_pod(plan, EnvPlan(), "submitter", None), "service_account": None}
+    return pod_context(
+        **values,
+        container=SUBMITTER_CONTAINER,
+        restart_policy="Never",
+        node_selector=labels.cpu_node_labels(),
+        resources=dict(SUBMITTER_RESOURCES),
+        shm="64Mi",
+    )
+
+
 def _sentinel(plan: Plan, env: EnvPlan) -> dict[str, Any]:
     name = plan.spec.name
     pod = pod_context(
@@ -168,6 +187,7 @@ def context(plan: Plan, env: EnvPlan) -> dict[str, Any]:
         run["head"] = _head(plan, env, configmap)
     if spec.type == "rayjob":
         run["entrypoint"] = shlex.join(entrypoint(spec))
+        run["submitter"] = _submitter(plan)
     if spec.type == "raycluster":
         run["sentinel"] = _sentinel(plan, env)
         annotations[RAY_CLUSTER_ANNOTATION] = spec.name

@@ -156,6 +156,9 @@ def check_kuberay(obj: dict, version: str, source: str, label: str) -> None:
     check_fields(obj, kind, source, label)
     if kind == "RayJob":
         check_fields(obj["spec"], "RayJob.spec", source, label)
+        submitter = obj["spec"].get("submitterPodTemplate")
+        if submitter is not None:
+            _pod_template(obj, submitter, version, source, f"{label} submitter")
         cluster_spec = obj["spec"].get("rayClusterSpec")
         if cluster_spec is not None:
             check_ray_cluster_spec(obj, cluster_spec, version, source, label)

@@ -156,7 +156,8 @@ def sentinel_pod() -> dict:
 
 
 def every_pod() -> dict[str, dict]:
-    """Every kind of pod runner builds, whole-node H100 (the sidecar) and H200, and CPU."""
+    """Every kind of pod runner builds, whole-node H100 (the sidecar) and H200, and CPU,
+    the RayJob's submitter (given, so KubeRay does not make an unconfined one) included."""
     pods = {}
     for key in ("H100", "H200"):
         for kind in ("rayjob", "raycluster", "job"):
@@ -164,7 +165,9 @@ def every_pod() -> dict[str, dict]:
         pods[f"rayjob {key} 1 GPU"] = run_pod(key, 1)
         pods[f"node check {key}"] = check_pod(key)
         pods[f"dev {key}"] = dev_pod(key, 8)
-    cpu = render_run(build_spec({**_cpu_run(), "type": "rayjob"}))[-1]["spec"]["rayClusterSpec"]
+    rayjob = render_run(build_spec({**_cpu_run(), "type": "rayjob"}))[-1]["spec"]
+    cpu = rayjob["rayClusterSpec"]
+    pods["rayjob submitter"] = rayjob["submitterPodTemplate"]
     pods["rayjob head"] = cpu["headGroupSpec"]["template"]
     pods["rayjob CPU worker"] = cpu["workerGroupSpecs"][0]["template"]
     pods["sentinel"] = sentinel_pod()
