@@ -29,8 +29,8 @@ import zmq
 from zmq.utils.monitor import recv_monitor_message
 
 from driver.aux import wire
+from driver.aux.calls import AuxFuture, Pending, ProxyLink
 from driver.aux.errors import (
-    AuxCancelled,
     AuxError,
     AuxProtocolError,
     AuxTimeout,
@@ -40,64 +40,7 @@ from driver.aux.errors import (
 from driver.aux.routing import SmoothWeightedRoundRobin
 
 TICK_S = 0.02
-HWM = 100_000  # messages queued per socket before a send would block
 IDLE_PING_S = 30.0  # an idle client's ping: the proxy keeps it on its list for 60 s
-
-
-class AuxFuture:
-    """The eventual reply of one request."""
-
-    def __init__(self, client: AuxClient, request_id: int, deadline: float):
-        self.client, self.id, self.deadline = client, request_id, deadline
-        self.event = threading.Event()
-        self.value: Any = None
-        self.error: AuxError | None = None
-
-    def result(self, timeout: float | None = None) -> Any:
-        """The reply payload, or raise its AuxError; AuxTimeout if `timeout` passes first."""
-        limit = self.deadline - time.time() + 5.0 if timeout is None else timeout
-        if not self.event.wait(max(0.0, limit)):
-            raise AuxTimeout(
-                f"request {self.id}: no result within {limit:.3g} s", service=self.client.service
-            )
-        if self.error is not None:
-            raise self.error
-        return self.value
-
-    def done(self) -> bool:
-        return self.event.is_set()
-
-    def cancel(self) -> bool:
-        """Give up on the request (the worker drops it if it has not started it)."""
-        if not self._settle(error=AuxCancelled(f"request {self.id} cancelled")):
-            return False
-        self.client._command("cancel", self.id)
-        return True
-
-    def _settle(self, value: Any = None, error: AuxError | None = None) -> bool:
-        with self.client.settle_lock:
-            if self.event.is_set():
-                return False
-            self.value, self.error = value, error
-            self.event.set()
-            return True
-
-
-class Pending:
-    """A request not yet answered: what to send, where it went, how often."""
-
-    __slots__ = ("future", "method", "body", "rank", "proxy", "tries", "avoid")
-
-    def __init__(self, future: AuxFuture, method: str, body: list[Any], rank: int):
-        self.future, self.method, self.body, self.rank = future, method, body, rank
-        self.proxy: str | None = None
-        self.tries = 0
-        self.avoid: set[str] = set()
-
-    def frames(self) -> list[Any]:
-        f = self.future
-        msg = wire.Message("req", f.id, self.rank, self.method, f.deadline, body=self.body)
-        return wire.pack(msg)
 
 
 class AuxClient:
@@ -136,7 +79,7 @@ class AuxClient:
         self.wake.connect(self.inbox)
         self.counts: dict[str, int] = {"sent": 0, "replies": 0, "resent": 0}
         self.errors: dict[str, int] = {}
-        self.proxies: dict[str, Proxy] = {}
+        self.proxies: dict[str, ProxyLink] = {}
         self.wrr = SmoothWeightedRoundRobin()
         self.inflight: dict[int, Pending] = {}
         self.parked: deque[Pending] = deque()
@@ -270,7 +213,7 @@ class AuxClient:
             if address in self.proxies:
                 self.proxies[address].given = weight
             else:
-                self.proxies[address] = Proxy(address, weight, self.context, self.max_bytes)
+                self.proxies[address] = ProxyLink(address, weight, self.context, self.max_bytes)
                 self.poller.register(self.proxies[address].sock, zmq.POLLIN)
                 self.poller.register(self.proxies[address].monitor, zmq.POLLIN)
         self.by_socket = {p.sock: p for p in self.proxies.values()}
@@ -317,7 +260,7 @@ class AuxClient:
     def _reweigh_only(self) -> None:
         self.wrr.set_weights({a: p.weight() for a, p in self.proxies.items()})
 
-    def _on_message(self, proxy: Proxy, frames: list[Any]) -> None:
+    def _on_message(self, proxy: ProxyLink, frames: list[Any]) -> None:
         proxy.seen = time.monotonic()
         proxy.expecting = proxy.seen if proxy.inflight else None
         if not proxy.answering:
@@ -355,7 +298,7 @@ class AuxClient:
         else:
             self._fail(pending, from_code(msg.code or "error", msg.error))
 
-    def _on_event(self, proxy: Proxy, event: dict[str, Any]) -> None:
+    def _on_event(self, proxy: ProxyLink, event: dict[str, Any]) -> None:
         if event["event"] == zmq.EVENT_DISCONNECTED:
             self._proxy_down(proxy, "disconnected")
         elif event["event"] == zmq.EVENT_HANDSHAKE_SUCCEEDED:
@@ -363,7 +306,7 @@ class AuxClient:
             proxy.ping()
             self._reweigh()
 
-    def _proxy_down(self, proxy: Proxy, why: str) -> None:
+    def _proxy_down(self, proxy: ProxyLink, why: str) -> None:
         if why == "disconnected":
             proxy.up = False
         else:
@@ -450,56 +393,4 @@ class AuxClient:
         self.pull.close(0)
 
 
-class Proxy:
-    """The client's view of one proxy: its socket, weight and in-flight requests."""
-
-    def __init__(self, address: str, given: int, context: zmq.Context, max_bytes: int):
-        self.address, self.given = address, given
-        self.reported: int | None = None
-        self.up, self.answering, self.seen, self.pinged = False, True, time.monotonic(), 0.0
-        self.expecting: float | None = None  # since when we wait for an answer
-        self.inflight: set[int] = set()
-        self.sock = context.socket(zmq.DEALER)
-        self.sock.setsockopt(zmq.LINGER, 0)
-        self.sock.setsockopt(zmq.IMMEDIATE, 1)
-        self.sock.setsockopt(zmq.SNDHWM, HWM)
-        self.sock.setsockopt(zmq.RCVHWM, HWM)
-        self.sock.setsockopt(zmq.MAXMSGSIZE, max_bytes + wire.MAX_ENVELOPE_BYTES)
-        self.sock.setsockopt(zmq.RECONNECT_IVL, 100)
-        self.sock.setsockopt(zmq.RECONNECT_IVL_MAX, 1000)
-        self.sock.setsockopt(zmq.HEARTBEAT_IVL, 1000)
-        self.sock.setsockopt(zmq.HEARTBEAT_TIMEOUT, 3000)
-        self.monitor = self.sock.get_monitor_socket(
-            zmq.EVENT_HANDSHAKE_SUCCEEDED | zmq.EVENT_DISCONNECTED
-        )
-        self.sock.connect(address)
-
-    def weight(self) -> int:
-        if not (self.up and self.answering):
-            return 0
-        return self.given if self.reported is None else self.reported
-
-    def ping(self) -> None:
-        self.pinged = time.monotonic()
-        if self.up:
-            self.expect()
-        self._send(wire.Message("ping"))
-
-    def expect(self) -> None:
-        """We now wait for an answer: silent from here for proxy_timeout_s means down."""
-        if self.expecting is None:
-            self.expecting = time.monotonic()
-
-    def cancel(self, rid: int, rank: int) -> None:
-        self._send(wire.Message("cancel", rid, rank))
-
-    def _send(self, msg: wire.Message) -> None:
-        try:
-            self.sock.send_multipart(wire.pack(msg), zmq.NOBLOCK)
-        except zmq.ZMQError:
-            pass  # not connected: the handshake event pings again
-
-    def close(self) -> None:
-        self.sock.disable_monitor()
-        self.monitor.close(0)
-        self.sock.close(0)
+__all__ = ["AuxClient", "AuxFuture"]
