@@ -8,10 +8,11 @@ bounded FIFO, `routing.FairQueues`), then serves one request from the next rank 
 a request costs no more than its handler; while a handler call runs, pings wait (the
 proxy does not count a worker busy with its requests as hung).
 
-A request that finds its rank's queue full: policy "fail_fast" answers `queue_full` at
-once; policy "wait" holds it at the worker (in arrival order, at most `hold_bound` per rank)
-until a slot frees or its deadline passes (then `timeout`): the caller blocks up to its
-deadline and the worker never serves a held request ahead of other ranks' queued ones.
+A request that finds its rank's queue full: policy "fail_fast" answers `queue_full` as
+soon as it is taken in; policy "wait" holds it at the worker (in arrival order, at most
+`hold_bound` per rank) until a slot frees or its deadline passes (then `timeout`): the
+caller blocks up to its deadline and the worker never serves a held request ahead of
+other ranks' queued ones.
 
     server = WorkerServer(handler, "ipc:///tmp/enc-0.sock", queue_bound=64)
     address = server.start(); ...; server.stop()
