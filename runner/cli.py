@@ -122,10 +122,13 @@ def _invoke(argv: list[str] | None) -> int:
         _say(f"error: command line: {err.format_message()} (see {where} --help)")
         return exitcodes.USAGE
     except click.ClickException as err:
-        try:
-            err.show()
-        except (OSError, ValueError):
-            pass
+        if type(err).show is click.ClickException.show:
+            _say(f"Error: {err.format_message()}")
+        else:
+            try:
+                err.show()  # a command's own one-line form (runner.commands._day2.Failure)
+            except (OSError, ValueError):
+                pass
         return exitcodes.USAGE if err.exit_code == 2 else err.exit_code
     except click.exceptions.Exit as err:
         return err.exit_code

@@ -23,7 +23,9 @@ class Failure(click.ClickException):
     exit_code = exitcodes.FAILURE
 
     def show(self, file=None) -> None:
-        click.echo(f"error: {self.format_message()}", err=True)
+        from runner.cli import one_line
+
+        click.echo(one_line(f"error: {self.format_message()}"), err=True)
 
 
 class NotFoundError(Failure):
