@@ -81,6 +81,13 @@ class AuxWorker:
         self.receiver.start()
         return True
 
+    def refresh_prefix(self) -> str | None:
+        """The refresh group this worker receives in (None: none, or its thread ended)."""
+        receiver = self.receiver
+        if receiver is None or not receiver.thread.is_alive():
+            return None
+        return receiver.args[1]
+
     def shutdown(self) -> None:
         if self.server is not None:
             self.server.stop()
@@ -143,6 +150,7 @@ def start_service(name: str, svc, layout: ServicePlan, root: str, runtime) -> Se
         options = dict(
             num_cpus=resources["CPU"], num_gpus=resources.get("GPU", 0),
             max_restarts=svc.max_restarts, max_concurrency=4, name=f"aux-{name}-{index}",
+            max_task_retries=-1 if svc.max_restarts else 0,  # a call waits out a restart
             scheduling_strategy=PlacementGroupSchedulingStrategy(rt.group, bundle),
         )  # fmt: skip
         address = worker_address(root, name, index)

@@ -17,8 +17,12 @@ again, with a new generation, at the next refresh.
 
 from __future__ import annotations
 
+import logging
 import threading
+import time
 from datetime import timedelta
+
+log = logging.getLogger("driver.aux.refresh")
 
 STOP = -1  # header version that ends the receivers' loops
 RECEIVE_TIMEOUT = timedelta(days=1)  # receivers wait for the next refresh this long
@@ -123,6 +127,7 @@ class Receiver:
         import torch
 
         store, prefix, rank, size, backend = self.args
+        log.info("refresh receiver %s: joining as %d of %d at %s", prefix, rank, size, store)
         try:
             group, _ = make_group(store, prefix, rank, size, backend, RECEIVE_TIMEOUT)
             device = torch.device("cuda") if backend == "nccl" else torch.device("cpu")
@@ -139,6 +144,7 @@ class Receiver:
                 self.version = version
         except Exception as err:  # the sender went away or the group broke: wait for a re-join
             self.error = f"{type(err).__name__}: {err}".splitlines()[0]
+            log.warning("refresh receiver %s: %s", prefix, self.error)
 
     def stop(self) -> None:
         """Forget the thread (it ends with its group's next error or STOP)."""
@@ -160,14 +166,34 @@ def ray_join(workers: list, layout: list[list], backend: str, timeout_s: float):
     return join
 
 
+def ray_alive(workers: list, timeout_s: float):
+    """An `alive` for Sender: every worker actor still receives under `prefix` (a restarted
+    worker has no receiver, so the group is formed again before the next broadcast)."""
+
+    def alive(prefix: str) -> bool:
+        import ray
+
+        try:
+            joined = ray.get([w.refresh_prefix.remote() for w in workers], timeout=timeout_s)
+        except Exception:
+            return False
+        return all(p == prefix for p in joined)
+
+    return alive
+
+
 class Sender:
-    """Rank 0's side: forms the group (`join(addr, prefix, size)` brings the other members
-    in and returns a function that waits for them) and broadcasts versions from a
-    background thread; a push while one is in flight is skipped (counted)."""
+    """Rank 0's side: forms the group (`join(addr, prefix, size)` asks the other members to
+    join and returns a function that waits until each has started to) and broadcasts
+    versions from a
+    background thread; a push while one is in flight is skipped (counted). Before each
+    broadcast `alive(prefix)`, when given, says whether every member still receives; if
+    not, the group is formed again (a new generation) first."""
 
     def __init__(self, service: str, members: int, join, layout: list[list], backend: str,
-                 timeout_s: float, host: str | None = None):  # fmt: skip
+                 timeout_s: float, host: str | None = None, alive=None):  # fmt: skip
         self.service, self.size, self.join, self.layout = service, members + 1, join, layout
+        self.alive, self.prefix = alive, None
         self.backend, self.timeout_s, self.host = backend, timeout_s, host
         self.device = "cuda" if backend == "nccl" else "cpu"
         self.group, self.store, self.generation = None, None, 0
@@ -186,11 +212,10 @@ class Sender:
             self.store = dist.TCPStore(self.host, 0, is_master=True, timeout=timeout,
                                        wait_for_workers=False)  # fmt: skip
         self.generation += 1
-        prefix = f"refresh/{self.service}/{self.generation}/"
+        prefix = self.prefix = f"refresh/{self.service}/{self.generation}/"
         addr = (self.host, self.store.port)
-        joined = self.join(addr, prefix, self.size)
+        self.join(addr, prefix, self.size)()  # every member has started joining (or raised)
         self.group, _ = make_group(addr, prefix, 0, self.size, self.backend, timeout, self.store)
-        joined()
 
     def push(self, version: int, state: dict) -> bool:
         """Snapshot `state` now and broadcast it as `version` in the background."""
@@ -203,7 +228,12 @@ class Sender:
         return True
 
     def _send(self, version: int, flat) -> None:
+        started = time.monotonic()
         try:
+            if self.group is not None and self.alive and not self.alive(self.prefix):
+                log.warning("refresh %s: a member stopped receiving; forming the group again",
+                            self.service)  # fmt: skip
+                self.group = None  # a member restarted: its old group cannot reach it
             if self.group is None:
                 self._form()
             self._broadcast(version, flat)
@@ -211,6 +241,8 @@ class Sender:
         except Exception as err:  # a worker died: form the group again next time
             self.failures += 1
             self.last_error = f"{type(err).__name__}: {err}".splitlines()[0]
+            log.warning("refresh %s: version %d failed after %.1f s: %s", self.service,
+                        version, time.monotonic() - started, self.last_error)  # fmt: skip
             self.group = None
 
     def _broadcast(self, version: int, flat) -> None:
@@ -239,4 +271,5 @@ class Sender:
         self.group = None
 
     def stats(self) -> dict:
-        return {"sent": self.sent, "skipped": self.skipped, "failures": self.failures}
+        out = {"sent": self.sent, "skipped": self.skipped, "failures": self.failures}
+        return {**out, **({"last_error": self.last_error} if self.last_error else {})}

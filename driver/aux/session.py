@@ -98,7 +98,7 @@ class AuxSession:
             self.evaluations.append((step, client.submit("evaluate", {"version": step})))
 
     def _sender(self, state: dict, refresh):
-        from driver.aux.refresh import Sender, layout_of, ray_join
+        from driver.aux.refresh import Sender, layout_of, ray_alive, ray_join
 
         workers = self.services[refresh.service]["workers"]
         backend = refresh.backend
@@ -107,7 +107,9 @@ class AuxSession:
             backend = "nccl" if on_gpu and next(iter(state.values())).is_cuda else "gloo"
         layout = layout_of(state)
         join = ray_join(workers, layout, backend, refresh.timeout_s)
-        return Sender(refresh.service, len(workers), join, layout, backend, refresh.timeout_s)
+        alive = ray_alive(workers, refresh.timeout_s)
+        return Sender(refresh.service, len(workers), join, layout, backend, refresh.timeout_s,
+                      alive=alive)  # fmt: skip
 
     def metrics(self, final: bool = False) -> dict:
         """Rank 0: the newest fleet summary (never waits for it, except for a fresh one at

@@ -138,3 +138,21 @@ def test_remote_data_stage_serves_both_ranks(ray_aux, tmp_path):
     flip = summary["aux"]["flip"]
     assert flip["workers"] == 1 and flip["errors"] == 0
     assert flip["served"] >= 6 * 2 * 32  # every sample of both ranks went through the stage
+
+
+@pytest.mark.slow
+def test_refresh_group_is_formed_again_after_the_evaluator_restarts(ray_aux, tmp_path):
+    out = tmp_path / "refresh"
+    thread, killed = kill_mid_run(out, "aux-evaluator-0")
+    args = [TINY_DIT, "train.steps=150", "data.size=512", "logging.format=json",
+            f"run.output_dir={out}", "aux.refresh.every_steps=10"]  # fmt: skip
+    assert main(args) == 0
+    thread.join(5)
+    assert killed
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["aux"]["evaluator"]["restarts"] >= 1
+    versions = [row["aux/evaluator/eval_version"] for row in rows_of(out)
+                if "aux/evaluator/eval_version" in row]  # fmt: skip
+    assert len(set(versions)) >= 3  # scored before and after the restart
+    assert summary["aux/evaluator/eval_version"] == 150  # the last weights, after it
+    assert summary["refresh_sent"] >= 10

@@ -104,3 +104,34 @@ def test_a_failed_broadcast_is_counted_and_the_group_formed_again(bad):
     sender.push(2, state(2.0))
     sender.wait(10)
     assert sender.failures == 2 and len(formed) == 2 and sender.last_error.endswith("peer gone")
+
+
+def test_a_member_that_stopped_receiving_gets_a_new_group():
+    """`alive` says a member restarted: the next version goes to a group formed again
+    (a new generation and prefix) with a fresh receiver."""
+    layout = layout_of(state(0.0))
+    ctx = mp.get_context("spawn")
+    queue = ctx.Queue()
+    procs, prefixes = [], []
+
+    def join(addr, prefix, size):
+        prefixes.append(prefix)
+        proc = ctx.Process(target=receive, args=(addr, prefix, size, layout, queue))
+        proc.start()
+        procs.append(proc)
+        return lambda: None
+
+    checks = iter([False])  # before version 2: the member is gone
+    sender = Sender("evaluator", 1, join, layout, "gloo", 30.0, host="127.0.0.1",
+                    alive=lambda prefix: next(checks, True))  # fmt: skip
+    sender.push(1, state(1.0))
+    sender.wait(60)
+    sender.push(2, state(2.0))
+    sender.wait(60)
+    sender.close()
+    results = [queue.get(timeout=60) for _ in procs]
+    for proc in procs:
+        proc.join(30)
+    assert prefixes == ["refresh/evaluator/1/", "refresh/evaluator/2/"]
+    seen = sorted(v for got, _ in results for v in got)
+    assert seen == [(1, True), (2, True)] and sender.sent == 2 and sender.failures == 0
