@@ -89,8 +89,12 @@ class AuxWorker:
         return receiver.args[1]
 
     def shutdown(self) -> None:
+        """Stop serving and let the handler release what it holds (`teardown`, if any)."""
         if self.server is not None:
             self.server.stop()
+        teardown = getattr(getattr(self, "handler", None), "teardown", None)
+        if callable(teardown):
+            teardown()
 
 
 class AuxProxy:

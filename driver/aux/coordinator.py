@@ -160,6 +160,10 @@ class AuxRuntime:
         from ray.util import remove_placement_group
 
         for rt in self.services.values():
+            try:  # a graceful stop first: a data stage's teardown, sockets closed
+                ray.get([w.shutdown.remote() for w in rt.workers], timeout=5)
+            except Exception:  # a worker that does not answer is killed all the same
+                pass
             for actor in [*rt.workers, *rt.proxies.values()]:
                 try:
                     ray.kill(actor, no_restart=True)

@@ -14,7 +14,7 @@ from tests.driver.conftest import TINY_DIT, TINY_LM
 @pytest.mark.parametrize(
     ("overrides", "use_gpu", "slots"),
     [
-        (["aux=dit_local"], True, {"encoder": 0.5, "evaluator": 0.5}),
+        (["aux=dit_local"], True, {"encoder": 0.0, "evaluator": 0.0}),  # CPU-only services
         (["aux=dit_local"], False, {"encoder": 0.5, "evaluator": 0.5}),
         (["aux=dit_local", "parallelism.cpus_per_worker=2"], False,
          {"encoder": 0.25, "evaluator": 0.25}),
