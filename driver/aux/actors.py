@@ -92,6 +92,8 @@ class AuxWorker:
         """Stop serving and let the handler release what it holds (`teardown`, if any)."""
         if self.server is not None:
             self.server.stop()
+            with contextlib.suppress(OSError):
+                Path(self.address.removeprefix("ipc://")).unlink()
         teardown = getattr(getattr(self, "handler", None), "teardown", None)
         if callable(teardown):
             teardown()

@@ -33,6 +33,11 @@ def check_aux(aux) -> None:
         raise InputError(None, "aux.refresh.every_steps", "must not be negative")
     if refresh.every_steps and not refresh.service:
         raise InputError(None, "aux.refresh.service", "needed when refresh.every_steps > 0")
+    if aux.evaluate and (refresh.service != aux.evaluate or not refresh.every_steps):
+        raise InputError(
+            None, "aux.evaluate", f"scores refreshed weights: needs aux.refresh.service="
+            f"{aux.evaluate} and aux.refresh.every_steps > 0 (or aux.evaluate=null)",
+        )  # fmt: skip
     if refresh.backend not in BACKENDS:
         raise InputError(None, "aux.refresh.backend", _choice(refresh.backend, BACKENDS))
     positive("aux.refresh.timeout_s", refresh.timeout_s)

@@ -40,6 +40,7 @@ def test_dit_local_composes_with_the_runs_model_in_the_evaluators_kwargs():
         ("aux.refresh.backend=mpi", "aux.refresh.backend", "is not one of auto, gloo, nccl"),
         ("aux.refresh.every_steps=-1", "aux.refresh.every_steps", "must not be negative"),
         ("aux.fleet_interval_s=0", "aux.fleet_interval_s", "must be a positive number"),
+        ("aux.refresh.every_steps=0", "aux.evaluate", "scores refreshed weights"),
     ],
 )
 def test_bad_aux_values_name_the_key(override, key, message):
