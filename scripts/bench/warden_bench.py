@@ -1,6 +1,6 @@
 """Warden benchmark: fault-to-cordon latency and node workflows per second on the dev server.
 
-    .venv/bin/python scripts/bench/warden_bench.py [--nodes 1250] [--faults 8] [--workflows 200]
+    .venv/bin/python scripts/bench/warden_bench.py [--nodes 1250] [--faults 8] [--workflows 120]
 
 1. Latency: a worker and the periodic sweep run against a fake fleet of `--nodes` nodes; a
    definite fault (XID 79) is injected into a node, and the time until the
@@ -179,7 +179,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nodes", type=int, default=1250)
     parser.add_argument("--faults", type=int, default=8)
-    parser.add_argument("--workflows", type=int, default=200)
+    parser.add_argument("--workflows", type=int, default=120)
     parser.add_argument("--sweep-period", type=float, default=Timings().sweep_period_s)
     args = parser.parse_args(argv)
     logging.getLogger("temporalio.activity").setLevel(logging.ERROR)  # the injected faults
