@@ -4,14 +4,18 @@ retries), and every failed status raises the class `warden.errors.classify` name
 from __future__ import annotations
 
 import threading
+from types import SimpleNamespace
 
 import pytest
 import requests
 
 from tests.warden.test_adapters import VM, Recorder
 from warden import errors
+from warden.config import load_config
 from warden.gcp import RealGcp, WardenGcp
 from warden.kube import RealKube, WardenKube, api_client, event_manifest
+from warden.prom import HttpPrometheus, PromError
+from warden.worker import activities_for
 
 NODE = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1"}}
 JOB = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "j", "namespace": "warden"}}
@@ -131,3 +135,30 @@ def test_a_refused_connection_is_no_answer():
     gcp = RealGcp("r", "c", "report-faulty-host", requests.Session(), 2, "http://127.0.0.1:9")
     with pytest.raises(errors.Transient, match="no answer"):
         gcp.reset(VM, "rid")
+
+
+def test_prometheus_queries_time_out(hanging):
+    err = call_in_thread(HttpPrometheus(hanging.url, timeout=0.3).gpu_telemetry)
+    assert isinstance(err, PromError)  # the sweep goes on without DCGM figures
+
+
+@pytest.mark.parametrize(("request_s", "attempt_s", "expected"), [(7, 60, 7), (20, 5, 5)])
+def test_the_worker_builds_every_adapter_with_the_request_timeout(
+    tmp_path, monkeypatch, request_s, attempt_s, expected
+):
+    """`request_timeout_s` reaches Kubernetes, GCP and Prometheus, never above an attempt."""
+    import google.auth
+
+    monkeypatch.setattr(google.auth, "default", lambda scopes: (None, "p"))
+    monkeypatch.setattr("google.auth.transport.requests.AuthorizedSession", lambda c: object())
+    monkeypatch.setattr("warden.kube.api_client", lambda: object())
+    cluster = SimpleNamespace(name="ultra-usc1", project="p", region="us-central1")
+    monkeypatch.setattr("catalog.load_cluster", lambda name: cluster)
+    path = tmp_path / "warden.yaml"
+    path.write_text(
+        "cluster: ultra-usc1\njobs: {check_image: img}\nprometheus: {url: 'http://p:9090'}\n"
+        f"telemetry_path: null\ntimings: {{request_timeout_s: {request_s}, "
+        f"activity_timeout_s: {attempt_s}}}\n"
+    )
+    acts = activities_for(load_config(str(path), environ={}))
+    assert (acts.kube.timeout_s, acts.gcp.timeout_s, acts.prom.timeout) == (expected,) * 3
