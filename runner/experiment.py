@@ -53,6 +53,7 @@ class Diloco(BaseModel):
     round_timeout_s: float = Field(default=300, gt=0, description="wait after a first push")
     min_learners: int = Field(default=1, ge=1, description="never merge with fewer")
     barrier_timeout_s: float = Field(default=900, gt=0, description="learner's longest wait")
+    fragments: int = Field(default=1, ge=1, le=64, description="streaming: model fragments")
 
 
 class Synchronizer(BaseModel):
@@ -116,6 +117,8 @@ def build_experiment(data: dict[str, Any], origin: str) -> Experiment:
     for i, name in enumerate(names):
         if name in names[:i]:
             raise InputError(origin, f"learners[{i}].name", f"{name!r} is used twice")
+    if exp.diloco.fragments > exp.diloco.sync_every:
+        raise InputError(origin, "diloco.fragments", "more than sync_every (H) steps")
     if exp.diloco.min_learners > len(names):
         raise InputError(origin, "diloco.min_learners", f"more than the {len(names)} learners")
     remote = sorted({ln.cluster for ln in exp.learners} - {exp.synchronizer.cluster})
@@ -168,6 +171,7 @@ def learner_env(exp: Experiment, learner: Learner) -> dict[str, Any]:
         "MERGE": d.merge,
         "COMPRESSION": d.compression,
         "BARRIER_TIMEOUT_S": d.barrier_timeout_s,
+        "FRAGMENTS": d.fragments,
     }
     values = {KEY_ENV + k: str(v) for k, v in env.items()}
     return {**values, **_refs(exp, learner.name, ("public-key", "secret-key", "server-key"))}
@@ -351,4 +355,5 @@ def local_command(exp: Experiment, steps: int | None = None) -> list[str]:
         "--compression",
         d.compression,
     ]
+    words += ["--fragments", str(d.fragments)]
     return [*words, "--steps", str(steps)] if steps else words

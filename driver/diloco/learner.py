@@ -67,6 +67,10 @@ class LearnerConfig:
     """This learner's Curve secret key (Z85), when `keys` is empty."""
     server_key: str = ""
     """The synchronizer's Curve public key (Z85), when `keys` is empty."""
+    fragments: int = 1
+    """Streaming: the model in this many fragments, each synced every H steps on its own
+    schedule (fragment f after H*f/fragments steps), so a sync point moves 1/fragments of
+    the weights."""
 
     def curve(self) -> tuple[bytes, bytes, bytes]:
         """(public, secret, server public) keys: from the folder, else from the fields."""
@@ -91,6 +95,7 @@ class LearnerConfig:
                 str(sorted(outer.COMPRESSIONS)),
             ),
             (self.address.startswith("tcp://"), "address", "tcp://host:port"),
+            (1 <= self.fragments <= min(64, self.sync_every), "fragments", "1 to min(64, H)"),
         ]
         for ok, name, want in checks:
             if not ok:
@@ -121,8 +126,11 @@ class LearnerConfig:
 class Learner:
     """One learner's sync state: the shared weights it started from, its push in flight."""
 
-    def __init__(self, cfg: LearnerConfig):
-        self.cfg = cfg
+    def __init__(self, cfg: LearnerConfig, fragment: int = 0, names: list[str] | None = None):
+        """`fragment` and `names`: this learner syncs only these parameters (streaming)."""
+        self.cfg, self.fragment = cfg, fragment
+        self.names = set(names) if names is not None else None
+        self.offset = fragment * cfg.sync_every // cfg.fragments
         self.rank = torch.distributed.get_rank() if _distributed() else 0
         self.client = Client(cfg.address, cfg.curve()) if self.rank == 0 else None
         self.base: outer.Params = {}
@@ -137,9 +145,13 @@ class Learner:
 
     def start(self, model: torch.nn.Module) -> None:
         """Join: continue from the shared weights, or offer ours when there are none yet."""
-        self.base = outer.clone(_params(model))
+        self.base = outer.clone(self._mine(model))
         if self.rank == 0:
-            join = {"learner": self.cfg.learner, "digest": outer.digest(self.base)}
+            join = {
+                "learner": self.cfg.learner,
+                "digest": outer.digest(self.base),
+                "fragment": self.fragment,
+            }
             request = self.client.request("join", join)
             self.pending, self.snapshot = (request, time.time()), self.base
             self._wait(model, self.cfg.join_timeout_s, step=-1)
@@ -148,7 +160,7 @@ class Learner:
     def after_step(self, step: int, model: torch.nn.Module) -> None:
         """Call after every optimizer step (every rank)."""
         self.local_steps += 1
-        sync = self.local_steps % self.cfg.sync_every == 0
+        sync = (self.local_steps + self.offset) % self.cfg.sync_every == 0
         if self.rank == 0:
             if self.pending:  # decoupled, or a barrier wait that timed out: merge on arrival
                 self._poll(model, step, 0.0)
@@ -161,21 +173,33 @@ class Learner:
         fresh = self.pending and time.time() - self.pending[1] < self.cfg.retry_s
         if self.cfg.mode == "decoupled" and fresh:
             return  # the previous round is still in flight
-        self.snapshot = outer.clone(_params(model))
+        self.snapshot = outer.clone(self._mine(model))
         grad, self.residual = outer.with_feedback(
             outer.pseudo_gradient(self.base, self.snapshot), self.residual, self.cfg.compression
         )
         request = self.client.request(
-            "push", {"learner": self.cfg.learner, "round": self.round, "step": step, "grad": grad}
+            "push",
+            {
+                "learner": self.cfg.learner,
+                "round": self.round,
+                "step": step,
+                "grad": grad,
+                "fragment": self.fragment,
+            },
         )
         self.pending = (request, time.time())
         if self.cfg.mode == "barrier":
             self._wait(model, self.cfg.barrier_timeout_s, step)
 
     def _offer(self, model: torch.nn.Module) -> None:
-        self.snapshot = outer.clone(_params(model))
+        self.snapshot = outer.clone(self._mine(model))
         request = self.client.request(
-            "init", {"learner": self.cfg.learner, "weights": {"t": self.snapshot}}
+            "init",
+            {
+                "learner": self.cfg.learner,
+                "weights": {"t": self.snapshot},
+                "fragment": self.fragment,
+            },
         )
         self.pending = (request, time.time())
 
@@ -215,13 +239,15 @@ class Learner:
             new_base = outer.apply_delta(self.base, outer.unpack(weights, self.base, "delta"))
         else:
             new_base = outer.unpack(weights, self.base, "shared weights")
-        now = _params(model)  # on the model's device; the merge is done on CPU copies
+        now = self._mine(model)  # on the model's device; the merge is done on CPU copies
         local = outer.merge(self.cfg.merge, outer.clone(now), self.snapshot, new_base)
         with torch.no_grad():
             for name, tensor in now.items():
                 tensor.copy_(local[name])
         self.base, self.round = new_base, int(reply["round"])
-        self.merges.append({"round": self.round, "kind": kind, "step": step})
+        self.merges.append(
+            {"round": self.round, "kind": kind, "step": step, "fragment": self.fragment}
+        )
         self.dirty = True
 
     def _share(self, model: torch.nn.Module) -> None:
@@ -232,7 +258,7 @@ class Learner:
         flag = torch.tensor([int(self.dirty)])
         torch.distributed.broadcast(flag, 0)
         if flag.item():
-            for tensor in _params(model).values():
+            for tensor in self._mine(model).values():
                 torch.distributed.broadcast(tensor.data, 0)
         self.dirty = False
 
@@ -246,9 +272,61 @@ class Learner:
         if self.client:
             self.client.close()
 
+    def _mine(self, model: torch.nn.Module) -> outer.Params:
+        """The parameters this learner syncs (all, or its fragment's)."""
+        return {k: v for k, v in model.named_parameters() if self.names is None or k in self.names}
 
-def _params(model: torch.nn.Module) -> outer.Params:
-    return dict(model.named_parameters())
+    @property
+    def sent_bytes(self) -> int:
+        return self.client.sent_bytes if self.client else 0
+
+
+class Streaming:
+    """Streaming sync: the model in `cfg.fragments` fragments (contiguous, of about equal
+    size), each a `Learner` with its own connection, round and staggered schedule. Same
+    methods as Learner."""
+
+    def __init__(self, cfg: LearnerConfig, model: torch.nn.Module):
+        sizes = [(k, p.numel()) for k, p in model.named_parameters()]
+        parts = outer.partition(sizes, cfg.fragments)
+        self.parts = [Learner(cfg, f, names) for f, names in enumerate(parts)]
+
+    def start(self, model: torch.nn.Module) -> None:
+        for part in self.parts:
+            part.start(model)
+
+    def after_step(self, step: int, model: torch.nn.Module) -> None:
+        for part in self.parts:
+            part.after_step(step, model)
+
+    def finish(self, model: torch.nn.Module) -> None:
+        for part in self.parts:
+            part.finish(model)
+
+    def close(self) -> None:
+        for part in self.parts:
+            part.close()
+
+    @property
+    def round(self) -> int:
+        return min(part.round for part in self.parts)
+
+    @property
+    def merges(self) -> list[dict]:
+        return sorted((m for p in self.parts for m in p.merges), key=lambda m: m["step"])
+
+    @property
+    def wait_s(self) -> float:
+        return sum(part.wait_s for part in self.parts)
+
+    @property
+    def sent_bytes(self) -> int:
+        return sum(part.sent_bytes for part in self.parts)
+
+
+def make(cfg: LearnerConfig, model: torch.nn.Module) -> Learner | Streaming:
+    """The learner for a config: one Learner, or Streaming when `cfg.fragments` > 1."""
+    return Streaming(cfg, model) if cfg.fragments > 1 else Learner(cfg)
 
 
 def _distributed() -> bool:

@@ -126,6 +126,23 @@ def merge(rule: str, local_now: Params, snapshot: Params, new_base: Params) -> P
     raise ValueError(f"merge rule {rule!r} (expected one of {MERGE_RULES})")
 
 
+def partition(sizes: list[tuple[str, int]], parts: int) -> list[list[str]]:
+    """Names (in order) in `parts` contiguous groups of about equal total size, none empty."""
+    if not 1 <= parts <= len(sizes):
+        raise ValueError(f"{parts} fragments of {len(sizes)} tensors")
+    total = sum(n for _, n in sizes)
+    groups: list[list[str]] = [[] for _ in range(parts)]
+    g, done = 0, 0
+    for i, (name, size) in enumerate(sizes):
+        full = done >= total * (g + 1) / parts
+        needed = len(sizes) - i <= parts - g - 1  # the later groups need these tensors
+        if groups[g] and g < parts - 1 and (full or needed):
+            g += 1
+        groups[g].append(name)
+        done += size
+    return groups
+
+
 def round_closes(
     expected: Iterable[str],
     received: Iterable[str],

@@ -36,6 +36,7 @@ from driver.diloco import outer, state
 from driver.diloco.link import MAX_BYTES, Server
 
 log = logging.getLogger("driver.diloco.synchronizer")
+MAX_FRAGMENTS = 64
 
 
 @dataclass
@@ -50,17 +51,17 @@ class OuterConfig:
     """Learners waited for (up to the round timeout) in the first round after a start."""
 
 
-class Synchronizer:
-    """The merge loop over one `link.Server`; `serve()` until `rounds` merges or `stop()`."""
+class Fragment:
+    """The outer state and rounds of one fragment of the model (all of it unless learners
+    stream: `LearnerConfig.fragments`); its state lives in its own folder."""
 
-    def __init__(self, server: Server, state_dir: str, cfg: OuterConfig):
-        self.server, self.state_dir, self.cfg = server, state_dir, cfg
+    def __init__(self, server: Server, state_dir: str, cfg: OuterConfig, index: int = 0):
+        self.server, self.state_dir, self.cfg, self.index = server, state_dir, cfg, index
         self.state = state.load(state_dir)
         self.expected: set[str] = set(cfg.expect)
         self.pending: dict[str, tuple[bytes, int, outer.Params]] = {}
         self.first_push = 0.0
         self.late: set[str] = set()
-        self.stopped = False
         self._digested: tuple[int, str] = (-2, "")
         if self.state:
             log.info("resumed at round %d from %s", self.state.round, state_dir)
@@ -69,35 +70,15 @@ class Synchronizer:
     def round(self) -> int:
         return self.state.round if self.state else -1
 
-    def serve(self, rounds: int = 0) -> None:
-        start = self.round
-        while not self.stopped and not (rounds and self.round - max(start, 0) >= rounds):
-            got = self.server.recv(0.05)
-            if got:
-                self.handle(*got)
-            if self.pending and outer.round_closes(
-                self.expected,
-                self.pending,
-                time.time() - self.first_push,
-                self.cfg.round_timeout_s,
-                self.cfg.min_learners,
-            ):
-                self.merge()
+    def due(self) -> bool:
+        """Whether the pending pseudo-gradients merge now."""
+        waited = time.time() - self.first_push
+        return bool(self.pending) and outer.round_closes(
+            self.expected, self.pending, waited, self.cfg.round_timeout_s, self.cfg.min_learners
+        )
 
-    def stop(self) -> None:
-        self.stopped = True
-
-    def handle(self, peer: bytes, msg: wire.Message) -> None:
-        try:
-            if msg.kind != "req" or msg.method not in ("join", "init", "push"):
-                raise ValueError(f"unexpected {msg.kind} {msg.method!r}")
-            body = wire.decode(msg.body, torch=True)
-            if not isinstance(body, dict) or not isinstance(body.get("learner"), str):
-                raise ValueError("body lacks a learner name")
-            getattr(self, "_" + msg.method)(peer, msg.id, body)
-        except (ValueError, TypeError, KeyError, wire.WireError) as err:
-            log.warning("refused %s from %r: %s", msg.method, peer, err)
-            self.server.error(peer, msg.id, "protocol", str(err))
+    def handle(self, peer: bytes, msg: wire.Message, body: dict) -> None:
+        getattr(self, "_" + msg.method)(peer, msg.id, body)
 
     def _join(self, peer: bytes, request_id: int, body: dict) -> None:
         self.expected.add(body["learner"])
@@ -163,13 +144,16 @@ class Synchronizer:
         state.save(self.state_dir, st)
         record = {
             "round": st.round,
+            "fragment": self.index,
             "contributors": names,
             "missing": missing,
             "late": sorted(self.late),
             "time": time.time(),
         }
         state.append_round(self.state_dir, record)
-        log.info("round %d merged from %s (missing %s)", st.round, names, missing)
+        log.info(
+            "fragment %d round %d merged from %s (missing %s)", self.index, st.round, names, missing
+        )
         for name in names:
             peer, request_id, _ = self.pending[name]
             self.server.reply(
@@ -178,6 +162,56 @@ class Synchronizer:
                 {"kind": "delta", "round": st.round, "contributors": names, "weights": delta},
             )
         self.expected, self.pending, self.late = set(names), {}, set()
+
+
+class Synchronizer:
+    """The merge loop over one `link.Server`: routes each request to its fragment's state
+    (fragment 0 in `state_dir`, fragment f in `state_dir/fragment-f`, made on first use);
+    `serve()` until `rounds` merges (of any fragment) or `stop()`."""
+
+    def __init__(self, server: Server, state_dir: str, cfg: OuterConfig):
+        self.server, self.state_dir, self.cfg = server, state_dir, cfg
+        self.fragments = {0: Fragment(server, state_dir, cfg)}
+        self.merges = 0
+        self.stopped = False
+
+    @property
+    def round(self) -> int:
+        return self.fragments[0].round
+
+    def fragment(self, index: int) -> Fragment:
+        if index not in self.fragments:
+            folder = f"{self.state_dir}/fragment-{index}"
+            self.fragments[index] = Fragment(self.server, folder, self.cfg, index)
+        return self.fragments[index]
+
+    def serve(self, rounds: int = 0) -> None:
+        while not self.stopped and not (rounds and self.merges >= rounds):
+            got = self.server.recv(0.05)
+            if got:
+                self.handle(*got)
+            for fragment in list(self.fragments.values()):
+                if fragment.due():
+                    fragment.merge()
+                    self.merges += 1
+
+    def stop(self) -> None:
+        self.stopped = True
+
+    def handle(self, peer: bytes, msg: wire.Message) -> None:
+        try:
+            if msg.kind != "req" or msg.method not in ("join", "init", "push"):
+                raise ValueError(f"unexpected {msg.kind} {msg.method!r}")
+            body = wire.decode(msg.body, torch=True)
+            if not isinstance(body, dict) or not isinstance(body.get("learner"), str):
+                raise ValueError("body lacks a learner name")
+            index = body.get("fragment", 0)
+            if type(index) is not int or not 0 <= index < MAX_FRAGMENTS:
+                raise ValueError(f"fragment {index!r} is not 0..{MAX_FRAGMENTS - 1}")
+            self.fragment(index).handle(peer, msg, body)
+        except (ValueError, TypeError, KeyError, wire.WireError) as err:
+            log.warning("refused %s from %r: %s", msg.method, peer, err)
+            self.server.error(peer, msg.id, "protocol", str(err))
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:

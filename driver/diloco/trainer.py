@@ -2,7 +2,8 @@
 
     python -m driver.diloco.trainer --learner a --index 0 --learners 2 \
         --address tcp://127.0.0.1:5555 --keys KEYS --steps 200 --sync-every 20 \
-        [--mode barrier|decoupled --merge delta|replace --compression bf16] --out DIR
+        [--mode barrier|decoupled --merge delta|replace --compression bf16 --fragments 1]
+        --out DIR
 
 Learner `index` of `learners` trains on its own shard of the generated corpus (the same
 `LocalBatchSource` the driver uses, one shard per learner). `DIR/<learner>.jsonl` gets one
@@ -24,7 +25,7 @@ import torch
 
 from driver import optim
 from driver.batches import LocalBatchSource, collate
-from driver.diloco.learner import Learner, LearnerConfig
+from driver.diloco.learner import LearnerConfig, make
 from driver.workloads import build
 from driver.workloads.text import TextDataset
 
@@ -88,6 +89,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--merge", default="delta")
     p.add_argument("--compression", default="bf16", help="bf16, fp16, int8 or fp32")
     p.add_argument("--barrier-timeout", type=float, default=120.0)
+    p.add_argument("--fragments", type=int, default=1, help="streaming: fragments of the model")
     p.add_argument("--out", required=True)
     model_args(p)
     return p.parse_args(argv)
@@ -103,16 +105,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.address:
         try:
             cfg = LearnerConfig(
-                args.address,
-                args.learner,
-                args.keys,
-                args.sync_every,
-                args.mode,
-                args.merge,
-                args.compression,
-                *[args.barrier_timeout] * 3,
-            )
-            learner = Learner(cfg)
+                args.address, args.learner, args.keys, args.sync_every, args.mode, args.merge,
+                args.compression, *[args.barrier_timeout] * 3, fragments=args.fragments,
+            )  # fmt: skip
+            learner = make(cfg, model)
         except (OSError, ValueError) as err:
             print(f"error: learner {args.learner}: {err}")
             return 2
@@ -144,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
         "final_eval": eval_loss(model, loss_fn, args.seq_len),
         "merges": learner.merges if learner else [],
         "round": learner.round if learner else -1,
-        "sent_bytes": learner.client.sent_bytes if learner else 0,
+        "sent_bytes": learner.sent_bytes if learner else 0,
         "wait_s": learner.wait_s if learner else 0.0,
     }
     (out / f"{args.learner}.json").write_text(json.dumps(summary))

@@ -129,3 +129,22 @@ def test_digest_depends_on_names_and_values():
     assert a == outer.digest(params(1.0, 2.0))
     assert a != outer.digest(params(1.0, 2.5))
     assert a != outer.digest({"v": torch.tensor([1.0, 2.0])})
+
+
+@pytest.mark.parametrize(
+    ("sizes", "parts", "groups"),
+    [
+        ([("a", 1)], 1, [["a"]]),
+        ([("a", 10), ("b", 10), ("c", 10), ("d", 10)], 2, [["a", "b"], ["c", "d"]]),
+        ([("a", 100), ("b", 1), ("c", 1)], 2, [["a"], ["b", "c"]]),
+        ([("a", 1), ("b", 1), ("c", 100)], 3, [["a"], ["b"], ["c"]]),
+        ([("a", 1), ("b", 1), ("c", 1), ("d", 97)], 2, [["a", "b", "c"], ["d"]]),
+    ],
+)
+def test_partition_into_contiguous_fragments(sizes, parts, groups):
+    assert outer.partition(sizes, parts) == groups
+
+
+def test_partition_refuses_more_fragments_than_tensors():
+    with pytest.raises(ValueError):
+        outer.partition([("a", 1)], 2)

@@ -77,13 +77,14 @@ def test_process_synchronizer_merges_the_hand_computed_step_and_refuses_unknown_
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("mode", ["barrier", "decoupled"])
-def test_both_modes_converge_on_the_reference_lm(out, mode):
+@pytest.mark.parametrize(("mode", "fragments"), [("barrier", 1), ("decoupled", 1), ("barrier", 2)])
+def test_both_modes_and_streaming_converge_on_the_reference_lm(out, mode, fragments):
     names = local.learner_names(2)
     sync, address = local.start_synchronizer(
         out, ["--expect", ",".join(names), "--round-timeout", "10"]
     )
-    procs = learners(out, address, names, ["--steps", "60", "--sync-every", "10", "--mode", mode])
+    extra = ["--steps", "60", "--sync-every", "10", "--mode", mode, "--fragments", str(fragments)]
+    procs = learners(out, address, names, extra)
     try:
         assert [p.wait(300) for p in procs] == [0, 0]
     finally:
@@ -92,9 +93,12 @@ def test_both_modes_converge_on_the_reference_lm(out, mode):
     for r in results:
         assert r["final_eval"] < 3.2, r  # from ln(63) = 4.14
         # barrier: a round every H steps; decoupled: rounds in flight are not waited for
-        assert r["round"] >= (5 if mode == "barrier" else 2)
+        assert r["round"] >= (5 if mode == "barrier" else 1)
         assert any(m["kind"] == "delta" for m in r["merges"])
-    if mode == "barrier":
+    if fragments > 1:  # fragment 1 syncs after local steps 5, 15, ... 55 (offset H/2)
+        steps = sorted({m["step"] for m in results[0]["merges"] if m["fragment"] == 1})
+        assert steps == [-1, 4, 14, 24, 34, 44, 54]  # -1: the join
+    elif mode == "barrier":  # the last step was a sync point: everyone holds the shared weights
         a, b = (torch.load(out / f"{n}.pt", weights_only=True) for n in names)
         assert all(torch.allclose(a[k], b[k]) for k in a)
 

@@ -169,6 +169,7 @@ def test_learner_waits_out_an_absent_synchronizer_and_trains_on(keys_dir):
         ({"REVE_DILOCO_MERGE": "mean"}, "REVE_DILOCO_MERGE"),
         ({"REVE_DILOCO_COMPRESSION": "fp8"}, "REVE_DILOCO_COMPRESSION"),
         ({"REVE_DILOCO_ADDRESS": "http://x"}, "REVE_DILOCO_ADDRESS"),
+        ({"REVE_DILOCO_FRAGMENTS": "26"}, "REVE_DILOCO_FRAGMENTS"),  # more than H = 25
     ],
 )
 def test_learner_config_from_env(env, error):
@@ -236,4 +237,39 @@ def test_barrier_learner_merges_an_update_that_came_after_its_timeout(sync_threa
     assert a.round == 1 and a.merges[-1]["kind"] == "delta"
     np.testing.assert_allclose(flat(models[0]), w + 0.2, atol=1e-6)  # lr 1: a's weights
     for ln in (a, b):
+        ln.close()
+
+
+def test_streaming_fragments_sync_on_staggered_schedules(sync_thread, keys_dir):
+    from driver.diloco.learner import make
+
+    sync = sync_thread(lr=1.0, momentum=0.0, compression="fp32")  # lr 1, no momentum: mean
+    models = [linear(0), linear(0)]
+    cfg = {"sync_every": 2, "fragments": 2}
+    ls = [make(LearnerConfig(sync.address, n, keys_dir, compression="fp32", **cfg), m)
+          for n, m in zip("ab", models, strict=True)]  # fmt: skip
+    in_threads(*[lambda ln=ln, m=m: ln.start(m) for ln, m in zip(ls, models, strict=True)])
+    first, second = ls[0].parts[0].names, ls[0].parts[1].names
+    assert first and second and not first & second  # weight, bias: one fragment each
+    w = {k: v.detach().clone() for k, v in models[0].named_parameters()}
+    for model, move in zip(models, (0.1, 0.3), strict=True):
+        set_flat(model, flat(model) + move)
+
+    def params(model, names):
+        return {k: v.detach() for k, v in model.named_parameters() if k in names}
+
+    in_threads(*[lambda ln=ln, m=m: ln.after_step(0, m) for ln, m in zip(ls, models, strict=True)])
+    for model in models:  # step 1: only fragment 1 synced (its offset is H/2)
+        for k, v in params(model, second).items():
+            assert torch.allclose(v, w[k] + 0.2, atol=1e-6)
+    assert not torch.allclose(*(next(iter(params(m, first).values())) for m in models))
+    in_threads(*[lambda ln=ln, m=m: ln.after_step(1, m) for ln, m in zip(ls, models, strict=True)])
+    for model in models:  # step 2: fragment 0's turn
+        for k, v in params(model, first).items():
+            assert torch.allclose(v, w[k] + 0.2, atol=1e-6)
+    root = sync.sync.state_dir
+    assert [r["fragment"] for r in state.read_rounds(f"{root}/fragment-1")] == [1]
+    assert [r["fragment"] for r in state.read_rounds(root)] == [0]
+    assert ls[0].round == 1 and sorted(m["fragment"] for m in ls[0].merges[-2:]) == [0, 1]
+    for ln in ls:
         ln.close()

@@ -93,6 +93,7 @@ def test_keys_are_secret_references_and_settings_plain_values(data):
     assert values["REVE_DILOCO_ADDRESS"] == "tcp://sync.research.example:5555"
     assert (values["REVE_DILOCO_LEARNER"], values["REVE_DILOCO_SYNC_EVERY"]) == ("eu", "40")
     assert (values["REVE_DILOCO_MODE"], values["REVE_DILOCO_COMPRESSION"]) == ("decoupled", "int8")
+    assert values["REVE_DILOCO_FRAGMENTS"] == "1"
     assert not any("KEY" in k for k in values)
     us = by_kind(out["ultra-usc1"], "ConfigMap")["data"]  # same cluster: the Service's name
     assert us["REVE_DILOCO_ADDRESS"] == "tcp://lm-diloco-sync.research.svc.cluster.local:5555"
@@ -133,6 +134,7 @@ def test_all_in_one_cluster_needs_no_host_and_gets_a_cluster_ip(data):
         (lambda d: d["diloco"].update(mode="async"), "diloco.mode", ""),
         (lambda d: d["diloco"].update(speed=1), "diloco.speed", "unknown key"),
         (lambda d: d["diloco"].update(min_learners=3), "diloco.min_learners", "2 learners"),
+        (lambda d: d["diloco"].update(fragments=41), "diloco.fragments", "sync_every"),
         (lambda d: d["learners"][0].update(name="US"), "learners[0].name", ""),
         (lambda d: d["learners"][1].update(pods=0), "learners[1].pods", ""),
         (lambda d: d["learners"][1].update(accelerator="TPU"), "learners[1].accelerator", ""),
