@@ -21,6 +21,7 @@ _LAZY = {
     "load_cluster": "catalog.loader",
     "load_cluster_file": "catalog.loader",
     "repo_root": "catalog.loader",
+    "sidecar_host_writes": "catalog.loader",
     "Accelerator": "catalog.schema",
     "Cluster": "catalog.schema",
     "GpuPool": "catalog.schema",

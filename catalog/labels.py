@@ -71,6 +71,12 @@ def cpu_node_labels() -> dict[str, str]:
     return {POOL_ROLE: "cpu"}
 
 
+# Secrets the platform makes in every team namespace (kustomize's secret-maker Job) and
+# run pods reference by name, never by value: (Secret name, key).
+CHECKPOINT_KEY_SECRET = ("checkpoint-key", "key")
+CHECKPOINT_KEY_ENV = "REVE_CHECKPOINT_KEY"  # the driver signs and checks checkpoints with it
+RAY_TOKEN_SECRET = ("ray-token", "auth_token")  # Ray's token auth (KubeRay authOptions)
+
 # Kubernetes service accounts bound to Google service accounts (Workload Identity).
 TRAINING_KSA = "training"  # in every team namespace; run pods use it for bucket access
 WARDEN_KSA = ("warden", "warden")  # (namespace, name)

@@ -65,6 +65,18 @@ def accelerators() -> dict[str, Accelerator]:
     return catalog
 
 
+def sidecar_host_writes() -> dict[tuple[str, str], str]:
+    """(sidecar, host path) -> why it mounts that host path writable, over the catalog; every
+    other host mount of a run pod is read-only (runner renders it, kustomize checks it)."""
+    return {
+        (sidecar.name, mount.host_path): mount.writable
+        for accel in accelerators().values()
+        for sidecar in accel.sidecars
+        for mount in sidecar.mounts
+        if mount.writable
+    }
+
+
 def accelerator(key: str, source: str | None = None, field: str = "accelerator") -> Accelerator:
     """One accelerator by key; an unknown key names the known ones."""
     catalog = accelerators()

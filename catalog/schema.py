@@ -39,6 +39,9 @@ class HostMount(Strict):
     name: str = Field(pattern=DNS_LABEL, description="volume name in the pod")
     host_path: str = Field(description="directory on the node")
     mount_path: str = Field(description="directory inside the container")
+    writable: str = Field(
+        default="", description="why the container writes here; empty: mounted read-only"
+    )
 
 
 class Sidecar(Strict):

@@ -21,7 +21,8 @@ Every container of every pod runner builds gets a securityContext (`_pod.yaml.j2
 privilege escalation, every capability dropped except those the catalog lists for a sidecar
 (the TCPXO receive daemon: NET_ADMIN, NET_BIND_SERVICE) or a pod asks for
 (`capabilities`: the node check's SYSLOG), and a non-root user where `run_as_user` is set.
-Every host path is mounted read-only, but for the sidecar writes in `SIDECAR_HOST_WRITES`.
+Every host path is mounted read-only, but for a sidecar mount the catalog marks `writable`
+(with its reason; kustomize.tooling.security reads the same field to validate `apps/`).
 
 Every GPU pod also tolerates its namespace's kept-nodes taint and prefers nodes kept for
 its namespace (`runner.keepnodes`), so a relaunch lands on the nodes a finished RayJob kept.
@@ -45,13 +46,6 @@ GKE_DEFAULT_INTERFACE = "networking.gke.io/default-interface"
 GKE_INTERFACES = "networking.gke.io/interfaces"
 GKE_DEVICES = "devices.gke.io/container.{name}"
 TCPXO_DEVICES = ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/dmabuf_import_helper")
-# (sidecar, host path) -> why that sidecar mounts the host path writable; every other host
-# mount of a pod is read-only. The same allowance as kustomize.tooling.security's
-# RUN_HOST_PATH_WRITERS, which validates the rendered runs.
-SIDECAR_HOST_WRITES = {
-    ("tcpxo-daemon", "/sys"): "the TCPXO receive-data-path manager tunes the GPU NICs",
-    ("tcpxo-daemon", "/proc/sys"): "the TCPXO receive-data-path manager sets network sysctls",
-}
 # A non-root user for containers that only wait (the sentinel): `nobody`.
 NOBODY = 65534
 # NCCL on the default network: sockets over eth0, no GPUDirect plugin.
@@ -125,11 +119,9 @@ def pod_context(**values: Any) -> dict[str, Any]:
 
 
 def _sidecar(values: dict[str, Any]) -> dict[str, Any]:
-    """A sidecar's template values: each mount read-only unless SIDECAR_HOST_WRITES says."""
-    mounts = [
-        {**m, "read_only": (values["name"], m["host_path"]) not in SIDECAR_HOST_WRITES}
-        for m in values["mounts"]
-    ]
+    """A sidecar's template values: each mount read-only unless the catalog marks it
+    `writable`."""
+    mounts = [{**m, "read_only": not m.get("writable")} for m in values["mounts"]]
     return {**values, "mounts": mounts}
 
 

@@ -57,9 +57,22 @@ class Rendered:
     manifests: list[dict]
 
 
+def _secret(pair: tuple[str, str]) -> dict[str, str]:
+    return {"name": pair[0], "key": pair[1]}
+
+
+# Every training container (head, workers, a Job's pods) signs and checks the run's
+# checkpoints with its team's key (docs/checkpoint.md, "Authenticated checkpoints").
+TRAINING_SECRETS = {labels.CHECKPOINT_KEY_ENV: _secret(labels.CHECKPOINT_KEY_SECRET)}
+# Clients of a Ray cluster that KubeRay does not set up itself (the sentinel's shell).
+RAY_CLIENT_ENV = {"RAY_AUTH_MODE": "token"}
+RAY_CLIENT_SECRETS = {"RAY_AUTH_TOKEN": _secret(labels.RAY_TOKEN_SECRET)}
+
+
 def _pod(plan: Plan, env: EnvPlan, role: str, configmap: str | None) -> dict[str, Any]:
     """Values shared by every pod template of the run (container, resources added later)."""
     spec = plan.spec
+    training = role in ("head", "worker", "job")
     working_dir = spec.working_dir if spec.working_dir and "://" not in spec.working_dir else None
     return {
         "labels": {**_run_labels(spec), labels.ROLE: role},
@@ -67,7 +80,7 @@ def _pod(plan: Plan, env: EnvPlan, role: str, configmap: str | None) -> dict[str
         "service_account": labels.TRAINING_KSA,  # Workload Identity: bucket access
         "image": spec.image,
         "working_dir": working_dir,
-        "secrets": env.secrets,
+        "secrets": {**env.secrets, **(TRAINING_SECRETS if training else {})},
         "configmap": configmap,
         "run_as_user": spec.run_as_user,
     }
@@ -145,8 +158,10 @@ def _sentinel(plan: Plan, env: EnvPlan) -> dict[str, Any]:
             "RAY_CLUSTER": name,
             "RAY_ADDRESS": f"http://{name}-head-svc:8265",
             "RAY_CLIENT_ADDRESS": f"ray://{name}-head-svc:10001",
+            **RAY_CLIENT_ENV,
         },
     )
+    pod["secrets"] = dict(RAY_CLIENT_SECRETS)
     return {
         "name": f"{name}-sentinel",
         "selector": {labels.RUN: name, labels.ROLE: "sentinel"},
@@ -175,6 +190,7 @@ def context(plan: Plan, env: EnvPlan) -> dict[str, Any]:
         "ray_version": RAY_VERSION,
         "head_start_params": {"dashboard-host": "0.0.0.0", "num-cpus": "0", "num-gpus": "0"},
         "worker_group": plan.accelerator.name.lower() if plan.accelerator else "cpu",
+        "ray_token_secret": labels.RAY_TOKEN_SECRET[0],
         "runtime_env_yaml": None,
     }
     if spec.working_dir and "://" in spec.working_dir:

@@ -22,9 +22,10 @@ import os
 import secrets
 from pathlib import Path
 
+from catalog.labels import CHECKPOINT_KEY_ENV
 from driver.checkpoint.layout import Marker
 
-KEY_ENV = "REVE_CHECKPOINT_KEY"
+KEY_ENV = CHECKPOINT_KEY_ENV
 """Environment variable holding the team's checkpoint secret (from a Kubernetes Secret)."""
 _CONTEXT = b"reve-checkpoint-v1"
 

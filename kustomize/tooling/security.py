@@ -40,8 +40,8 @@ RUN_KINDS = [
     ("ray.io", "RayJob"),
 ]
 # Secrets runs reference (secretKeyRef): name -> key.
-CHECKPOINT_KEY = ("checkpoint-key", "key")
-RAY_TOKEN = ("ray-token", "auth_token")
+CHECKPOINT_KEY = names.CHECKPOINT_KEY_SECRET
+RAY_TOKEN = names.RAY_TOKEN_SECRET
 # (namespace, workload, volume or container) -> why it may write a host path / be privileged.
 # Google's GPU node add-ons (kustomize/bases/node-addons, vendored) exist to change the
 # host: they install NCCL plugins into host folders and inject devices.
@@ -69,12 +69,6 @@ PRIVILEGED = {
 
 
 # Runs: (container, host path) -> why that sidecar may write the host path.
-RUN_HOST_PATH_WRITERS = {
-    ("tcpxo-daemon", "/sys"): "the TCPXO receive-data-path manager tunes the GPU NICs through "
-    "the host's sysfs, as GKE's A3 Mega manifest mounts it",
-    ("tcpxo-daemon", "/proc/sys"): "the TCPXO receive-data-path manager sets network sysctls, "
-    "as GKE's A3 Mega manifest mounts /proc/sys",
-}
 
 
 def runs_project(cluster: Cluster) -> Obj:
@@ -170,6 +164,8 @@ def all_pod_specs(obj: Obj) -> list[Obj]:
     spec = obj.get("spec") or {}
     cluster = spec.get("rayClusterSpec") or (spec if obj.get("kind") == "RayCluster" else {})
     groups = [cluster.get("headGroupSpec") or {}, *(cluster.get("workerGroupSpecs") or [])]
+    if spec.get("submitterPodTemplate"):
+        groups.append({"template": spec["submitterPodTemplate"]})
     return checks.pod_specs(obj) + [g["template"]["spec"] for g in groups
                                     if g.get("template", {}).get("spec")]  # fmt: skip
 
@@ -242,9 +238,12 @@ def runs_gate_problems(built: list[Obj]) -> list[str]:
 
 
 def run_pod_problems(obj: Obj) -> list[str]:
-    """A rendered run (`apps/`): host paths read-only (RUN_HOST_PATH_WRITERS aside), nothing
-    privileged, and every container with `allowPrivilegeEscalation: false`."""
-    found = []
+    """A rendered run (`apps/`): host paths read-only (the catalog's `writable` sidecar
+    mounts aside), nothing privileged, and every container with
+    `allowPrivilegeEscalation: false`."""
+    from catalog import sidecar_host_writes
+
+    writers, found = sidecar_host_writes(), []
     for spec in all_pod_specs(obj):
         host = {v["name"]: v["hostPath"]["path"] for v in spec.get("volumes") or []
                 if "hostPath" in v}  # fmt: skip
@@ -252,7 +251,7 @@ def run_pod_problems(obj: Obj) -> list[str]:
             name, context = c.get("name"), c.get("securityContext") or {}
             for m in c.get("volumeMounts") or []:
                 path = host.get(m.get("name"))
-                if path and not m.get("readOnly") and (name, path) not in RUN_HOST_PATH_WRITERS:
+                if path and not m.get("readOnly") and (name, path) not in writers:
                     found.append(f"container {name}: host path {path} is mounted writable")
             if context.get("privileged"):
                 found.append(f"container {name}: privileged")

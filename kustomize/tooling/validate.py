@@ -90,7 +90,8 @@ def app_objects(root: Path, cluster: str) -> dict[str, list[dict]]:
 
 
 def check_apps(objects: list[dict], version: str) -> list[str]:
-    """Rendered runs: schemas (KubeRay CRDs with their CEL rules), scope and pinned images.
+    """Rendered runs: schemas (KubeRay CRDs with their CEL rules), scope, pinned images and
+    confined pods (security.run_pod_problems).
 
     References (the team's service account, queues, priority classes) live in the platform
     overlay, so they are not checked here."""
@@ -100,6 +101,7 @@ def check_apps(objects: list[dict], version: str) -> list[str]:
         if problem := checks.scope_problem(obj):
             items.append(problem)
         items += checks.image_problems(obj)
+        items += security.run_pod_problems(obj)
         found += [f"{checks.ident(obj)}: {item}" for item in items]
     return found
 

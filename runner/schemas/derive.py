@@ -1,10 +1,12 @@
 """Derive the KubeRay field lists `runner.validate` checks RayJob/RayCluster objects against.
 
 Reads KubeRay's CRD files (`ray-operator/config/crd/bases/ray.io_{rayjobs,rayclusters}.yaml`
-of a release) and writes `runner/schemas/kuberay.json`: for each object path the allowed and
-required keys. Only these small lists are committed, not the upstream CRDs.
+of a release), or the schemas the platform vendors from them (`kustomize/schemas/
+ray.io_v1_{RayJob,RayCluster}.json`, the KubeRay the platform deploys), and writes
+`runner/schemas/kuberay.json`: for each object path the allowed and required keys.
 
-    python -m runner.schemas.derive CRD_DIR v1.4.2
+    python -m runner.schemas.derive CRD_DIR v1.6.2
+    python -m runner.schemas.derive kustomize/schemas v1.6.2
 """
 
 from __future__ import annotations
@@ -28,10 +30,20 @@ def _fields(node: dict) -> dict:
     return {"allowed": sorted(node["properties"]), "required": sorted(node.get("required", []))}
 
 
+def _schemas(crd_dir: Path) -> tuple[dict, dict]:
+    """(RayJob, RayCluster) openAPIV3 schemas from upstream CRDs or the vendored JSON."""
+    vendored = crd_dir / "ray.io_v1_RayJob.json"
+    if vendored.is_file():
+        cluster = json.loads((crd_dir / "ray.io_v1_RayCluster.json").read_text())
+        return json.loads(vendored.read_text()), cluster
+    return _v1_schema(crd_dir / "ray.io_rayjobs.yaml"), _v1_schema(
+        crd_dir / "ray.io_rayclusters.yaml"
+    )
+
+
 def derive(crd_dir: Path, release: str) -> dict:
     """The allowed/required keys per path of RayJob and RayCluster (apiVersion ray.io/v1)."""
-    job = _v1_schema(crd_dir / "ray.io_rayjobs.yaml")
-    cluster = _v1_schema(crd_dir / "ray.io_rayclusters.yaml")
+    job, cluster = _schemas(crd_dir)
     cluster_spec = cluster["properties"]["spec"]
     head = cluster_spec["properties"]["headGroupSpec"]
     worker = cluster_spec["properties"]["workerGroupSpecs"]["items"]

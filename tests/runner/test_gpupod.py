@@ -7,13 +7,12 @@ import json
 
 import pytest
 
-from catalog import accelerator, load_cluster
+from catalog import accelerator, load_cluster, sidecar_host_writes
 from runner.commands.shell import dev_context
 from runner.gpupod import (
     GKE_DEVICES,
     GKE_INTERFACES,
     NOBODY,
-    SIDECAR_HOST_WRITES,
     SOCKET_NCCL_ENV,
     gpu_settings,
     needs_nics,
@@ -197,7 +196,7 @@ def test_every_container_is_confined(name, pod):
             path = host.get(mount["name"])
             if path is None:
                 continue
-            writable = (container["name"], path) in SIDECAR_HOST_WRITES
+            writable = (container["name"], path) in sidecar_host_writes()
             assert mount.get("readOnly", False) is not writable, (container["name"], path)
 
 
@@ -212,7 +211,7 @@ def test_the_writable_sidecar_paths_are_the_catalog_sidecar_mounts():
     """Every allowance names a host path a catalog sidecar really mounts."""
     mounted = {(s.name, m.host_path) for a in ("H100", "H200") for s in accelerator(a).sidecars
                for m in s.mounts}  # fmt: skip
-    assert set(SIDECAR_HOST_WRITES) <= mounted
+    assert set(sidecar_host_writes()) <= mounted and sidecar_host_writes()
 
 
 def test_run_as_user_makes_the_run_containers_non_root():
