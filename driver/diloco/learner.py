@@ -1,6 +1,6 @@
 """The learner side of DiLoCo: a component the training loop calls after every step.
 
-    learner = Learner(cfg)                  # cfg: LearnerConfig (or LearnerConfig.from_env())
+    learner = make(cfg, model)              # cfg: LearnerConfig (or LearnerConfig.from_env())
     learner.start(model)                    # join: take the shared weights (or offer ours)
     for step in ...:
         ...; optimizer.step()
@@ -15,6 +15,9 @@ merges when the update arrives, by `merge`:
 `delta` (default) keeps the steps taken while the round was in flight, `replace` drops
 them (see outer.merge). The inner optimizer's state is kept across merges. A late or
 returning learner gets the shared weights whole and continues from them.
+
+With `fragments` > 1 (streaming) `make` returns `Streaming`: one Learner per fragment of
+the parameters, each on its own staggered schedule (docs/diloco.md).
 
 In a multi-process learner (torch.distributed initialised, several ranks) rank 0 talks to
 the synchronizer and broadcasts each merge to the other ranks; every rank calls after_step.
