@@ -95,3 +95,11 @@ def test_stage_service_refuses_what_is_not_a_stage():
 
     with pytest.raises(TypeError, match="not a driver.data.stages.Stage"):
         StageService("driver.aux.services.encoder:EncoderHandler")
+
+
+def test_evaluator_scores_an_unconditioned_model_without_embeddings():
+    handler, _ = dit_evaluator()
+    plain = build(DiTModelConfig(d_model=32, n_layers=1), ImageDataConfig(size=64)).model
+    handler.load_weights(1, plain.state_dict())
+    reply = handler.handle("evaluate", {"version": 1}, CTX)
+    assert reply["version"] == 1 and math.isfinite(reply["loss"])

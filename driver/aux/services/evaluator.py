@@ -97,6 +97,7 @@ class EvaluatorHandler:
             for batch in self.held_out:
                 if self.model_cfg.kind == "dit":
                     images, t, noise, emb = batch
+                    emb = emb if "cond.weight" in state else None  # an unconditioned run
                     total += float(dit.denoise_loss(call, images, t, noise, emb))
                 else:
                     total += float(self.work.loss(call, batch[0]))
