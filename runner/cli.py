@@ -34,6 +34,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "cp": ("runner.commands.cp:cp", "Copy files to and from pods."),
     "port-forward": ("runner.commands.port_forward:port_forward", "Forward local ports to a pod."),
     "diagnose": ("runner.commands.diagnose:diagnose", "Bundle a run's logs, events, crash files."),
+    "ui": ("runner.commands.ui:ui", "Serve the workload dashboard in a browser."),
 }
 
 

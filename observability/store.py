@@ -1,0 +1,243 @@
+"""The run's telemetry store: chDB in a local run's output folder, or the cluster's ClickHouse.
+
+Both hold the platform schema (`kustomize/bases/observability/clickhouse/schema.sql`) and
+answer the same parameterized SQL (`{team:String}`), so every query (the straggler analysis,
+`runner ui`) runs unchanged on a laptop and in a cluster.
+
+    from observability import store
+    local = store.LocalStore.open("outputs/research/tiny-lm")     # <dir>/chdb, schema applied
+    local.insert_metrics(store.metric_rows(identity, rank=3, step=10, ts=time.time(),
+                                           values={"train/step_time_s": 0.21}))
+    rows = local.query("SELECT count() AS n FROM platform.run_metrics WHERE run = {run:String}",
+                       {"run": "tiny-lm"})
+    local.close()
+
+    server = store.ServerStore("http://clickhouse.observability:8123")   # user/key from env
+    rows = server.query(same_sql, same_params)
+
+chDB runs ONE embedded server per process, on one folder at a time, and locks that folder
+(`status`) against other processes. So a store is written by one process (the driver) and
+read by others through a hard-linked snapshot (`snapshot`): `StoreWorker` is a child process
+(`python -m observability.store serve`, JSON lines on its pipes) that reads stores that way,
+so a reader never blocks the writer and never meets another chDB server of its own process.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import threading
+import urllib.parse
+import urllib.request
+from collections.abc import Iterable
+from datetime import UTC, datetime
+from pathlib import Path
+
+STORE_DIR = "chdb"
+RUN_METRICS = "platform.run_metrics"
+NCCL_COLLECTIVES = "platform.nccl_collectives"
+METRIC_COLUMNS = ("ts", "cluster", "team", "run", "learner", "rank", "pod", "node", "step",
+                  "name", "value")  # fmt: skip
+IDENTITY = ("cluster", "team", "run", "learner", "pod", "node")
+_SKIP = ("status", "tmp", "user_files", "preprocessed_configs")
+_HELD: dict[str, object] = {}  # this process's open store: {"path": ..., "session": ...}
+_LOCK = threading.Lock()
+
+
+class StoreError(Exception):
+    """A store could not be opened, written or queried (one line)."""
+
+
+def ts_text(ts: float | datetime | str) -> str:
+    """A DateTime64(3) value (UTC) from epoch seconds, a datetime or a string."""
+    if isinstance(ts, str):
+        return ts
+    if not isinstance(ts, datetime):
+        ts = datetime.fromtimestamp(float(ts), UTC)
+    return ts.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
+
+
+def metric_rows(identity: dict, rank: int, step: int, ts, values: dict[str, float]) -> list[dict]:
+    """`platform.run_metrics` rows of one rank's step: one per finite metric (name -> value).
+    `identity` holds cluster, team, run and optionally learner, pod and node."""
+    base = {k: str(identity.get(k, "")) for k in IDENTITY}
+    base.update(ts=ts_text(ts), rank=int(rank), step=int(step))
+    return [
+        {**base, "name": name, "value": float(v)}
+        for name, v in sorted(values.items())
+        if not isinstance(v, bool) and isinstance(v, int | float) and math.isfinite(v)
+    ]
+
+
+def json_each_row(rows: Iterable[dict]) -> str:
+    return "".join(json.dumps(r, separators=(",", ":")) + "\n" for r in rows)
+
+
+def parse_rows(text: str) -> list[dict]:
+    return [json.loads(line) for line in text.splitlines() if line]
+
+
+def store_path(folder: str | Path) -> Path:
+    """The chDB folder of a run's output folder (or the folder itself when it is one)."""
+    folder = Path(folder)
+    return folder if folder.name == STORE_DIR else folder / STORE_DIR
+
+
+def schema_statements() -> list[str]:
+    from kustomize.tooling import clickhouse  # the committed schema, one place
+
+    return clickhouse.statements(clickhouse.SCHEMA.read_text())
+
+
+class LocalStore:
+    """A chDB database in a folder; the process's one embedded server while open."""
+
+    def __init__(self, session, path: Path):
+        self.session, self.path = session, path
+
+    @classmethod
+    def open(cls, folder: str | Path, schema: bool = True) -> LocalStore:
+        """Open (create) the store of a run's output folder; with `schema`, apply the schema
+        (idempotent). Raises StoreError when this process holds another store or another
+        process holds this one."""
+        from chdb import session as chdb_session
+
+        path = store_path(folder)
+        with _LOCK:
+            held = _HELD.get("path")
+            if held and held != str(path):
+                raise StoreError(f"{path}: this process already has the chDB store {held} open")
+            path.mkdir(parents=True, exist_ok=True)
+            try:
+                session = chdb_session.Session(str(path))
+            except Exception as err:
+                raise StoreError(f"{path}: cannot open the chDB store: {first_line(err)}") from None
+            _HELD.update(path=str(path))
+        store = cls(session, path)
+        if schema:
+            for statement in schema_statements():
+                store.execute(statement)
+        return store
+
+    def execute(self, sql: str, params: dict | None = None) -> str:
+        try:
+            result = self.session.query(sql, "JSONEachRow", params=params or {})
+        except Exception as err:
+            raise StoreError(f"{self.path}: {first_line(err)}") from None
+        return result.bytes().decode()
+
+    def query(self, sql: str, params: dict | None = None) -> list[dict]:
+        """The rows of a parameterized query (`{name:Type}` bound by chDB)."""
+        return parse_rows(self.execute(sql, params))
+
+    def insert(self, table: str, rows: Iterable[dict]) -> int:
+        """Insert rows (dicts of the table's columns) into `table`; the count."""
+        body = json_each_row(rows)
+        if body:
+            self.execute(f"INSERT INTO {table} FORMAT JSONEachRow\n{body}")
+        return body.count("\n")
+
+    def insert_metrics(self, rows: Iterable[dict]) -> int:
+        """Insert `platform.run_metrics` rows (`metric_rows`, or driver.clickhouse's)."""
+        return self.insert(RUN_METRICS, rows)
+
+    def close(self) -> None:
+        with _LOCK:
+            if self.session is not None:
+                self.session.close()
+                self.session = None
+                _HELD.clear()
+
+    def __enter__(self) -> LocalStore:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+class ServerStore:
+    """The same calls against a ClickHouse server's HTTP interface. Credentials come from
+    the environment only (`user_env`, `password_env`: a Secret mounted as env)."""
+
+    def __init__(self, url: str, user_env: str = "CLICKHOUSE_USER",
+                 password_env: str = "CLICKHOUSE_PASSWORD", timeout_s: float = 30.0):  # fmt: skip
+        parts = urllib.parse.urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise StoreError(f"--clickhouse: {url!r} is not an http(s) URL")
+        if parts.username or parts.password:
+            raise StoreError("--clickhouse: credentials go in the environment, not the URL")
+        self.url, self.timeout_s = url.rstrip("/"), timeout_s
+        self.headers = {}
+        if os.environ.get(user_env):
+            self.headers["X-ClickHouse-User"] = os.environ[user_env]
+        if os.environ.get(password_env):
+            self.headers["X-ClickHouse-Key"] = os.environ[password_env]
+
+    def execute(self, sql: str, params: dict | None = None, body: str = "") -> str:
+        query = {"default_format": "JSONEachRow"}
+        query.update({f"param_{k}": str(v) for k, v in (params or {}).items()})
+        data = (sql + ("\n" + body if body else "")).encode()
+        url = f"{self.url}/?{urllib.parse.urlencode(query)}"
+        request = urllib.request.Request(url, data=data, headers=self.headers, method="POST")
+        try:
+            with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
+                return response.read().decode()
+        except Exception as err:
+            raise StoreError(f"{self.url}: {first_line(err)}") from None
+
+    def query(self, sql: str, params: dict | None = None) -> list[dict]:
+        return parse_rows(self.execute(sql, params))
+
+    def insert(self, table: str, rows: Iterable[dict]) -> int:
+        body = json_each_row(rows)
+        if body:
+            self.execute(f"INSERT INTO {table} FORMAT JSONEachRow", body=body)
+        return body.count("\n")
+
+    def insert_metrics(self, rows: Iterable[dict]) -> int:
+        return self.insert(RUN_METRICS, rows)
+
+
+def first_line(err: BaseException) -> str:
+    text = str(err).strip().splitlines()
+    return text[0][:300] if text else type(err).__name__
+
+
+def signature(path: Path) -> tuple:
+    """Changes whenever a table gains or loses a part (or the schema changes)."""
+    marks = []
+    for top in ("store", "metadata"):
+        root = path / top
+        if root.is_dir():
+            for dirpath, dirnames, _ in os.walk(root):
+                if dirpath.count(os.sep) - str(root).count(os.sep) >= 2:
+                    dirnames[:] = []
+                marks.append((dirpath, os.stat(dirpath).st_mtime_ns))
+    return tuple(sorted(marks))
+
+
+def snapshot(path: Path, dest: Path) -> Path:
+    """A readable copy of a store another process may hold: parts are immutable, so their
+    files are hard-linked (copied across file systems); half-written parts are left out."""
+
+    def ignore(folder: str, names: list[str]) -> list[str]:
+        top = Path(folder) == path
+        return [n for n in names if n.startswith(("tmp_", "delete_tmp_")) or top and n in _SKIP]
+
+    def link(src: str, dst: str) -> None:
+        try:
+            os.link(src, dst)
+        except OSError:
+            shutil.copy2(src, dst)
+
+    for attempt in range(3):  # a part merged away while we copied: copy again
+        shutil.rmtree(dest, ignore_errors=True)
+        try:
+            shutil.copytree(path, dest, symlinks=True, ignore=ignore, copy_function=link)
+            return dest
+        except (FileNotFoundError, shutil.Error):
+            if attempt == 2:
+                raise
+    return dest

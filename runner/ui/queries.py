@@ -1,0 +1,145 @@
+"""The dashboard's SQL (the same text in chDB and ClickHouse) and how its rows become the
+JSON API's sections. Every value from a request is a bound parameter (`{run:String}`);
+nothing a user typed is pasted into SQL. `query(sql, params) -> rows` is the one call a
+source needs (runner.ui.reader for a local store, observability.store.ServerStore).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+Query = Callable[[str, dict], list[dict]]
+RUN = "team = {team:String} AND run = {run:String}"
+LOSS, STEP_TIME = "train/loss", "train/step_time_s"
+
+RUNS = """
+SELECT team, run, max(step) AS last_step, uniqExact(rank) AS ranks,
+       toUnixTimestamp64Milli(max(ts)) / 1000 AS last_time
+FROM platform.run_metrics
+WHERE ts > now() - INTERVAL {days:UInt32} DAY
+GROUP BY team, run ORDER BY last_time DESC LIMIT 500"""
+
+MEMBERS = f"""
+SELECT rank, argMaxIf(pod, ts, pod != '') AS pod, argMaxIf(node, ts, node != '') AS node,
+       max(step) AS last_step,
+       toUnixTimestamp64Milli(max(ts)) / 1000 AS last_time
+FROM platform.run_metrics WHERE {RUN}
+GROUP BY rank ORDER BY rank LIMIT {{ranks:UInt32}}"""
+
+# Loss and step time per step (mean over ranks), steps bucketed to at most `points`.
+SERIES = f"""
+WITH (SELECT max(step) FROM platform.run_metrics WHERE {RUN}) AS top,
+     greatest(1, intDiv(top, {{points:UInt32}}) + 1) AS bucket
+SELECT intDiv(step, bucket) * bucket AS step,
+       avgIf(value, name = '{LOSS}') AS loss, avgIf(value, name = '{STEP_TIME}') AS step_time,
+       avgIf(value, name LIKE 'train/%_per_s') AS throughput
+FROM platform.run_metrics
+WHERE {RUN} AND name IN ('{LOSS}', '{STEP_TIME}', 'train/tokens_per_s', 'train/samples_per_s')
+GROUP BY step ORDER BY step"""
+
+# Step time per rank per bucket, for the `ranks` ranks slowest on average.
+RANK_STEP_TIME = f"""
+WITH (SELECT max(step) FROM platform.run_metrics WHERE {RUN}) AS top,
+     greatest(1, intDiv(top, {{points:UInt32}}) + 1) AS bucket,
+     slowest AS (SELECT rank FROM platform.run_metrics
+                 WHERE {RUN} AND name = '{STEP_TIME}'
+                 GROUP BY rank ORDER BY avg(value) DESC, rank LIMIT {{ranks:UInt32}})
+SELECT rank, intDiv(step, bucket) * bucket AS step, avg(value) AS step_time
+FROM platform.run_metrics
+WHERE {RUN} AND name = '{STEP_TIME}' AND rank IN (SELECT rank FROM slowest)
+GROUP BY rank, step ORDER BY rank, step"""
+
+# The newest value of every aux-service field (`aux/<service>/<field>`).
+AUX = f"""
+SELECT splitByChar('/', name)[2] AS service, splitByChar('/', name)[3] AS field,
+       argMax(value, (step, ts)) AS latest, max(step) AS last_step
+FROM platform.run_metrics WHERE {RUN} AND startsWith(name, 'aux/')
+GROUP BY service, field ORDER BY service, field LIMIT 2000"""
+
+COLLECTIVE_SPAN = f"""
+SELECT count() AS records, toString(min(ts)) AS start, toString(max(ts) + 1) AS end
+FROM platform.nccl_collectives WHERE {RUN}"""
+
+
+def runs(query: Query, days: int = 30) -> list[dict]:
+    return query(RUNS, {"days": days})
+
+
+def members(query: Query, team: str, run: str, ranks: int) -> list[dict]:
+    return query(MEMBERS, {"team": team, "run": run, "ranks": ranks})
+
+
+def series(query: Query, team: str, run: str, points: int) -> dict:
+    rows = query(SERIES, {"team": team, "run": run, "points": points})
+    return columns(rows, ("step", "loss", "step_time", "throughput"))
+
+
+def rank_step_time(query: Query, team: str, run: str, points: int, ranks: int) -> dict:
+    """{"steps": [...], "ranks": {rank: [step time per step or None]}}."""
+    rows = query(RANK_STEP_TIME, {"team": team, "run": run, "points": points, "ranks": ranks})
+    steps = sorted({r["step"] for r in rows})
+    where = {s: i for i, s in enumerate(steps)}
+    out: dict[str, list] = {}
+    for r in rows:
+        out.setdefault(str(r["rank"]), [None] * len(steps))[where[r["step"]]] = r["step_time"]
+    return {"steps": steps, "ranks": out}
+
+
+def aux(query: Query, team: str, run: str) -> list[dict]:
+    return aux_services(query(AUX, {"team": team, "run": run}))
+
+
+def aux_services(rows: list[dict]) -> list[dict]:
+    """[{service, fields: {field: value}, step}] from (service, field, latest, last_step)."""
+    services: dict[str, dict] = {}
+    for r in rows:
+        s = services.setdefault(r["service"], {"service": r["service"], "fields": {}, "step": 0})
+        s["fields"][r["field"]] = r["latest"]
+        s["step"] = max(s["step"], r["last_step"])
+    return list(services.values())
+
+
+def columns(rows: list[dict], names: tuple[str, ...]) -> dict:
+    """Rows as columns, NaN (a bucket without the metric) as None."""
+    return {n: [none_if_nan(r.get(n)) for r in rows] for n in names}
+
+
+def none_if_nan(value):
+    return None if isinstance(value, float) and value != value else value
+
+
+def stragglers(query: Query, team: str, run: str, window_s: int, ranks: int) -> dict:
+    """The heatmap: straggler_ranks (observability/sql) over the run's whole span."""
+    from observability import stragglers as analysis
+
+    span = query(COLLECTIVE_SPAN, {"team": team, "run": run})
+    if not span or not span[0]["records"]:
+        return {"windows": [], "ranks": [], "cells": [], "named": []}
+    values = analysis.params(team, run, span[0]["start"], span[0]["end"],
+                             analysis.Thresholds(window_s=window_s))  # fmt: skip
+    rows = query(analysis.sql("straggler_ranks"), analysis.used("straggler_ranks", values))
+    return heatmap(rows, ranks)
+
+
+def heatmap(rows: list[dict], limit: int) -> dict:
+    """Windows x ranks of arrival delay; ranks shown: every straggler, then the latest
+    arriving, at most `limit`; per window the named stragglers (rank, node, delay)."""
+    windows = sorted({r["window"] for r in rows})
+    score: dict[int, tuple] = {}
+    for r in rows:
+        old = score.get(r["rank"], (0, 0.0))
+        score[r["rank"]] = (old[0] + int(r["straggler"]), max(old[1], r["delay_us"]))
+    shown = sorted(sorted(score, key=lambda k: (-score[k][0], -score[k][1], k))[:limit])
+    where = {w: i for i, w in enumerate(windows)}
+    row_of = {k: i for i, k in enumerate(shown)}
+    cells = [[None] * len(windows) for _ in shown]
+    named: list[list[dict]] = [[] for _ in windows]
+    for r in rows:
+        w = where[r["window"]]
+        if r["rank"] in row_of:
+            cells[row_of[r["rank"]]][w] = round(r["delay_us"], 1)
+        if r["straggler"]:
+            named[w].append({"rank": r["rank"], "node": r["node"],
+                             "delay_us": round(r["delay_us"], 1),
+                             "last_fraction": round(r["last_fraction"], 3)})  # fmt: skip
+    return {"windows": windows, "ranks": shown, "cells": cells, "named": named}
