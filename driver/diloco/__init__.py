@@ -6,9 +6,12 @@
 - `link`: the authenticated, encrypted ZeroMQ link; messages in `driver.aux.wire`'s format.
 - `state`: the synchronizer's outer state on disk (raw tensor frames + JSON, no pickle).
 - `synchronizer`: the server (`python -m driver.diloco.synchronizer --help`).
-- `learner`: the component a training loop calls after every optimizer step.
+- `config`: a learner's settings (`LearnerConfig`, also from `REVE_DILOCO_*`).
+- `learner`: the component a training loop calls after every optimizer step (`make`:
+  a `Learner`, or `Streaming` for a model synced in fragments).
 - `trainer`, `local`: a small learner process over the reference LM, and a local
   experiment (synchronizer + learners as processes on loopback).
+- `slowlink`: a slow cross-region link on one machine (namespaces, veth, tc tbf).
 
 How it works and how to run it: docs/diloco.md.
 """
