@@ -47,7 +47,7 @@ class TinyDiT(nn.Module):
         batch = x.shape[0]
         h = self.embed(x).flatten(2).transpose(1, 2) + self.pos
         cond = self.time(timestep_embedding(t, h.shape[-1]))
-        if self.cond is not None:
+        if self.cond is not None and emb is not None:  # no embeddings: unconditioned
             cond = cond + self.cond(emb.to(cond.dtype))
         for block in self.blocks:
             h = block(h, cond)
