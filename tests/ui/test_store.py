@@ -3,14 +3,10 @@ another process writes it), and the ClickHouse-server twin against an HTTP stand
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 import textwrap
-import threading
 import time
-import urllib.parse
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -105,56 +101,6 @@ def test_opening_a_second_store_in_one_process_is_one_line(tmp_path):
     done = subprocess.run([sys.executable, "-c", code, str(tmp_path)], cwd=ROOT,
                           capture_output=True, text=True, timeout=120)  # fmt: skip
     assert "already has the chDB store" in done.stdout, done.stdout + done.stderr
-
-
-class ClickHouseStandIn(BaseHTTPRequestHandler):
-    """ClickHouse's HTTP interface for these tests: the POST body is the query, `param_*`
-    bind its parameters; answered by a chDB store (the same engine)."""
-
-    reader = folder = None
-    seen: list[dict] = []
-
-    def log_message(self, *args) -> None:
-        pass
-
-    def do_POST(self) -> None:  # noqa: N802
-        query = urllib.parse.parse_qs(urllib.parse.urlsplit(self.path).query)
-        body = self.rfile.read(int(self.headers["Content-Length"])).decode()
-        params = {
-            k.removeprefix("param_"): v[0] for k, v in query.items() if k.startswith("param_")
-        }
-        self.seen.append({"user": self.headers.get("X-ClickHouse-User"), "params": params})
-        try:
-            if body.startswith("INSERT INTO "):
-                table, _, data = body.removeprefix("INSERT INTO ").partition(
-                    " FORMAT JSONEachRow\n"
-                )
-                rows = [json.loads(line) for line in data.splitlines() if line]
-                self.reader.insert(self.folder, table, rows)
-                text = ""
-            else:
-                text = "".join(
-                    json.dumps(r) + "\n" for r in self.reader.query(self.folder, body, params)
-                )
-            status = 200
-        except Exception as err:
-            text, status = str(err), 500
-        data = text.encode()
-        self.send_response(status)
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-
-@pytest.fixture
-def clickhouse(outputs, reader):
-    folder = outputs / "research" / "straggly"
-    handler = type("H", (ClickHouseStandIn,), {"reader": reader, "seen": [], "folder": folder})
-    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_address[1]}", handler
-    server.shutdown()
-    server.server_close()
 
 
 def test_server_store_binds_parameters_over_http(clickhouse, monkeypatch):

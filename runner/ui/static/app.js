@@ -60,6 +60,7 @@ function plot(id, x, series) {
     series: [{label: "step"}, ...series.map((s, i) => ({label: s.label, stroke: COLORS[i % COLORS.length],
                                                        width: 1.5, spanGaps: true}))],
     axes: [{label: "step"}, {}],
+    legend: {live: false},
   };
   plots[id] = {key, u: new uPlot(opts, data, box)};
 }
@@ -107,7 +108,8 @@ function renderHeatmap(h) {
     })));
   const named = el("tr", {class: "named"}, el("th", {}, "straggler"),
     ...h.named.map((list) => el("td", {class: "who"}, list.map((n) => `rank ${n.rank} (${n.node})`).join(", ") || "-")));
-  const summary = el("p", {id: "straggler-summary"}, stragglerSummary(h));
+  const summary = el("p", {id: "straggler-summary"}, stragglerSummary(h),
+    el("small", {}, ` · colour from 0 to ${fmt(top, 3)} µs; outlined: the window's straggler`));
   box.replaceChildren(summary, el("table", {}, head, ...rows, named));
 }
 
