@@ -81,9 +81,9 @@ class FtReplica:
         from torchft import Manager, ProcessGroupGloo
 
         from driver.ft.lighthouse import pass_gate
+        from driver.ft.transport import WeightsOnlyHTTPTransport
 
         lighthouse = lighthouse or os.environ["TORCHFT_LIGHTHOUSE"]  # set by Ray's TorchftConfig
-        from driver.ft.transport import WeightsOnlyHTTPTransport
 
         self.cfg, self.group, self.start_groups = cfg, group, groups_at_start
         self.grad_accum, self.state = grad_accum, state
