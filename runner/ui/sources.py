@@ -61,8 +61,7 @@ class LocalSource:
 
     def describe(self, team: str, name: str, folder: Path) -> dict:
         summary = read_json(folder / "summary.json")
-        changed = max((p.stat().st_mtime for p in (folder / "metrics.jsonl", folder / "chdb")
-                       if p.exists()), default=0.0)  # fmt: skip
+        changed = last_change(folder)
         if summary is not None:
             state = "finished"
         elif any(folder.glob("crash-*")):
@@ -137,6 +136,13 @@ def merge_pods(ranks: list[dict], pods: list[dict]) -> list[dict]:
             out.append({"rank": None, "pod": p["pod"], "node": p["node"], "phase": p["phase"],
                         "role": p["role"], "last_step": None, "last_time": None})  # fmt: skip
     return out
+
+
+def last_change(folder: Path) -> float:
+    """When the run last wrote metrics: metrics.jsonl, or a table of its store gaining a part
+    (which changes the table folder, `chdb/store/<xxx>/<uuid>`)."""
+    paths = [folder / "metrics.jsonl", *(folder / "chdb").glob("store/*/*")]
+    return max((p.stat().st_mtime for p in paths if p.exists()), default=0.0)
 
 
 def read_json(path: Path) -> dict | None:

@@ -160,3 +160,22 @@ def test_ui_help_imports_no_store_or_heavy_package():
             "{'chdb', 'torch', 'ray', 'pulumi', 'numpy', 'pandas'}))")  # fmt: skip
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
     assert done.stdout.strip().endswith("[]"), done.stdout + done.stderr
+
+
+def test_runner_ui_serves_on_loopback_and_prints_its_url(outputs):
+    import re
+    import signal
+
+    args = ["ui", "--outputs", str(outputs), "--run", "research/straggly"]
+    proc = subprocess.Popen([sys.executable, "-m", "runner", *args], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        line = proc.stdout.readline()
+        found = re.search(r"(http://127\.0\.0\.1:\d+/)#research/straggly", line)
+        assert found, line + proc.stderr.read() if proc.poll() is not None else line
+        status, body = get(found.group(1), "api/runs")
+        assert status == 200 and [r["run"] for r in body["runs"]] == ["straggly"]
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=60)
+    assert proc.returncode == 0
