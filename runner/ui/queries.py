@@ -57,7 +57,8 @@ FROM platform.run_metrics WHERE {RUN} AND startsWith(name, 'aux/')
 GROUP BY service, field ORDER BY service, field LIMIT 2000"""
 
 COLLECTIVE_SPAN = f"""
-SELECT count() AS records, toString(min(ts)) AS start, toString(max(ts) + 1) AS end
+SELECT count() AS records, toUnixTimestamp64Micro(min(ts)) AS first_us,
+       toUnixTimestamp64Micro(max(ts)) AS last_us
 FROM platform.nccl_collectives WHERE {RUN}"""
 
 
@@ -108,15 +109,19 @@ def none_if_nan(value):
     return None if isinstance(value, float) and value != value else value
 
 
-def stragglers(query: Query, team: str, run: str, window_s: int, ranks: int) -> dict:
-    """The heatmap: straggler_ranks (observability/sql) over the run's whole span."""
+def stragglers(query: Query, team: str, run: str, window_s: int, ranks: int,
+               windows: int) -> dict:  # fmt: skip
+    """The heatmap: straggler_ranks (observability/sql) over the run's last `windows`
+    windows of collective records (whole windows: the start is aligned to `window_s`)."""
     from observability import stragglers as analysis
 
     span = query(COLLECTIVE_SPAN, {"team": team, "run": run})
     if not span or not span[0]["records"]:
         return {"windows": [], "ranks": [], "cells": [], "named": []}
-    values = analysis.params(team, run, span[0]["start"], span[0]["end"],
-                             analysis.Thresholds(window_s=window_s))  # fmt: skip
+    end_s = int(span[0]["last_us"]) / 1e6 + 1e-6
+    start_s = max(int(span[0]["first_us"]) / 1e6, end_s - windows * window_s)
+    start_s = start_s // window_s * window_s
+    values = analysis.params(team, run, start_s, end_s, analysis.Thresholds(window_s=window_s))
     rows = query(analysis.sql("straggler_ranks"), analysis.used("straggler_ranks", values))
     return heatmap(rows, ranks)
 

@@ -4,7 +4,7 @@
     threading.Thread(target=server.serve_forever, daemon=True).start()
     print(url(server))
 
-API (docs/ui.md): `GET /api/runs`, `GET /api/run?team=T&run=R[&points=&ranks=&window_s=]`,
+API (docs/ui.md): `GET /api/runs`, `GET /api/run?team=T&run=R[&points=&ranks=&window_s=&windows=]`,
 `GET /api/health`. Parameters are validated against `LIMITS` (400 with a one-line JSON
 error otherwise); names are bound as SQL parameters, never pasted into SQL.
 """
@@ -24,7 +24,7 @@ from runner.ui.sources import Options
 
 STATIC = Path(__file__).resolve().parent / "static"
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
-LIMITS = {"points": (10, 2000), "ranks": (1, 256), "window_s": (5, 3600)}
+LIMITS = {"points": (10, 2000), "ranks": (1, 256), "window_s": (5, 3600), "windows": (1, 1000)}
 HEADERS = {
     "Content-Security-Policy": "default-src 'self'; img-src 'self' data:",
     "X-Content-Type-Options": "nosniff",

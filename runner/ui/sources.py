@@ -26,6 +26,7 @@ class Options:
     points: int = 300
     ranks: int = 64
     window_s: int = 30
+    windows: int = 40
 
 
 def sections(query, team: str, name: str, opts: Options) -> dict:
@@ -34,7 +35,9 @@ def sections(query, team: str, name: str, opts: Options) -> dict:
         "series": queries.series(query, team, name, opts.points),
         "rank_step_time": queries.rank_step_time(query, team, name, opts.points, opts.ranks),
         "aux": queries.aux(query, team, name),
-        "stragglers": queries.stragglers(query, team, name, opts.window_s, opts.ranks),
+        "stragglers": queries.stragglers(
+            query, team, name, opts.window_s, opts.ranks, opts.windows
+        ),
     }
 
 

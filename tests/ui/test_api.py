@@ -179,3 +179,9 @@ def test_runner_ui_serves_on_loopback_and_prints_its_url(outputs):
         proc.send_signal(signal.SIGINT)
         proc.wait(timeout=60)
     assert proc.returncode == 0
+
+
+def test_the_heatmap_covers_the_last_windows_asked_for(local):
+    everything = get(local, f"/api/run?team={fill.TEAM}&run={fill.RUN}")[1]["stragglers"]
+    status, body = get(local, f"/api/run?team={fill.TEAM}&run={fill.RUN}&windows=2")
+    assert status == 200 and body["stragglers"]["windows"] == everything["windows"][-2:]
