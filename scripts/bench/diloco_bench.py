@@ -143,6 +143,13 @@ def run_dp(args, model: list[str], out: Path) -> dict:
     }
 
 
+def sync_settings(args: argparse.Namespace) -> list[str]:
+    """The synchronizer's options from the benchmark's."""
+    return ["--compression", args.compression, "--outer-lr", str(args.outer_lr),
+            "--outer-momentum", str(args.outer_momentum), "--expect",
+            ",".join(local.learner_names(args.learners))]  # fmt: skip
+
+
 def run_diloco(args, model: list[str], out: Path) -> dict:
     names = local.learner_names(args.learners)
     keys.generate(out / "keys", names)
@@ -160,6 +167,7 @@ def run_diloco(args, model: list[str], out: Path) -> dict:
             str(out / "state"),
             "--endpoint-file",
             str(out / "endpoint"),
+            *sync_settings(args),
         ]
         sync = subprocess.Popen(
             link.wrap("sync", sync_cmd),
@@ -213,7 +221,8 @@ def main(argv: list[str] | None = None) -> int:
     h, steps = args.sync_every, args.steps
     print(
         f"model d_model={args.d_model} layers={args.layers}; {args.learners} x {steps} steps x "
-        f"{args.batch} x {args.seq_len} tokens; link {args.rate} per hop; H={h}, {args.mode}"
+        f"{args.batch} x {args.seq_len} tokens; link {args.rate} per hop; H={h}, {args.mode}, "
+        f"{args.compression}, outer lr {args.outer_lr} momentum {args.outer_momentum}"
     )
     print(
         f"data parallel: {dp['sent'] / steps / 1e3:.1f} kB/step, loss {dp['final_eval']:.4f}, "
