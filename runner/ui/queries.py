@@ -112,15 +112,15 @@ def none_if_nan(value):
 def stragglers(query: Query, team: str, run: str, window_s: int, ranks: int,
                windows: int) -> dict:  # fmt: skip
     """The heatmap: straggler_ranks (observability/sql) over the run's last `windows`
-    windows of collective records (whole windows: the start is aligned to `window_s`)."""
+    windows of collective records (windows start on multiples of `window_s`, as the SQL's)."""
     from observability import stragglers as analysis
 
     span = query(COLLECTIVE_SPAN, {"team": team, "run": run})
     if not span or not span[0]["records"]:
         return {"windows": [], "ranks": [], "cells": [], "named": []}
     end_s = int(span[0]["last_us"]) / 1e6 + 1e-6
-    start_s = max(int(span[0]["first_us"]) / 1e6, end_s - windows * window_s)
-    start_s = start_s // window_s * window_s
+    last_window = end_s // window_s * window_s  # the newest window, perhaps not yet whole
+    start_s = max(int(span[0]["first_us"]) / 1e6, last_window - (windows - 1) * window_s)
     values = analysis.params(team, run, start_s, end_s, analysis.Thresholds(window_s=window_s))
     rows = query(analysis.sql("straggler_ranks"), analysis.used("straggler_ranks", values))
     return heatmap(rows, ranks)
