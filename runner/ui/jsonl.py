@@ -29,6 +29,24 @@ def read(path: Path) -> list[dict]:
     return rows[-MAX_ROWS:]
 
 
+def last_step(path: Path) -> int | None:
+    """The step of the last whole row of a metrics file (reads only its end)."""
+    try:
+        with path.open("rb") as f:
+            f.seek(max(0, f.seek(0, 2) - 8192))
+            lines = f.read().decode(errors="replace").splitlines()
+    except OSError:
+        return None
+    for line in reversed(lines):
+        try:
+            step = json.loads(line).get("step")
+        except (ValueError, AttributeError):
+            continue
+        if isinstance(step, int):
+            return step
+    return None
+
+
 def bucketed(rows: list[dict], points: int, key: str) -> tuple[list[int], list]:
     """Mean of `key` per bucket of steps, at most `points` buckets (as queries.SERIES)."""
     top = max((r["step"] for r in rows), default=0)

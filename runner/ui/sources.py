@@ -72,7 +72,8 @@ class LocalSource:
         else:
             state = "running" if time.time() - changed < LIVE_S else "stopped"
         return {"team": team, "run": name, "state": state, "updated": changed,
-                "store": (folder / "chdb").is_dir(), "last_step": (summary or {}).get("steps"),
+                "store": (folder / "chdb").is_dir(),
+                "last_step": jsonl.last_step(folder / "metrics.jsonl"),
                 "world_size": (summary or {}).get("world_size")}  # fmt: skip
 
     def run(self, team: str, name: str, opts: Options) -> dict | None:

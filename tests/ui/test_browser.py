@@ -81,6 +81,7 @@ def test_the_page_refreshes_while_a_run_writes(tmp_path, serve, page):
     expect = pytest.importorskip("playwright.sync_api").expect
     expect(page.locator("#loss-plot")).to_have_attribute("data-points", "5", timeout=60_000)
     assert page.locator("#runs td.state-running").count() == 1
+    expect(page.locator("#runs tr[data-run='research/live'] td").nth(2)).to_have_text("5")
     write(6, 12)
     expect(page.locator("#loss-plot")).to_have_attribute("data-points", "12", timeout=60_000)
     shot(page, tmp_path / "live.png")

@@ -12,6 +12,8 @@ const el = (tag, attrs = {}, ...kids) => {
 };
 const fmt = (v, d = 4) => (v === null || v === undefined) ? "-" :
   (typeof v === "number" ? (Number.isInteger(v) ? String(v) : v.toPrecision(d)) : String(v));
+const compact = (v) => v === null ? "" : Math.abs(v) >= 1e4 ?
+  new Intl.NumberFormat("en", {notation: "compact", maximumSignificantDigits: 3}).format(v) : String(+v.toPrecision(3));
 const when = (t) => t ? new Date(t * 1000).toLocaleTimeString() : "-";
 
 async function getJSON(url) {
@@ -59,7 +61,7 @@ function plot(id, x, series) {
     scales: {x: {time: false}},
     series: [{label: "step"}, ...series.map((s, i) => ({label: s.label, stroke: COLORS[i % COLORS.length],
                                                        width: 1.5, spanGaps: true}))],
-    axes: [{label: "step"}, {}],
+    axes: [{label: "step"}, {size: 56, values: (u, ticks) => ticks.map(compact)}],
     legend: {live: false},
   };
   plots[id] = {key, u: new uPlot(opts, data, box)};
