@@ -11,6 +11,7 @@ error otherwise); names are bound as SQL parameters, never pasted into SQL.
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import logging
 import mimetypes
@@ -77,6 +78,10 @@ class Handler(BaseHTTPRequestHandler):
         self.send(status, body, "application/json")
 
     def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+        allowed = getattr(self.server, "allowed_hosts", None)
+        if allowed and (self.headers.get("Host") or "").lower() not in allowed:
+            self.send_json(HTTPStatus.FORBIDDEN, {"error": "unexpected Host header"})
+            return  # a page of another site reaching loopback through DNS rebinding
         url = urllib.parse.urlsplit(self.path)
         query = urllib.parse.parse_qs(url.query, max_num_fields=20)
         try:
@@ -137,6 +142,10 @@ def make_server(source, host: str = "127.0.0.1", port: int = 0) -> ThreadingHTTP
     handler = type("BoundHandler", (Handler,), {"source": source})
     server = ThreadingHTTPServer((host, port), handler)
     server.daemon_threads = True
+    if ipaddress.ip_address(server.server_address[0]).is_loopback:
+        port = server.server_address[1]
+        names = ("127.0.0.1", "localhost", "[::1]", server.server_address[0])
+        server.allowed_hosts = {f"{n}:{port}" for n in names}
     return server
 
 

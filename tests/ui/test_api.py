@@ -185,3 +185,10 @@ def test_the_heatmap_covers_the_last_windows_asked_for(local):
     everything = get(local, f"/api/run?team={fill.TEAM}&run={fill.RUN}")[1]["stragglers"]
     status, body = get(local, f"/api/run?team={fill.TEAM}&run={fill.RUN}&windows=2")
     assert status == 200 and body["stragglers"]["windows"] == everything["windows"][-2:]
+
+
+def test_a_loopback_server_refuses_other_host_names(local):
+    request = urllib.request.Request(local + "api/runs", headers={"Host": "evil.example:80"})
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(request, timeout=30)
+    assert refused.value.code == 403
