@@ -123,7 +123,13 @@ class Child:
     def handle(self, request: dict) -> list[dict]:
         if request["op"] == "query":
             snap = self.snapshot_of(request["folder"])
-            return self.use(str(snap), snap).query(request["sql"], request["params"])
+            try:
+                return self.use(str(snap), snap).query(request["sql"], request["params"])
+            except Exception as err:  # name the run's store, not the snapshot
+                from observability.store import store_path
+
+                where = str(store_path(request["folder"]))
+                raise RuntimeError(str(err).replace(str(snap), where)) from None
         if request["op"] == "insert":
             from observability.store import LocalStore
 

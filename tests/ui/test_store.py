@@ -110,3 +110,11 @@ def test_server_store_binds_parameters_over_http(clickhouse, monkeypatch):
     assert s.query(COUNT, {"run": "straggly"})[0]["n"] > 0
     assert handler.seen[-1] == {"user": "dash", "params": {"run": "straggly"}}
     assert s.query(COUNT, {"run": "x' OR '1'='1"}) == [{"n": 0}]  # a value, never SQL
+
+
+def test_a_failing_query_names_the_run_store(outputs, reader):
+    from runner.ui.reader import ReaderError
+
+    folder = outputs / "research" / "straggly"
+    with pytest.raises(ReaderError, match=rf"^{folder}/chdb: .*UNKNOWN_IDENTIFIER"):
+        reader.query(folder, "SELECT nope FROM platform.run_metrics")
