@@ -56,6 +56,7 @@ class Learner:
         self.snapshot: outer.Params = {}
         self.residual: outer.Params = {}  # what compression left out of the last push
         self.merges: list[dict] = []  # one record per merge (round, kind, step)
+        self.pushes: list[dict] = []  # one record per push (step, bytes)
         self.wait_s = 0.0  # time spent blocked on the synchronizer
         self.dirty = False  # merged since the last broadcast to the other ranks
 
@@ -93,6 +94,7 @@ class Learner:
         grad, self.residual = outer.with_feedback(
             outer.pseudo_gradient(self.base, self.snapshot), self.residual, self.cfg.compression
         )
+        before = self.client.sent_bytes
         request = self.client.request(
             "push",
             {
@@ -104,6 +106,7 @@ class Learner:
             },
         )
         self.pending = (request, time.time())
+        self.pushes.append({"step": step, "bytes": self.client.sent_bytes - before})
         if self.cfg.mode == "barrier":
             self._wait(model, self.cfg.barrier_timeout_s, step)
 
@@ -234,6 +237,10 @@ class Streaming:
     @property
     def wait_s(self) -> float:
         return sum(part.wait_s for part in self.parts)
+
+    @property
+    def pushes(self) -> list[dict]:
+        return [push for part in self.parts for push in part.pushes]
 
     @property
     def sent_bytes(self) -> int:

@@ -75,6 +75,14 @@ def eval_loss(model, loss_fn, seq_len: int, batches: int = 4) -> float:
     return sum(losses) / len(losses)
 
 
+def peak_push(pushes: list[dict]) -> int:
+    """The most bytes pushed at one step (all fragments due at that step together)."""
+    per_step: dict[int, int] = {}
+    for push in pushes:
+        per_step[push["step"]] = per_step.get(push["step"], 0) + push["bytes"]
+    return max(per_step.values(), default=0)
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
         prog="python -m driver.diloco.trainer", description=__doc__.split("\n\n")[0]
@@ -141,6 +149,7 @@ def main(argv: list[str] | None = None) -> int:
         "merges": learner.merges if learner else [],
         "round": learner.round if learner else -1,
         "sent_bytes": learner.sent_bytes if learner else 0,
+        "peak_push_bytes": peak_push(learner.pushes) if learner else 0,
         "wait_s": learner.wait_s if learner else 0.0,
     }
     (out / f"{args.learner}.json").write_text(json.dumps(summary))

@@ -51,6 +51,7 @@ def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, list[str]]:
     p.add_argument("--compression", default="int8", help="DiLoCo's: int8, bf16, fp16, fp32")
     p.add_argument("--outer-lr", type=float, default=0.7)
     p.add_argument("--outer-momentum", type=float, default=0.5, help="0.5 suits few rounds")
+    p.add_argument("--fragments", type=int, default=1, help="DiLoCo's streaming fragments")
     p.add_argument("--role", choices=["bench", "dp"], default="bench", help=argparse.SUPPRESS)
     p.add_argument("--rank", type=int, default=0, help=argparse.SUPPRESS)
     p.add_argument("--master", default="", help=argparse.SUPPRESS)
@@ -185,6 +186,8 @@ def run_diloco(args, model: list[str], out: Path) -> dict:
             args.mode,
             "--compression",
             args.compression,
+            "--fragments",
+            str(args.fragments),
             *model,
         ]
         procs = [
@@ -203,6 +206,7 @@ def run_diloco(args, model: list[str], out: Path) -> dict:
         "wall_s": max(r["wall_s"] for r in results),
         "final_eval": results[0]["final_eval"],
         "round": results[0]["round"],
+        "peak": max(r["peak_push_bytes"] for r in results),
     }
 
 
@@ -222,7 +226,8 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"model d_model={args.d_model} layers={args.layers}; {args.learners} x {steps} steps x "
         f"{args.batch} x {args.seq_len} tokens; link {args.rate} per hop; H={h}, {args.mode}, "
-        f"{args.compression}, outer lr {args.outer_lr} momentum {args.outer_momentum}"
+        f"{args.compression}, outer lr {args.outer_lr} momentum {args.outer_momentum}, "
+        f"{args.fragments} fragment(s)"
     )
     print(
         f"data parallel: {dp['sent'] / steps / 1e3:.1f} kB/step, loss {dp['final_eval']:.4f}, "
@@ -230,7 +235,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(
         f"DiLoCo:        {dl['sent'] / steps / 1e3:.1f} kB/step, loss {dl['final_eval']:.4f}, "
-        f"{dl['wall_s']:.1f} s, {dl['round']} rounds"
+        f"{dl['wall_s']:.1f} s, {dl['round']} rounds, {args.fragments} fragment(s), largest "
+        f"push {dl['peak'] / 1e3:.1f} kB"
     )
     print(f"bytes ratio {dl['sent'] / dp['sent']:.4f} [goal <= 1/H = {1 / h:.4f}]")
     print(f"loss ratio  {dl['final_eval'] / dp['final_eval']:.4f} [goal <= 1.05]")

@@ -148,3 +148,10 @@ def test_partition_into_contiguous_fragments(sizes, parts, groups):
 def test_partition_refuses_more_fragments_than_tensors():
     with pytest.raises(ValueError):
         outer.partition([("a", 1)], 2)
+
+
+def test_peak_push_sums_the_fragments_due_at_one_step():
+    from driver.diloco.trainer import peak_push
+
+    pushes = [{"step": 9, "bytes": 10}, {"step": 4, "bytes": 7}, {"step": 9, "bytes": 5}]
+    assert peak_push(pushes) == 15 and peak_push([]) == 0
