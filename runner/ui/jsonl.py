@@ -86,6 +86,7 @@ def sections(rows: list[dict], summary: dict, points: int) -> dict:
         if steps
         else {"steps": [], "ranks": {}},
         "aux": aux(rows),
+        "aux_queues": aux_queues(rows, points),
         "stragglers": {"windows": [], "ranks": [], "cells": [], "named": []},
     }
 
@@ -101,3 +102,13 @@ def aux(rows: list[dict]) -> list[dict]:
                 s["fields"][field] = value
                 s["step"] = max(s["step"], r["step"])
     return [services[k] for k in sorted(services)]
+
+
+def aux_queues(rows: list[dict], points: int) -> dict:
+    """Each service's queue depth per step bucket (as queries.aux_queues)."""
+    keys = sorted(
+        {k for r in rows for k in r if k.startswith("aux/") and k.endswith("/queue_depth")}
+    )
+    parts = {k.split("/")[1]: dict(zip(*bucketed(rows, points, k), strict=True)) for k in keys}
+    steps = sorted(set().union(*[set(p) for p in parts.values()]))
+    return {"steps": steps, "services": {s: [p.get(t) for t in steps] for s, p in parts.items()}}

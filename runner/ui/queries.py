@@ -56,6 +56,16 @@ SELECT splitByChar('/', name)[2] AS service, splitByChar('/', name)[3] AS field,
 FROM platform.run_metrics WHERE {RUN} AND startsWith(name, 'aux/')
 GROUP BY service, field ORDER BY service, field LIMIT 2000"""
 
+# Each service's queue depth per step bucket (`aux/<service>/queue_depth`).
+AUX_QUEUES = f"""
+WITH (SELECT max(step) FROM platform.run_metrics WHERE {RUN}) AS top,
+     greatest(1, intDiv(top, {{points:UInt32}}) + 1) AS bucket
+SELECT splitByChar('/', name)[2] AS service, intDiv(step, bucket) * bucket AS step,
+       avg(value) AS depth
+FROM platform.run_metrics
+WHERE {RUN} AND startsWith(name, 'aux/') AND endsWith(name, '/queue_depth')
+GROUP BY service, step ORDER BY service, step LIMIT 100000"""
+
 COLLECTIVE_SPAN = f"""
 SELECT count() AS records, toUnixTimestamp64Micro(min(ts)) AS first_us,
        toUnixTimestamp64Micro(max(ts)) AS last_us
@@ -78,16 +88,27 @@ def series(query: Query, team: str, run: str, points: int) -> dict:
 def rank_step_time(query: Query, team: str, run: str, points: int, ranks: int) -> dict:
     """{"steps": [...], "ranks": {rank: [step time per step or None]}}."""
     rows = query(RANK_STEP_TIME, {"team": team, "run": run, "points": points, "ranks": ranks})
-    steps = sorted({r["step"] for r in rows})
-    where = {s: i for i, s in enumerate(steps)}
-    out: dict[str, list] = {}
-    for r in rows:
-        out.setdefault(str(r["rank"]), [None] * len(steps))[where[r["step"]]] = r["step_time"]
-    return {"steps": steps, "ranks": out}
+    return by_step(rows, "rank", "step_time")
 
 
 def aux(query: Query, team: str, run: str) -> list[dict]:
     return aux_services(query(AUX, {"team": team, "run": run}))
+
+
+def aux_queues(query: Query, team: str, run: str, points: int) -> dict:
+    """{"steps": [...], "services": {service: [queue depth per step or None]}}."""
+    rows = query(AUX_QUEUES, {"team": team, "run": run, "points": points})
+    return by_step(rows, "service", "depth")
+
+
+def by_step(rows: list[dict], key: str, value: str) -> dict:
+    """Long rows (key, step, value) as {"steps": [...], "<key>s": {key: [value per step]}}."""
+    steps = sorted({r["step"] for r in rows})
+    where = {s: i for i, s in enumerate(steps)}
+    out: dict[str, list] = {}
+    for r in rows:
+        out.setdefault(str(r[key]), [None] * len(steps))[where[r["step"]]] = r[value]
+    return {"steps": steps, f"{key}s": out}
 
 
 def aux_services(rows: list[dict]) -> list[dict]:

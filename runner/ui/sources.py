@@ -35,6 +35,7 @@ def sections(query, team: str, name: str, opts: Options) -> dict:
         "series": queries.series(query, team, name, opts.points),
         "rank_step_time": queries.rank_step_time(query, team, name, opts.points, opts.ranks),
         "aux": queries.aux(query, team, name),
+        "aux_queues": queries.aux_queues(query, team, name, opts.points),
         "stragglers": queries.stragglers(
             query, team, name, opts.window_s, opts.ranks, opts.windows
         ),

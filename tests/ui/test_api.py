@@ -53,6 +53,8 @@ def test_run_from_the_store_has_every_section(local):
     assert max(per_rank, key=lambda r: per_rank[r][0]) == str(fill.SLOW_RANK)
     [encoder] = body["aux"]
     assert encoder["service"] == "encoder" and encoder["fields"]["workers"] == 2
+    depth = body["aux_queues"]["services"]["encoder"]
+    assert len(depth) == fill.STEPS and depth[:4] == [1, 2, 3, 0]
     heat = body["stragglers"]
     assert len(heat["windows"]) >= 3 and len(heat["cells"]) == fill.RANKS
     assert all([n["rank"] for n in named] == [fill.SLOW_RANK] for named in heat["named"])
@@ -95,6 +97,7 @@ def test_a_run_without_a_store_is_read_from_metrics_jsonl(tmp_path, serve):
     assert body["series"]["step"] == list(range(1, 11)) and body["series"]["throughput"][0] == 100
     assert body["aux"] == [{"service": "encoder", "fields": {"queue_depth": 2, "errors": 0},
                             "step": 10}]  # fmt: skip
+    assert body["aux_queues"] == {"steps": list(range(1, 11)), "services": {"encoder": [2] * 10}}
 
 
 def test_jsonl_buckets_steps_like_the_sql():

@@ -59,6 +59,7 @@ def test_the_page_shows_a_run_and_names_the_straggler(outputs, reader, serve, pa
     assert points(page, "rank-plot") == fill.STEPS * fill.RANKS
     assert page.locator("#loss-plot canvas").count() == 1
     assert "encoder" in page.locator("#aux [data-service=encoder]").inner_text()
+    assert points(page, "queue-plot") == fill.STEPS
     assert page.locator("#members tbody tr").count() == fill.RANKS
     assert page.locator(f"#runs tr[data-run='{fill.TEAM}/{fill.RUN}']").count() == 1
     shot(page, tmp_path / "run.png")

@@ -111,7 +111,7 @@ function renderHeatmap(h) {
   const named = el("tr", {class: "named"}, el("th", {}, "straggler"),
     ...h.named.map((list) => el("td", {class: "who"}, list.map((n) => `rank ${n.rank} (${n.node})`).join(", ") || "-")));
   const summary = el("p", {id: "straggler-summary"}, stragglerSummary(h),
-    el("small", {}, ` · colour from 0 to ${fmt(top, 3)} µs; outlined: the window's straggler`));
+    el("small", {}, ` · colour from 0 to ${compact(top)} µs; outlined: the window's straggler`));
   box.replaceChildren(summary, el("table", {}, head, ...rows, named));
 }
 
@@ -140,6 +140,11 @@ function renderRun(d) {
   plot("rank-plot", d.rank_step_time.steps, ranks.map((r) => ({label: `rank ${r}`, values: d.rank_step_time.ranks[r]})));
   renderHeatmap(d.stragglers);
   renderAux(d.aux);
+  const services = Object.keys(d.aux_queues.services).sort();
+  document.getElementById("aux-queues").hidden = !services.length;
+  if (services.length) {
+    plot("queue-plot", d.aux_queues.steps, services.map((s) => ({label: s, values: d.aux_queues.services[s]})));
+  }
   renderMembers(d.members);
 }
 
