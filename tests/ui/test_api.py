@@ -195,3 +195,26 @@ def test_a_loopback_server_refuses_other_host_names(local):
     with pytest.raises(urllib.error.HTTPError) as refused:
         urllib.request.urlopen(request, timeout=30)
     assert refused.value.code == 403
+
+
+def test_a_run_whose_store_is_still_empty_has_empty_sections(tmp_path, reader, serve):
+    folder = tmp_path / "research" / "starting"
+    reader.insert(folder, "platform.run_metrics", [])  # creates the store and its tables
+    status, body = get(
+        serve(LocalSource(tmp_path, reader=reader)), "/api/run?team=research&run=starting"
+    )
+    assert status == 200 and body["source"] == "chdb" and body["members"] == []
+    assert body["series"]["step"] == [] and body["stragglers"]["windows"] == []
+
+
+def test_cluster_mode_without_kubernetes_credentials_still_serves(clickhouse, monkeypatch, capsys):
+    from runner import kube
+    from runner.commands.ui import cluster_source
+
+    def refuse(cluster=None):
+        raise kube.KubeError("no Kubernetes credentials")
+
+    monkeypatch.setattr(kube, "connect", refuse)
+    source = cluster_source(clickhouse[0], None, None, "CLICKHOUSE_USER", "CLICKHOUSE_PASSWORD")
+    assert source.kube is None and "no pods shown" in capsys.readouterr().err
+    assert [r["run"] for r in source.runs()] == [fill.RUN]
