@@ -27,6 +27,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import shutil
 import threading
 import urllib.parse
@@ -42,6 +43,7 @@ METRIC_COLUMNS = ("ts", "cluster", "team", "run", "learner", "rank", "pod", "nod
                   "name", "value")  # fmt: skip
 IDENTITY = ("cluster", "team", "run", "learner", "pod", "node")
 _SKIP = ("status", "tmp", "user_files", "preprocessed_configs")
+TABLE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\.[A-Za-z_][A-Za-z0-9_]*$")
 _HELD: dict[str, object] = {}  # this process's open store: {"path": ..., "session": ...}
 _LOCK = threading.Lock()
 
@@ -113,12 +115,18 @@ class LocalStore:
             try:
                 session = chdb_session.Session(str(path))
             except Exception as err:
-                raise StoreError(f"{path}: cannot open the chDB store: {first_line(err)}") from None
+                raise StoreError(
+                    f"{path}: cannot open the chDB store (another process, such as the run's "
+                    f"driver, may hold it: read a snapshot): {first_line(err)}"
+                ) from None
             _HELD.update(path=str(path))
         store = cls(session, path)
-        if schema:
-            for statement in schema_statements():
+        try:
+            for statement in schema_statements() if schema else ():
                 store.execute(statement)
+        except BaseException:
+            store.close()
+            raise
         return store
 
     def execute(self, sql: str, params: dict | None = None) -> str:
@@ -136,7 +144,7 @@ class LocalStore:
         """Insert rows (dicts of the table's columns) into `table`; the count."""
         body = json_each_row(rows)
         if body:
-            self.execute(f"INSERT INTO {table} FORMAT JSONEachRow\n{body}")
+            self.execute(f"INSERT INTO {table_name(table)} FORMAT JSONEachRow\n{body}")
         return body.count("\n")
 
     def insert_metrics(self, rows: Iterable[dict]) -> int:
@@ -193,11 +201,18 @@ class ServerStore:
     def insert(self, table: str, rows: Iterable[dict]) -> int:
         body = json_each_row(rows)
         if body:
-            self.execute(f"INSERT INTO {table} FORMAT JSONEachRow", body=body)
+            self.execute(f"INSERT INTO {table_name(table)} FORMAT JSONEachRow", body=body)
         return body.count("\n")
 
     def insert_metrics(self, rows: Iterable[dict]) -> int:
         return self.insert(RUN_METRICS, rows)
+
+
+def table_name(table: str) -> str:
+    """`database.table`, checked: the one name pasted into an INSERT."""
+    if not TABLE.match(table):
+        raise StoreError(f"{table!r} is not a table name (database.table)")
+    return table
 
 
 def first_line(err: BaseException) -> str:

@@ -118,3 +118,9 @@ def test_a_failing_query_names_the_run_store(outputs, reader):
     folder = outputs / "research" / "straggly"
     with pytest.raises(ReaderError, match=rf"^{folder}/chdb: .*UNKNOWN_IDENTIFIER"):
         reader.query(folder, "SELECT nope FROM platform.run_metrics")
+
+
+@pytest.mark.parametrize("table", ["run_metrics", "platform.x; DROP TABLE y", "a.b.c", ""])
+def test_insert_names_only_tables(table):
+    with pytest.raises(store.StoreError, match="not a table name"):
+        store.ServerStore("http://ch:8123").insert(table, [{"a": 1}])
