@@ -1,0 +1,108 @@
+"""Every command the README shows runs as written here, or is marked with why it cannot.
+
+The README's ```bash blocks are read line by line (a trailing backslash continues a line).
+Each command must be in COMMANDS: "run" ones run as written from a fresh clone of the
+repository (with this checkout's .venv linked in), slow ones under `-m slow`; the others
+say where they are covered or that they need a cluster. A new README command fails
+`test_every_readme_command_is_accounted_for` until it is added here.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+RUN, SLOW = "run", "slow"
+COMMANDS = {
+    "./scripts/try": SLOW,
+    "./scripts/test": "covered: .ci/run runs it (the whole suite)",
+    "./scripts/try --steps 50 --set optimizer.lr=1e-3": SLOW,
+    ".venv/bin/runner run --local runs/examples/tiny-lm.yaml --steps 50 --set optimizer.lr=1e-3": SLOW,
+    ".venv/bin/runner run --local runs/examples/tiny-lm.yaml --set run.local_dashboard=true": SLOW,
+    ".venv/bin/python -m driver.train runs/train/tiny-dit.yaml": SLOW,
+    ".venv/bin/runner render runs/examples/tiny-lm.yaml -o -": RUN,
+    ".venv/bin/runner render --check": RUN,
+    ".venv/bin/runner validate runs/examples/*.yaml": RUN,
+    ".venv/bin/runner submit -f runs/examples/tiny-lm.yaml": RUN,
+    ".venv/bin/runner submit my-run rayjob --cluster ultra-usc1 --namespace research --pods 2"
+    " --gpus 8 --accelerators H200 --cmd 'python train.py' --docker-image "
+    "us-docker.pkg.dev/reve-train-ultra/training/trainer@sha256:"
+    "4f5c0e7d1a9b3c2e8f6a7b0d9c1e2f3a4b5c6d7e8f9a0b1c2d3e4f5a6b7c8d9e": RUN,
+    "runner list / status RUN / logs RUN [--rank N|--pod P] [-f] / describe / shell / cp /"
+    " port-forward / diagnose / delete": "cluster: a summary of the day-2 commands (tests/day2)",
+    "runner preflight RUN [--wait 900]": "cluster: a placed run's pods (tests/preflight)",
+    "runner preflight --local": RUN,
+    "runner check NODE --cluster C": "cluster: a Job pinned to a node (tests/preflight)",
+    'eval "$(_RUNNER_COMPLETE=bash_source runner)"': RUN,
+}
+
+
+def readme_commands(text: str) -> list[str]:
+    """The commands of the ```bash blocks, comments removed, continuations joined."""
+    commands, block, pending = [], False, ""
+    for line in text.splitlines():
+        if line.startswith("```"):
+            block = line.strip() == "```bash"
+            continue
+        if not block:
+            continue
+        line = pending + re.sub(r"\s+#\s.*$", "", line).strip()
+        if line.endswith("\\"):
+            pending = line[:-1].rstrip() + " "
+            continue
+        pending = ""
+        if line:
+            commands.append(re.sub(r"\s+", " ", line))
+    return commands
+
+
+def test_every_readme_command_is_accounted_for():
+    shown = readme_commands((ROOT / "README.md").read_text())
+    assert [c for c in shown if c not in COMMANDS] == []
+    assert [c for c in COMMANDS if c not in shown] == []
+
+
+def test_readme_commands_parse():
+    text = "```bash\na --x   # note\nb \\\n  c\n```\n```\nnot bash\n```\n"
+    assert readme_commands(text) == ["a --x", "b c"]
+
+
+@pytest.fixture(scope="module")
+def clone(tmp_path_factory) -> Path:
+    """A fresh clone of this checkout's HEAD with its .venv and tools linked in."""
+    where = tmp_path_factory.mktemp("readme") / "repo"
+    subprocess.run(["git", "clone", "-q", str(ROOT), str(where)], check=True)
+    for name in (".venv", ".tools"):
+        if (ROOT / name).exists():
+            (where / name).symlink_to(ROOT / name)
+    return where
+
+
+def run_as_written(command: str, cwd: Path, timeout: float) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PATH": f"{cwd / '.venv/bin'}:{os.environ['PATH']}"}
+    return subprocess.run(
+        ["bash", "-c", command],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+@pytest.mark.parametrize("command", [c for c, how in COMMANDS.items() if how == RUN])
+def test_readme_command_runs(command, clone):
+    done = run_as_written(command, clone, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("command", [c for c, how in COMMANDS.items() if how == SLOW])
+def test_readme_slow_command_runs(command, clone):
+    done = run_as_written(command, clone, timeout=1800)
+    assert done.returncode == 0, done.stderr[-2000:]
