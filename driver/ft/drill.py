@@ -178,6 +178,7 @@ def run_ft(spec: dict) -> int:
                     row = {
                         "step": ft.step,
                         "live": plan.live,
+                        "position": plan.position,
                         "slots": list(plan.slots),
                         "loss": total,
                         "digest": digest(job.model),

@@ -20,32 +20,46 @@ FT = {
 }
 
 
+def committed(result, names: list[str]) -> dict[int, list[dict]]:
+    """Step -> the survivors' rows for it."""
+    by_step: dict[int, list[dict]] = {}
+    for name in names:
+        for row in result.rows[name]:
+            by_step.setdefault(row["step"], []).append(row)
+    return by_step
+
+
 def check_survivors(result, names: list[str], steps: int) -> None:
-    """Every committed step exactly once, weights bit-identical across groups, no NaN."""
+    """No committed step lost or repeated, weights bit-identical across the groups that
+    committed each step, no NaN. (When the dead group's share of an allreduce got through
+    to one survivor only, that one commits the step and the other heals from it at the
+    next quorum: a step a group did not commit itself is not lost.)"""
     for name in names:
         assert result.codes[name] == 0, result.stderr[name][-2000:]
-        assert [r["step"] for r in result.rows[name]] == list(range(1, steps + 1)), name
+        mine = [r["step"] for r in result.rows[name]]
+        assert mine == sorted(set(mine)) and mine[-1] == steps, name
         assert all(r["finite"] and math.isfinite(r["loss"]) for r in result.rows[name])
-    for step in range(steps):
-        assert len({result.rows[n][step]["digest"] for n in names}) == 1, f"step {step + 1}"
+    by_step = committed(result, names)
+    assert sorted(by_step) == list(range(1, steps + 1))
+    for step, rows in by_step.items():
+        assert len({r["digest"] for r in rows}) == 1, f"step {step}"
 
 
 def check_constant_batch(result, spec: dict, groups: int, accum: int) -> None:
-    """Each step's slots (hence sample ids) are the failure-free run's, and so is the loss
-    curve, within reduction-order noise."""
-    by_step: dict[int, list[int]] = {}
+    """Every committed step trained every global slot (hence the failure-free run's sample
+    ids): each group its planned block for the step's quorum; and the loss curve is the
+    failure-free run's within reduction-order noise. (A group killed after it contributed
+    to a step that then committed leaves no row for that step; its block is in the sum, as
+    the loss shows.)"""
+    steps = set()
     for rows in result.rows.values():
         for row in rows:
-            by_step.setdefault(row["step"], [])
-            if row["slots"] not in [
-                by_step[row["step"]][i : i + len(row["slots"])]
-                for i in range(len(by_step[row["step"]]))
-            ]:
-                by_step[row["step"]] += row["slots"]
-    for step, slots in by_step.items():
-        assert sorted(slots) == list(range(groups * accum)), f"step {step}: {slots}"
-    want = reference_losses({**spec, "groups": groups, "steps": len(by_step)})
-    got = [result.rows["g0"][i]["loss"] for i in range(len(want))]
+            plan = plan_step(range(row["live"]), groups, accum)
+            assert row["slots"] == list(plan[row["position"]]), row
+            steps.add(row["step"])
+    want = reference_losses({**spec, "groups": groups, "steps": len(steps)})
+    by_step = committed(result, list(result.rows))
+    got = [by_step[step][0]["loss"] for step in range(1, len(want) + 1)]
     assert got == pytest.approx(want, rel=1e-4, abs=1e-6)
 
 
@@ -62,14 +76,16 @@ def test_kill_during_allreduce_then_rejoin_and_heal(tmp_path):
     assert result.codes["g2"] == -9
     check_survivors(result, ["g0", "g1"], 12)
     check_constant_batch(result, spec, 3, 2)
-    assert [r["live"] for r in result.rows["g0"]][:4] == [3, 3, 3, 2]
+    lives = [r["live"] for r in result.rows["g0"]]
+    assert lives[:3] == [3, 3, 3] and 2 in lives[3:]  # step 4 commits with 2, or with 3
+    # when group 2's part of the allreduce was through before it died
     assert result.rows["g0"][-1]["ft_failures_survived"] == 1
     assert result.rows["g0"][-1]["ft_steps_degraded"] >= 1
     healed = result.rows["g2b"]
     assert healed, result.stderr["g2b"][-2000:]
     assert healed[0]["ft_heals"] == 1
     first = healed[0]["step"]
-    assert healed[0]["digest"] == result.rows["g0"][first - 1]["digest"]
+    assert healed[0]["digest"] == committed(result, ["g0", "g1"])[first][0]["digest"]
     assert [r["step"] for r in healed] == list(range(first, 13))
     assert result.rows["g0"][-1]["live"] == 3
 
