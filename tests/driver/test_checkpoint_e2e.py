@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from driver.aux.listeners import listener_name
 from driver.checkpoint.layout import MARKER
-from driver.checkpoint.listeners import listener_name
 from driver.train import PREEMPTED, checkpoint_lines, main
 from tests.driver.conftest import ROOT, TINY_LM
 
