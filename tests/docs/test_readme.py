@@ -22,7 +22,8 @@ COMMANDS = {
     "./scripts/try": SLOW,
     "./scripts/test": "covered: .ci/run runs it (the whole suite)",
     "./scripts/try --steps 50 --set optimizer.lr=1e-3": SLOW,
-    ".venv/bin/runner run --local runs/examples/tiny-lm.yaml --steps 50 --set optimizer.lr=1e-3": SLOW,
+    ".venv/bin/runner run --local runs/examples/tiny-lm.yaml --steps 50"
+    " --set optimizer.lr=1e-3": SLOW,
     ".venv/bin/runner run --local runs/examples/tiny-lm.yaml --set run.local_dashboard=true": SLOW,
     ".venv/bin/python -m driver.train runs/train/tiny-dit.yaml": SLOW,
     ".venv/bin/runner render runs/examples/tiny-lm.yaml -o -": RUN,
