@@ -78,13 +78,23 @@ def service_metrics(service: str, windows: list[dict], proxies: list[dict | None
 
 
 def totals(service: str, last: dict[str, dict], restarts: dict[str, int]) -> dict:
-    """Since the start, per service: served, errors, worker restarts (from the newest stats
-    of each worker, keyed "service/index"; a restarted worker's counts start again)."""
-    keys = [key for key in last if key.split("/")[0] == service]
+    """Since the start, per service and per worker: served, errors, restarts (from the
+    newest stats of each worker, keyed "service/index"; a restarted worker's counts start
+    again)."""
+    keys = sorted(
+        (k for k in last if k.split("/")[0] == service), key=lambda k: int(k[len(service) + 1 :])
+    )
+    per_worker = {
+        key.split("/")[1]: {"served": last[key].get("served", 0),
+                            "errors": last[key].get("errors", 0),
+                            "restarts": restarts.get(key, 0)}
+        for key in keys
+    }  # fmt: skip
     return {
-        "served": sum(last[key].get("served", 0) for key in keys),
-        "errors": sum(last[key].get("errors", 0) for key in keys),
-        "restarts": sum(restarts.get(key, 0) for key in keys),
+        "served": sum(w["served"] for w in per_worker.values()),
+        "errors": sum(w["errors"] for w in per_worker.values()),
+        "restarts": sum(w["restarts"] for w in per_worker.values()),
+        "per_worker": per_worker,
     }
 
 

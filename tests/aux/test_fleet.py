@@ -67,6 +67,16 @@ def test_idle_service_has_zero_latency_not_nan():
     assert got["aux/eval/latency_s"] == 0.0 and got["aux/eval/requests_per_s"] == 0.0
 
 
+def test_totals_per_service_and_per_worker():
+    last = {"enc/0": stats(served=5, errors=1), "enc/1": stats(served=7),
+            "eval/0": stats(served=2)}  # fmt: skip
+    got = fleet.totals("enc", last, {"enc/1": 2})
+    assert got == {"served": 12, "errors": 1, "restarts": 2, "per_worker": {
+        "0": {"served": 5, "errors": 1, "restarts": 0},
+        "1": {"served": 7, "errors": 0, "restarts": 2},
+    }}  # fmt: skip
+
+
 def test_proxy_table_drops_silent_proxies():
     proxies = [{"address": "tcp://a:1", "live": 2}, None, {"address": "tcp://b:2", "live": 0}]
     assert proxy_table(proxies) == {"tcp://a:1": 2, "tcp://b:2": 0}
