@@ -26,6 +26,8 @@ COMMANDS = {
     " --set optimizer.lr=1e-3": SLOW,
     ".venv/bin/runner run --local runs/examples/tiny-lm.yaml --set run.local_dashboard=true": SLOW,
     ".venv/bin/python -m driver.train runs/train/tiny-dit.yaml": SLOW,
+    ".venv/bin/python -m driver.train runs/train/tiny-dit.yaml aux=none": SLOW,
+    ".venv/bin/python -m driver.train runs/train/tiny-dit-remote-data.yaml": SLOW,
     ".venv/bin/runner render runs/examples/tiny-lm.yaml -o -": RUN,
     ".venv/bin/runner render --check": RUN,
     ".venv/bin/runner validate runs/examples/*.yaml": RUN,
