@@ -81,3 +81,43 @@ RAY_TOKEN_SECRET = ("ray-token", "auth_token")  # Ray's token auth (KubeRay auth
 TRAINING_KSA = "training"  # in every team namespace; run pods use it for bucket access
 WARDEN_KSA = ("warden", "warden")  # (namespace, name)
 OBSERVABILITY_KSA = ("observability", "collector")
+
+
+# The telemetry label set: every metric row, log line and event the platform emits carries
+# these keys (values are strings; "" where a label does not apply, e.g. `worker` on a
+# training rank). `OTEL_ATTRIBUTES` names each as an OpenTelemetry resource attribute: the
+# semantic conventions' name where one exists, else `reve.<label>`.
+CLUSTER_LABEL, TEAM_LABEL, RUN_LABEL, LEARNER_LABEL = "cluster", "team", "run", "learner"
+ATTEMPT_LABEL, NODE_LABEL, POD_LABEL, RANK_LABEL = "attempt", "node", "pod", "rank"
+WORKER_LABEL, SERVICE_LABEL = "worker", "service"
+TELEMETRY_LABELS = (CLUSTER_LABEL, TEAM_LABEL, RUN_LABEL, LEARNER_LABEL, ATTEMPT_LABEL,
+                    NODE_LABEL, POD_LABEL, RANK_LABEL, WORKER_LABEL, SERVICE_LABEL)  # fmt: skip
+OTEL_ATTRIBUTES = {
+    CLUSTER_LABEL: "k8s.cluster.name",
+    TEAM_LABEL: "k8s.namespace.name",  # a team is its namespace
+    RUN_LABEL: "reve.run",
+    LEARNER_LABEL: "reve.learner",
+    ATTEMPT_LABEL: "reve.attempt",
+    NODE_LABEL: "k8s.node.name",
+    POD_LABEL: "k8s.pod.name",
+    RANK_LABEL: "reve.rank",
+    WORKER_LABEL: "service.instance.id",
+    SERVICE_LABEL: "service.name",
+}
+LEARNER_ENV = "REVE_LEARNER"  # a DiLoCo learner's name, in its pods' environment
+TRAIN_SERVICE = "train"  # the `service` of training ranks and the driver
+
+
+def telemetry_labels(**values) -> dict[str, str]:
+    """The full label set, every key present, values as strings (unknown keys refused)."""
+    unknown = set(values) - set(TELEMETRY_LABELS)
+    if unknown:
+        raise KeyError(f"not telemetry labels: {sorted(unknown)}")
+    return {key: "" if values.get(key) is None else str(values[key]) for key in TELEMETRY_LABELS}
+
+
+def otel_attributes(values: dict[str, str]) -> dict[str, str]:
+    """The label set as OpenTelemetry resource attributes (empty labels left out)."""
+    return {
+        OTEL_ATTRIBUTES[k]: str(v) for k, v in values.items() if k in OTEL_ATTRIBUTES and v != ""
+    }

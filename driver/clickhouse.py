@@ -1,8 +1,11 @@
 """Per-step metrics into ClickHouse's `platform.run_metrics` (kustomize/bases/observability).
 
-The driver's progress thread hands every drained metrics row to `RunMetricsWriter.add`;
-each rank-0 row becomes one long-format row per numeric metric (`name` as `metric_name`
-maps it, `value`) with the run's identity (cluster, team, run) and rank 0's pod and node.
+The driver's progress thread hands every drained metrics row (every rank's, tagged with its
+`rank`) to `RunMetricsWriter.add`; each becomes one long-format row per numeric metric
+(`name` as driver.metrics.names maps it, `value`) with the run's identity (cluster, team,
+run) and the rank's pod and node. The writer signs in as the user and password in the
+environment (`USER_ENV`, `PASSWORD_ENV`: in a cluster, `runs` and the `clickhouse-runs`
+Secret's password, docs/security.md); never from the URL.
 Rows go out in one HTTP `INSERT ... FORMAT JSONEachRow` per drain (about once a second),
 with the standard library only. A failing ClickHouse never fails training: the writer logs
 the first error, counts the dropped rows (the driver reports them at the end) and keeps
@@ -17,26 +20,28 @@ from __future__ import annotations
 import json
 import logging
 import math
+import os
 import urllib.parse
 import urllib.request
 from datetime import UTC, datetime
 
+from driver.metrics import CLICKHOUSE_ENV
+from driver.metrics.names import NOT_METRICS, metric_name
+
 log = logging.getLogger("driver.clickhouse")
 TABLE = "platform.run_metrics"
-NOT_METRICS = frozenset({"step", "time"})  # columns of their own, not metric names
+USER_ENV, PASSWORD_ENV = CLICKHOUSE_ENV  # `runs`; the `clickhouse-runs` Secret's password
+__all__ = ["RunMetricsWriter", "insert_url", "metric_name", "metric_rows"]
 
 
-def metric_name(key: str) -> str:
-    """The platform's metric name of a metrics-row key (docs/platform.md: `train/loss`,
-    `train/step_time_s`, `train/tokens_per_s`, ...; checkpoint fields under `ckpt/`;
-    auxiliary services' fields are already named `aux/<service>/<name>`, driver.aux.fleet)."""
-    if key.startswith("aux/"):
-        return key
-    if key.startswith("ckpt_"):
-        return "ckpt/" + key.removeprefix("ckpt_")
-    if key == "step_time":
-        return "train/step_time_s"
-    return "train/" + key
+def auth_headers(env=os.environ) -> dict[str, str]:
+    """ClickHouse's HTTP sign-in headers from the environment (none when unset)."""
+    out = {}
+    if env.get(USER_ENV):
+        out["X-ClickHouse-User"] = env[USER_ENV]
+    if env.get(PASSWORD_ENV):
+        out["X-ClickHouse-Key"] = env[PASSWORD_ENV]
+    return out
 
 
 def metric_rows(row: dict, identity: dict[str, str]) -> list[dict]:
@@ -71,15 +76,23 @@ class RunMetricsWriter:
     """Buffers metric rows and posts them to ClickHouse; never raises."""
 
     def __init__(self, base_url: str, identity: dict[str, str], timeout_s: float = 5.0):
+        if "@" in urllib.parse.urlsplit(base_url).netloc:
+            raise ValueError("logging.clickhouse_url: credentials go in the environment "
+                             f"({USER_ENV}, {PASSWORD_ENV}), not the URL")  # fmt: skip
         self.url, self.identity, self.timeout_s = insert_url(base_url), dict(identity), timeout_s
+        self.headers = auth_headers()
         self.pending: list[dict] = []
         self.sent = 0
         self.dropped = 0
         self.last_error: str | None = None
 
-    def add(self, rows: list[dict]) -> None:
+    def add(self, rows: list[dict], hosts: dict[int, dict] | None = None) -> None:
+        """Queue rows; each labelled with its `rank` (default 0) and that rank's host."""
         for row in rows:
-            self.pending.extend(metric_rows(row, self.identity))
+            rank = int(row.get("rank", self.identity.get("rank", 0)))
+            host = (hosts or {}).get(rank, {})
+            identity = {**self.identity, **{k: host[k] for k in ("pod", "node") if k in host}}
+            self.pending.extend(metric_rows(row, {**identity, "rank": rank}))
 
     def flush(self) -> bool:
         """Post what is pending; False (and the rows dropped) when ClickHouse refused."""
@@ -87,7 +100,7 @@ class RunMetricsWriter:
             return True
         rows, self.pending = self.pending, []
         body = "".join(json.dumps(row) + "\n" for row in rows).encode()
-        request = urllib.request.Request(self.url, data=body, method="POST")
+        request = urllib.request.Request(self.url, data=body, headers=self.headers, method="POST")
         try:
             with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
                 response.read()

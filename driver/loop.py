@@ -2,14 +2,15 @@
 
 Per rank: NUMA pinning, the reference workload, DDP (or FSDP2 when `parallelism.fsdp_size`
 > 1), AdamW with warm-up + cosine, gradient accumulation, clipping, bf16 autocast on GPU,
-and one metrics row per step pushed to the driver's sink by rank 0. Two hooks keep the
-loop independent of the data pipeline and checkpoint libraries: the batch source
+and one metrics row per step from every rank to the driver's sink (driver.metrics.rank).
+Two hooks keep the loop independent of the data pipeline and checkpoint libraries: the batch source
 (`data.source`, an iterator with state_dict) and the checkpoint session
 (`driver.checkpoint.session`: resume, periodic saves, preemption, the final save; used when
 `checkpoint.interval_steps` or `checkpoint.resume` ask for it). With auxiliary services the
 rank also gets an `AuxSession` (driver.aux.session): conditioning embeddings per batch,
 rank 0's weight refresh and evaluations, and the services' metrics in rank 0's rows. A
-failing rank records its traceback and log tail in the sink, then re-raises.
+failing rank sends its last metrics rows, records its traceback, log tail and flight
+recorder snapshot in the sink, then re-raises.
 """
 
 from __future__ import annotations
@@ -37,12 +38,14 @@ def train_worker(args: dict) -> None:
 
     cfg, sink, control = args["cfg"], args["sink"], args.get("control")
     rank = ray.train.get_context().get_world_rank()
-    sink.hello.remote(rank, where_am_i())  # ordered before this rank's first metrics push
+    attempt = ray.get(sink.hello.remote(rank, where_am_i()), timeout=60)  # tags its rows
     logger, tail = worker_logger(cfg.logging.tail_lines)
     share_handlers(logger, "driver.checkpoint")
     try:
-        final = run(cfg, sink, logger, control, args.get("aux"))
+        final = run(cfg, sink, logger, control, args.get("aux"), attempt)
     except BaseException as err:
+        from observability.flight_recorder import snapshot
+
         record = {
             "host": socket.gethostname(),
             "pid": os.getpid(),
@@ -50,6 +53,7 @@ def train_worker(args: dict) -> None:
             "error": f"{type(err).__name__}: {err}",
             "traceback": traceback.format_exc(),
             "log_lines": list(tail.lines),
+            "flight_recorder": snapshot(),
         }
         with contextlib.suppress(Exception):
             ray.get(sink.fail.remote(rank, record), timeout=10)
@@ -113,12 +117,13 @@ def share_handlers(logger, name: str) -> None:
     other.propagate = False
 
 
-def run(cfg, sink, logger, control=None, aux_spec=None) -> dict:
+def run(cfg, sink, logger, control=None, aux_spec=None, attempt: int = 0) -> dict:
     """Build everything and train; returns the final metrics."""
     import ray.train
     import torch
 
     from driver import optim
+    from driver.metrics.rank import RankReporter
     from driver.step import Loop
     from driver.workloads import build
 
@@ -142,7 +147,8 @@ def run(cfg, sink, logger, control=None, aux_spec=None) -> dict:
     loop = Loop(cfg, model, work, optimizer, scheduler, device, world)
     finished = False
     try:
-        row = train_steps(cfg, loop, source, session, start, sink, logger, aux)
+        reporter = RankReporter(sink, rank, attempt, device)
+        row = train_steps(cfg, loop, source, session, start, reporter, logger, aux)
         finished = True
     except BaseException:
         if session:
@@ -165,20 +171,14 @@ def aux_session(cfg, spec: dict | None, rank: int):
     return AuxSession(cfg, spec, rank)
 
 
-PUSH_EVERY_S = 0.5  # how often rank 0 sends its metric rows to the driver's sink
-
-
-def train_steps(cfg, loop, source, session, start: int, sink, logger, aux=None) -> dict:
-    """Steps `start`..`train.steps`, or until a preemption notice stops every rank; rank 0
-    pushes each row (with the checkpoint fields and the aux services' metrics) to the sink.
-    The last row."""
-    import ray.train
-
-    rank = ray.train.get_context().get_world_rank()
+def train_steps(cfg, loop, source, session, start: int, reporter, logger, aux=None) -> dict:
+    """Steps `start`..`train.steps`, or until a preemption notice stops every rank; every
+    rank hands each row to its reporter (rank 0's with the checkpoint fields and the aux
+    services' metrics), which sends a batch every half second and, at the end or on a
+    failure, waits until the sink has the rest. The last row."""
+    rank = reporter.rank
     batches = aux.batches(iter(source)) if aux else iter(source)
     row: dict = {}
-    pending: list[dict] = []  # rank 0's rows not yet sent: one actor call per PUSH_EVERY_S
-    pushed = time.monotonic()
     try:
         for step in range(start, cfg.train.steps):
             row = loop.step(step, batches)
@@ -187,21 +187,16 @@ def train_steps(cfg, loop, source, session, start: int, sink, logger, aux=None) 
                 session.after_step(step + 1, row)
             if aux:
                 aux.after_step(step + 1, loop.model)
-            if rank == 0:
-                pending.append(row)
-                if time.monotonic() - pushed >= PUSH_EVERY_S:
-                    if aux:
-                        row.update(aux.metrics())
-                    sink.push_many.remote(pending)
-                    pending, pushed = [], time.monotonic()
+            if aux and rank == 0 and reporter.due():
+                row.update(aux.metrics())
+            reporter.add(row)
             inject_failure(cfg, step, rank)
             if session and session.should_stop(step + 1):
                 break
     finally:
-        if pending:
-            if aux:
-                pending[-1].update(aux.metrics(final=True))
-            sink.push_many.remote(pending)
+        if aux and rank == 0 and reporter.pending:
+            reporter.pending[-1].update(aux.metrics(final=True))
+        reporter.flush()
     return row
 
 

@@ -1,19 +1,25 @@
-"""Driver-side progress: drains the metrics sink, writes metrics.jsonl, shows progress.
+"""Driver-side progress: drains the metrics sink into the metrics writers, shows progress.
 
-Locally a tqdm progress bar (loss, lr, throughput, and per auxiliary service its latency and
-queue; the evaluator's score); in a cluster one JSON line per step on
-stdout carrying the run's identity (run, team, cluster), for log collectors. Every step is
-appended to `<output_dir>/<logging.metrics_file>`. `summarize(rows)` is the pure end-of-run
-summary (final loss, first loss, steady-state steps/s).
+Every drained row (every rank's) goes to driver.metrics (`RunMetrics`: metrics.jsonl, the
+run's chDB store, ClickHouse, OpenTelemetry); this module owns no output of its own. Locally
+a tqdm progress bar of rank 0's rows (loss, lr, throughput, and per auxiliary service its
+latency and queue; the evaluator's score); in a cluster one JSON line per step and per
+driver message on stdout carrying the label set (catalog.labels), for log collectors.
+`summarize(rows)` is the pure end-of-run summary (final loss, first loss, steady-state
+steps/s) of rank 0's rows.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sys
 import threading
 from collections import deque
 from pathlib import Path
+
+from catalog import labels
+from driver.metrics.hub import RunMetrics
 
 
 def summarize(rows: list[dict], skip: int = 1) -> dict:
@@ -51,24 +57,44 @@ def aux_postfix(row: dict) -> dict[str, str]:
 
 
 class Progress:
-    """Polls the sink in a thread until `close()`; keeps every row for the summary."""
+    """Polls the sink in a thread until `close()`; keeps rank 0's rows for the summary."""
 
     def __init__(self, cfg, sink, output_dir: Path, fmt: str, interval_s: float = 1.0):
+        from driver.telemetry import where_am_i
+
         self.cfg, self.sink, self.fmt, self.interval_s = cfg, sink, fmt, interval_s
-        self.path = output_dir / cfg.logging.metrics_file
-        self.file = self.path.open("w")
+        log_cfg = cfg.logging
+        self.identity = {"run": cfg.run.name, "team": cfg.run.team, "cluster": cfg.run.cluster,
+                         "learner": os.environ.get(labels.LEARNER_ENV, "")}  # fmt: skip
+        self.labels = labels.telemetry_labels(**self.identity, **where_am_i(),
+                                              service=labels.TRAIN_SERVICE)  # fmt: skip
+        self.metrics = RunMetrics(
+            self.identity, output_dir, log_cfg.metrics_file,
+            clickhouse_url=getattr(log_cfg, "clickhouse_url", None),
+            otel_endpoint=getattr(log_cfg, "otel_endpoint", None),
+            store=getattr(log_cfg, "store", False),
+        )  # fmt: skip
+        self.path = self.metrics.path
+        if sink is not None:  # the attempts after those already in the metrics file
+            import ray
+
+            ray.get(sink.begin.remote(self.metrics.first_attempt), timeout=30)
+        self.hosts: dict[int, dict] = {}
         self.rows: list[dict] = []
         self.lines: deque[str] = deque(maxlen=cfg.logging.tail_lines)
-        self.identity = {"run": cfg.run.name, "team": cfg.run.team, "cluster": cfg.run.cluster}
         self.bar = None
         self.aux_shown: dict[str, str] = {}
-        self.warehouse = None  # a driver.clickhouse.RunMetricsWriter with logging.clickhouse_url
-        if cfg.logging.clickhouse_url:
-            from driver.clickhouse import RunMetricsWriter
-
-            self.warehouse = RunMetricsWriter(cfg.logging.clickhouse_url, self.identity)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._poll, name="progress", daemon=True)
+
+    @property
+    def file(self):
+        return self.metrics.jsonl.file
+
+    @property
+    def warehouse(self):
+        """The ClickHouse writer (driver.clickhouse.RunMetricsWriter) or None."""
+        return self.metrics.clickhouse
 
     def start(self) -> Progress:
         self._thread.start()
@@ -78,13 +104,15 @@ class Progress:
         """A driver log line: printed above the bar (or as JSON) and kept for crash bundles."""
         self.lines.append(message)
         if self.fmt == "json":
-            print(json.dumps({**self.identity, "message": message}), flush=True)
+            print(json.dumps({**self.labels, "message": message}), flush=True)
         elif self.bar is not None:
             self.bar.write(message, file=sys.stderr)
         else:
             print(message, file=sys.stderr, flush=True)
 
     def _poll(self) -> None:
+        if self.metrics.store is not None:
+            self.metrics.store.open()  # chDB starts here, not on the launch path
         while not self._stop.wait(self.interval_s):
             self.drain()
 
@@ -100,34 +128,35 @@ class Progress:
         self.take(rows)
 
     def take(self, rows: list[dict]) -> None:
-        """Record a batch of rows: metrics file, log tail, and the bar or JSON lines."""
-        for row in rows:
+        """Record a batch of every rank's rows: the writers, then rank 0's in the log tail
+        and the bar or JSON lines."""
+        if not rows:
+            return
+        self.metrics.write(rows, self._hosts(rows))
+        mine = [row for row in rows if int(row.get("rank", 0)) == 0]
+        for row in mine:
             self._handle(row)
-        if rows and self.fmt == "progress":
-            self._show(rows[-1])  # once per batch: rows arrive in bursts
-        self.file.flush()
-        if rows and self.warehouse is not None:
-            self._to_warehouse(rows)
+        if mine and self.fmt == "progress":
+            self._show(mine[-1])  # once per batch: rows arrive in bursts
 
-    def _to_warehouse(self, rows: list[dict]) -> None:
-        """Insert the rows into ClickHouse, labelled with rank 0's pod and node."""
-        if "pod" not in self.warehouse.identity:
+    def _hosts(self, rows: list[dict]) -> dict[int, dict]:
+        """The ranks' pods and nodes, asked of the sink again when a rank or attempt is new."""
+        seen = {(int(r.get("rank", 0)), r.get("attempt", 0)) for r in rows}
+        known = {(rank, host.get("attempt", 0)) for rank, host in self.hosts.items()}
+        if self.sink is not None and not seen <= known:
             import ray
 
             try:
-                host = ray.get(self.sink.host.remote(0), timeout=5)
-            except Exception:  # a sink without hosts (tests) or one that went away
-                host = {}
-            self.warehouse.identity.update({"rank": "0", **host})
-        self.warehouse.add(rows)
-        self.warehouse.flush()
+                self.hosts = ray.get(self.sink.all_hosts.remote(), timeout=5)
+            except Exception:  # a sink that went away: labels without pod and node
+                pass
+        return self.hosts
 
     def _handle(self, row: dict) -> None:
         self.rows.append(row)
-        self.file.write(json.dumps(row) + "\n")
         self.lines.append(f"step {row['step']} loss {row['loss']:.4f} lr {row['lr']:.2e}")
         if self.fmt == "json":
-            print(json.dumps({**self.identity, **row}), flush=True)
+            print(json.dumps({**self.labels, **row}), flush=True)
 
     def _show(self, row: dict) -> None:
         """Advance the bar (made at the first rows, so start-up does not skew its rate)."""
@@ -149,17 +178,15 @@ class Progress:
         self.bar.set_postfix(postfix)
 
     def close(self) -> None:
-        """Stop polling, take what is left, close the bar and the file."""
+        """Stop polling, take what is left, close the bar and the writers."""
         self._stop.set()
         if self._thread.is_alive():
             self._thread.join()
         self._stop.clear()
-        self.drain()
+        if self.sink is not None:
+            self.drain()
         if self.bar is not None:
             self.bar.close()
-        self.file.close()
-        if self.warehouse is not None:
-            self.warehouse.close()
-            if self.warehouse.dropped:
-                self.log(f"{self.warehouse.dropped} metric rows did not reach ClickHouse "
-                         f"({self.warehouse.last_error})")  # fmt: skip
+        self.metrics.close()
+        for line in self.metrics.problems():
+            self.log(line)

@@ -170,6 +170,11 @@ class LoggingConfig:
     clickhouse_url: str | None = None
     """ClickHouse HTTP endpoint (e.g. http://clickhouse.observability:8123): the driver
     also inserts every step's metrics into platform.run_metrics. null: metrics.jsonl only."""
+    otel_endpoint: str | None = None
+    """OpenTelemetry collector (OTLP/HTTP, e.g. http://otel-collector.observability:4318):
+    the driver also exports the run's metrics there. null: no export."""
+    store: bool = True
+    """Write every rank's metrics into the chDB store in the output folder (`chdb/`)."""
 
 
 @dataclass
@@ -253,6 +258,8 @@ class DebugConfig:
     """Raise an error at this step (to exercise failure handling and crash bundles)."""
     fail_rank: int = 0
     """Rank that raises at fail_at_step; -1 for every rank."""
+    flight_recorder_entries: int = 2000
+    """PyTorch flight recorder: collectives kept per process group on each rank (0: off)."""
 
 
 @dataclass

@@ -1,6 +1,12 @@
 """One optimizer step of the training loop: `Loop(cfg, model, work, ...).step(step, batches)`
 accumulates micro-batches (no DDP gradient sync until the last), clips, steps the optimizer
-and the LR schedule under bf16 autocast on GPU, and returns the step's metrics row."""
+and the LR schedule under bf16 autocast on GPU, and returns the step's metrics row.
+
+Phase times are CPU timers (no extra device sync): `data_wait_s` is the time in the batch
+iterator and the host-to-device copy call; `forward_backward_s` the forward and backward
+passes until each micro-batch's loss is read (`loss.item()` waits for the forward on GPU,
+so backward kernels still queued spill into the next phase); `optimizer_s` the rest:
+clipping, the optimizer and LR steps, until the gradient norm is read (a sync on GPU)."""
 
 from __future__ import annotations
 
@@ -31,28 +37,36 @@ class Loop:
         import torch
 
         started = time.perf_counter()
-        accum, total = self.cfg.train.grad_accum_steps, 0.0
+        accum, total, wait = self.cfg.train.grad_accum_steps, 0.0, 0.0
         for micro in range(accum):
+            fetch = time.perf_counter()
             batch = to_device(next(batches), self.device)
+            wait += time.perf_counter() - fetch
             sync = micro == accum - 1 or not hasattr(self.model, "no_sync")
             with self.model.no_sync() if not sync else contextlib.nullcontext():
                 with self.autocast():
                     loss = self.work.loss(self.model, batch) / accum
                 loss.backward()
             total += loss.item()
+        computed = time.perf_counter()
         clip = self.cfg.train.max_grad_norm
         norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), clip if clip > 0 else 1e9)
         lr = self.scheduler.get_last_lr()[0]
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         self.scheduler.step()
-        elapsed = time.perf_counter() - started
+        grad_norm = float(norm.full_tensor() if hasattr(norm, "full_tensor") else norm)
+        ended = time.perf_counter()
+        elapsed = ended - started
         return {
             "step": step + 1,
             "loss": total,
             "lr": lr,
-            "grad_norm": float(norm.full_tensor() if hasattr(norm, "full_tensor") else norm),
+            "grad_norm": grad_norm,
             "step_time": elapsed,
+            "data_wait_s": wait,
+            "forward_backward_s": computed - started - wait,
+            "optimizer_s": ended - computed,
             f"{self.work.unit}_per_s": self.units_per_step / elapsed,
             "time": time.time(),
         }

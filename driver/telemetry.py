@@ -1,9 +1,12 @@
 """The light channel from training workers to the driver, and the log tail of each worker.
 
-Rank 0 sends its metrics rows (one per step, batched every half second) to the run's
-`RunChannel` actor (fire-and-forget, so a step never waits on the driver); the driver
-drains it once a second. Any rank that fails records its traceback and last log lines
-there before it re-raises, for the crash bundle.
+Every rank sends its metrics rows (one per step, batched every half second:
+driver.metrics.rank) to the run's `RunChannel` actor (fire-and-forget, so a step never waits
+on the driver); the driver drains it once a second. A rank's `hello` returns its attempt:
+the run's first attempt in this driver (after the attempts already in metrics.jsonl, set by
+`begin`) plus the times this rank started before (worker-group restarts). Any rank that
+fails records its traceback and last log lines there before it re-raises, for the crash
+bundle.
 `ray.train.report` is still called at the end of the run (and could be at checkpoints), not
 per step: each call is a barrier across ranks.
 """
@@ -61,13 +64,25 @@ class Sink:
         self.rows: list[dict] = []
         self.failures: dict[int, dict] = {}
         self.hosts: dict[int, dict] = {}
+        self.first_attempt = 0
+        self.hellos: dict[int, int] = {}
 
-    def hello(self, rank: int, host: dict) -> None:
-        """Where a rank runs ({"pod", "node"}), sent once when it starts."""
-        self.hosts[rank] = dict(host)
+    def begin(self, first_attempt: int) -> None:
+        """The attempt number of this driver's first worker group."""
+        self.first_attempt = int(first_attempt)
+
+    def hello(self, rank: int, host: dict) -> int:
+        """Where a rank runs ({"pod", "node"}), sent once when it starts; its attempt."""
+        attempt = self.first_attempt + self.hellos.get(rank, 0)
+        self.hellos[rank] = self.hellos.get(rank, 0) + 1
+        self.hosts[rank] = {**host, "attempt": attempt}
+        return attempt
 
     def host(self, rank: int) -> dict:
         return dict(self.hosts.get(rank, {}))
+
+    def all_hosts(self) -> dict[int, dict]:
+        return {rank: dict(host) for rank, host in self.hosts.items()}
 
     def push(self, row: dict) -> None:
         self.rows.append(row)

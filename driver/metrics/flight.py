@@ -1,0 +1,56 @@
+"""The PyTorch flight recorder on training ranks (observability.flight_recorder).
+
+    env = worker_env(cfg)                      # {TORCH_FR_BUFFER_SIZE: ..., ...}; {} when off
+    TorchTrainer(..., torch_config=torch_config(backend, env))
+
+The variables must be in a rank's environment before its process group starts: c10d reads
+them when the group is made. Ray Train makes the group in its backend's `on_start`, before
+the training function runs, so `torch_config` returns a TorchConfig whose backend first sets
+them in every worker (and makes the dump folder). Size: `debug.flight_recorder_entries`
+(0: off). A failing rank attaches `observability.flight_recorder.snapshot()` to its failure
+record (driver.loop), which the crash bundle analyses (driver.crash).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from observability import flight_recorder as fr
+
+
+def worker_env(cfg) -> dict[str, str]:
+    """The training ranks' flight recorder variables (dumps under the run's output folder)."""
+    entries = getattr(getattr(cfg, "debug", None), "flight_recorder_entries", 2000)
+    return fr.env(Path(cfg.run.output_dir).resolve(), int(entries or 0))
+
+
+def set_env(env: dict[str, str]) -> None:
+    """In a worker, before its process group: the variables and the dump folder."""
+    os.environ.update(env)
+    prefix = env.get("TORCH_FR_DUMP_TEMP_FILE")
+    if prefix:
+        Path(prefix).parent.mkdir(parents=True, exist_ok=True)
+
+
+def torch_config(backend: str | None, env: dict[str, str]):
+    """A Ray Train TorchConfig that sets `env` in every worker before the process group."""
+    from ray.train.torch import TorchConfig
+    from ray.train.torch.config import _TorchBackend
+
+    class Backend(_TorchBackend):
+        def on_start(self, worker_group, backend_config):
+            if backend_config.worker_env:
+                worker_group.execute(set_env, backend_config.worker_env)
+            super().on_start(worker_group, backend_config)
+
+    @dataclass
+    class Config(TorchConfig):
+        worker_env: dict = field(default_factory=dict)
+
+        @property
+        def backend_cls(self):
+            return Backend
+
+    return Config(backend=backend, worker_env=dict(env))

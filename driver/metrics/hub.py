@@ -1,0 +1,68 @@
+"""`RunMetrics`: the driver's one entry point for metrics rows, fanned out to the writers.
+
+    metrics = RunMetrics(identity, output_dir, "metrics.jsonl", clickhouse_url=None,
+                         otel_endpoint=None, store=True)
+    metrics.first_attempt          # after the attempts already in metrics.jsonl
+    metrics.write(rows, hosts)     # a drained batch of every rank's rows
+    metrics.close(); metrics.problems()   # lines about rows a writer dropped
+
+The progress display (driver.progress) drains the sink and calls `write`; it owns no output.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from driver.metrics.writers import JsonlWriter, StoreWriter, next_attempt, row_labels, values
+
+
+class RunMetrics:
+    """metrics.jsonl, the chDB store, ClickHouse and OpenTelemetry, as configured."""
+
+    def __init__(self, identity: dict, output_dir: Path, metrics_file: str,
+                 clickhouse_url: str | None = None, otel_endpoint: str | None = None,
+                 store: bool = True):  # fmt: skip
+        self.identity = dict(identity)
+        self.path = Path(output_dir) / metrics_file
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.first_attempt = next_attempt(self.path)
+        self.jsonl = JsonlWriter(self.path)
+        self.store = StoreWriter(Path(output_dir)) if store else None
+        self.clickhouse = self.otel = None
+        if clickhouse_url:
+            from driver.clickhouse import RunMetricsWriter
+
+            self.clickhouse = RunMetricsWriter(clickhouse_url, self.identity)
+        if otel_endpoint:
+            from driver.metrics.otel import OtelWriter
+
+            self.otel = OtelWriter(otel_endpoint, self.identity)
+
+    def write(self, rows: list[dict], hosts: dict[int, dict] | None = None) -> None:
+        if not rows:
+            return
+        hosts = hosts or {}
+        labelled = [row_labels(self.identity, hosts, row) for row in rows]
+        self.jsonl.write(rows, labelled)
+        if self.store is not None:
+            self.store.write(rows, labelled)
+        if self.clickhouse is not None:
+            self.clickhouse.add(rows, hosts)
+            self.clickhouse.flush()
+        if self.otel is not None:
+            self.otel.write(rows, labelled, values)
+
+    def close(self) -> None:
+        self.jsonl.close()
+        for writer in (self.store, self.clickhouse, self.otel):
+            if writer is not None:
+                writer.close()
+
+    def problems(self) -> list[str]:
+        """One line per writer that dropped rows."""
+        out = []
+        for where, writer in (("the chDB store", self.store), ("ClickHouse", self.clickhouse)):
+            if writer is not None and writer.dropped:
+                out.append(f"{writer.dropped} metric rows did not reach {where} "
+                           f"({writer.last_error})")  # fmt: skip
+        return out

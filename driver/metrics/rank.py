@@ -1,0 +1,97 @@
+"""What each training rank reports: its step rows, batched to the run's sink actor.
+
+    reporter = RankReporter(sink, rank, attempt, device)
+    reporter.add(row)        # after every step: tags, memory, sends a batch every 0.5 s
+    reporter.flush()         # at the end and when the attempt fails: waits for the sink
+
+Every rank sends `names.PER_RANK_KEYS` (step time, data wait, forward/backward and
+optimizer time, throughput, memory); rank 0 sends its whole row (loss, lr, checkpoint and
+auxiliary-service fields too). Rows are tagged with `rank` and `attempt`. Sending is one
+fire-and-forget actor call per batch, so a step never waits on the driver; `flush` waits
+(bounded), so the last rows of a failing attempt reach the sink before the worker ends.
+Memory: RSS from /proc/self/statm (one small read), CUDA's peak allocation from the
+caching allocator's counters (no device sync).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from collections import deque
+
+from driver.metrics.names import PER_RANK_KEYS
+
+PUSH_EVERY_S = 0.5
+_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+
+
+def rss_bytes() -> int | None:
+    """This process's resident memory (Linux; None elsewhere)."""
+    try:
+        with open("/proc/self/statm", "rb") as f:
+            return int(f.read().split()[1]) * _PAGE
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def memory(device) -> dict:
+    """The memory fields of a row."""
+    out = {}
+    rss = rss_bytes()
+    if rss is not None:
+        out["rss_bytes"] = rss
+    if device is not None and getattr(device, "type", "") == "cuda":
+        import torch
+
+        out["cuda_max_allocated_bytes"] = torch.cuda.max_memory_allocated(device)
+    return out
+
+
+def rank_row(row: dict, rank: int, attempt: int) -> dict:
+    """The row a rank sends: all of rank 0's, the per-rank fields of the others."""
+    if rank == 0:
+        out = dict(row)
+    else:
+        out = {k: v for k, v in row.items() if k in PER_RANK_KEYS}
+        out.update(step=row["step"], time=row["time"])
+    out.update(rank=rank, attempt=attempt)
+    return out
+
+
+class RankReporter:
+    """Batches one rank's rows to the sink (see the module docstring)."""
+
+    def __init__(self, sink, rank: int, attempt: int, device=None, every_s: float = PUSH_EVERY_S):
+        self.sink, self.rank, self.attempt, self.device = sink, rank, attempt, device
+        self.every_s = every_s
+        self.pending: list[dict] = []
+        self.pushed = time.monotonic()
+        self.in_flight: deque = deque(maxlen=16)  # the newest batches' call refs
+
+    def due(self) -> bool:
+        """Whether the next `add` sends the batch."""
+        return time.monotonic() - self.pushed >= self.every_s
+
+    def add(self, row: dict) -> None:
+        row = rank_row(row, self.rank, self.attempt)
+        row.update(memory(self.device))
+        self.pending.append(row)
+        if self.due():
+            self.push()
+
+    def push(self) -> None:
+        if self.pending:
+            self.in_flight.append(self.sink.push_many.remote(self.pending))
+        self.pending, self.pushed = [], time.monotonic()
+
+    def flush(self, timeout_s: float = 10.0) -> None:
+        """Send what is pending and wait until the sink has it (never raises)."""
+        import ray
+
+        rows, self.pending = self.pending, []
+        if rows:
+            self.in_flight.append(self.sink.push_many.remote(rows))
+        with contextlib.suppress(Exception):
+            ray.get(list(self.in_flight), timeout=timeout_s)
+        self.in_flight.clear()
