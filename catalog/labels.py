@@ -18,6 +18,12 @@ MANAGED_BY = "app.kubernetes.io/managed-by"
 # Environment variable every run and check container gets from the downward API
 # (spec.nodeName): preflight reports and the driver's metric rows name the node with it.
 NODE_NAME_ENV = "NODE_NAME"
+# NCCL Inspector's dump folder on a GPU run pod: the catalog's host folder (hostPath,
+# DirectoryOrCreate), mounted with this subPathExpr so each pod writes only its own
+# `<namespace>/<pod>` folder (downward API env), which Fluent Bit's path pattern reads.
+POD_NAMESPACE_ENV, POD_NAME_ENV = "POD_NAMESPACE", "POD_NAME"
+INSPECTOR_VOLUME = "nccl-inspector"
+INSPECTOR_SUB_PATH = f"$({POD_NAMESPACE_ENV})/$({POD_NAME_ENV})"
 MANAGED_BY_VALUE = "runner"
 
 # Node labels GKE sets and node labels our node pools add.

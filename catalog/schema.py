@@ -44,6 +44,19 @@ class HostMount(Strict):
     )
 
 
+class NcclInspector(Strict):
+    """NCCL Inspector (NCCL's profiler plugin) on the GPU containers: where its library is and
+    how often it dumps. Its dump folder is the one host folder a run pod may write: each pod
+    writes only its own `<host_path>/<namespace>/<pod>` (a subPathExpr), which the platform's
+    Fluent Bit ships (kustomize/bases/observability/fluent-bit)."""
+
+    plugin: str = Field(description="path of libnccl-profiler-inspector.so in the trainer image")
+    dump_interval_us: int = Field(default=1_000_000, gt=0, description="dump thread interval")
+    host_path: str = Field(default="/var/lib/nccl-inspector", description="dump folder on the "
+                           "node (and inside the container)")  # fmt: skip
+    writable: str = Field(min_length=1, description="why run pods write this host folder")
+
+
 class Sidecar(Strict):
     """A container that runs beside the training container (e.g. the TCPXO receive daemon)."""
 
@@ -159,6 +172,9 @@ class Accelerator(Strict):
     library_path: str = Field(description="LD_LIBRARY_PATH inside GPU containers")
     mounts: list[HostMount] = Field(default_factory=list)
     sidecars: list[Sidecar] = Field(default_factory=list)
+    nccl_inspector: NcclInspector | None = Field(
+        default=None, description="NCCL Inspector on GPU containers (None: off)"
+    )
     node_addons: list[str] = Field(
         default_factory=list,
         description="node DaemonSets a GPU node needs before any GPU pod runs "

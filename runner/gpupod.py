@@ -24,6 +24,12 @@ privilege escalation, every capability dropped except those the catalog lists fo
 Every host path is mounted read-only, but for a sidecar mount the catalog marks `writable`
 (with its reason; kustomize.tooling.security reads the same field to validate `apps/`).
 
+With the catalog's `nccl_inspector`, every GPU container loads NCCL Inspector
+(`NCCL_PROFILER_PLUGIN`, `NCCL_INSPECTOR_*`) and writes its dumps to the catalog's host
+folder through a DirectoryOrCreate hostPath mounted with subPathExpr
+`$(POD_NAMESPACE)/$(POD_NAME)` (downward API env): each pod writes only its own folder, the
+one writable host mount a run pod has (kustomize.tooling.security allows exactly that).
+
 Every GPU pod also tolerates its namespace's kept-nodes taint and prefers nodes kept for
 its namespace (`runner.keepnodes`), so a relaunch lands on the nodes a finished RayJob kept.
 """
@@ -63,6 +69,7 @@ class GpuSettings:
     resources: dict[str, str]
     annotations: dict[str, str] = field(default_factory=dict)
     env: dict[str, str] = field(default_factory=dict)
+    field_env: dict[str, str] = field(default_factory=dict)
     mounts: list[dict[str, str]] = field(default_factory=list)
     host_volumes: list[dict[str, str]] = field(default_factory=list)
     sidecars: list[dict[str, Any]] = field(default_factory=list)
@@ -77,6 +84,7 @@ class GpuSettings:
             node_affinity=list(self.node_affinity),
             annotations={**pod["annotations"], **self.annotations},
             env=dict(self.env),
+            field_env={**pod["field_env"], **self.field_env},
             mounts=list(self.mounts),
             host_volumes=list(self.host_volumes),
             sidecars=list(self.sidecars),
@@ -166,6 +174,27 @@ def _placement(
     return selector, tolerations, affinity
 
 
+def inspector(accel: Accelerator) -> tuple[dict, dict, list, list]:
+    """NCCL Inspector's env, downward-API env, container mount and host volume (empty when
+    the catalog has no `nccl_inspector` for the accelerator)."""
+    spec = accel.nccl_inspector
+    if spec is None:
+        return {}, {}, [], []
+    env = {
+        "NCCL_PROFILER_PLUGIN": spec.plugin,
+        "NCCL_INSPECTOR_ENABLE": "1",
+        "NCCL_INSPECTOR_DUMP_THREAD_INTERVAL_MICROSECONDS": str(spec.dump_interval_us),
+        "NCCL_INSPECTOR_DUMP_DIR": spec.host_path,
+    }
+    field_env = {labels.POD_NAMESPACE_ENV: "metadata.namespace",
+                 labels.POD_NAME_ENV: "metadata.name"}  # fmt: skip
+    mount = {"name": labels.INSPECTOR_VOLUME, "host_path": spec.host_path,
+             "mount_path": spec.host_path, "sub_path_expr": labels.INSPECTOR_SUB_PATH}  # fmt: skip
+    volume = {"name": labels.INSPECTOR_VOLUME, "host_path": spec.host_path,
+              "type": "DirectoryOrCreate"}  # fmt: skip
+    return env, field_env, [mount], [volume]
+
+
 def gpu_settings(
     accel: Accelerator,
     gpus: int,
@@ -191,6 +220,7 @@ def gpu_settings(
     for mount in [*mounts, *(m for s in sidecars for m in s.mounts)]:
         volumes.setdefault(mount.name, mount.model_dump())
     sidecar_values = [_sidecar(s.model_dump()) for s in sidecars]
+    inspector_env, field_env, inspector_mounts, inspector_volumes = inspector(accel)
     return GpuSettings(
         whole_node=whole,
         node_selector=selector,
@@ -198,8 +228,9 @@ def gpu_settings(
         node_affinity=affinity,
         resources={GPU_RESOURCE: str(gpus)},
         annotations=_nic_annotations(accel) if whole else {},
-        env=env,
-        mounts=[m.model_dump() for m in mounts],
-        host_volumes=list(volumes.values()),
+        env={**env, **inspector_env},
+        field_env=field_env,
+        mounts=[m.model_dump() for m in mounts] + inspector_mounts,
+        host_volumes=list(volumes.values()) + inspector_volumes,
         sidecars=sidecar_values,
     )

@@ -237,21 +237,36 @@ def runs_gate_problems(built: list[Obj]) -> list[str]:
     return found
 
 
+def inspector_write(volume: dict, mount: dict) -> bool:
+    """A writable host mount allowed as NCCL Inspector's dump folder: a host folder the
+    catalog declares (`nccl_inspector`, with its reason), DirectoryOrCreate, mounted with
+    the per-pod subPathExpr (each pod writes only `<namespace>/<pod>` under it)."""
+    from catalog import accelerators, labels
+
+    folders = {a.nccl_inspector.host_path for a in accelerators().values()
+               if a.nccl_inspector is not None and a.nccl_inspector.writable}  # fmt: skip
+    host = volume.get("hostPath") or {}
+    return (host.get("path") in folders and host.get("type") == "DirectoryOrCreate"
+            and mount.get("subPathExpr") == labels.INSPECTOR_SUB_PATH)  # fmt: skip
+
+
 def run_pod_problems(obj: Obj) -> list[str]:
     """A rendered run (`apps/`): host paths read-only (the catalog's `writable` sidecar
-    mounts aside), nothing privileged, and every container with
-    `allowPrivilegeEscalation: false`."""
+    mounts and NCCL Inspector's per-pod dump folder aside: `inspector_write`), nothing
+    privileged, and every container with `allowPrivilegeEscalation: false`."""
     from catalog import sidecar_host_writes
 
     writers, found = sidecar_host_writes(), []
     for spec in all_pod_specs(obj):
-        host = {v["name"]: v["hostPath"]["path"] for v in spec.get("volumes") or []
-                if "hostPath" in v}  # fmt: skip
+        volumes = {v["name"]: v for v in spec.get("volumes") or [] if "hostPath" in v}
         for c in [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]:
             name, context = c.get("name"), c.get("securityContext") or {}
             for m in c.get("volumeMounts") or []:
-                path = host.get(m.get("name"))
-                if path and not m.get("readOnly") and (name, path) not in writers:
+                volume = volumes.get(m.get("name"))
+                if volume is None or m.get("readOnly") or inspector_write(volume, m):
+                    continue
+                path = volume["hostPath"]["path"]
+                if (name, path) not in writers:
                     found.append(f"container {name}: host path {path} is mounted writable")
             if context.get("privileged"):
                 found.append(f"container {name}: privileged")
