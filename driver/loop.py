@@ -174,8 +174,8 @@ def aux_session(cfg, spec: dict | None, rank: int):
 def train_steps(cfg, loop, source, session, start: int, reporter, logger, aux=None) -> dict:
     """Steps `start`..`train.steps`, or until a preemption notice stops every rank; every
     rank hands each row to its reporter (rank 0's with the checkpoint fields and the aux
-    services' metrics), which sends a batch every half second and, at the end or on a
-    failure, waits until the sink has the rest. The last row."""
+    services' metrics), whose thread sends a batch every half second; at the end or on a
+    failure it waits until the sink has the rest. The last row."""
     rank = reporter.rank
     batches = aux.batches(iter(source)) if aux else iter(source)
     row: dict = {}
@@ -194,8 +194,8 @@ def train_steps(cfg, loop, source, session, start: int, reporter, logger, aux=No
             if session and session.should_stop(step + 1):
                 break
     finally:
-        if aux and rank == 0 and reporter.pending:
-            reporter.pending[-1].update(aux.metrics(final=True))
+        if aux and rank == 0:
+            reporter.update_last(aux.metrics(final=True))
         reporter.flush()
     return row
 

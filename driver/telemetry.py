@@ -38,8 +38,9 @@ class LogTail(logging.Handler):
 
 def where_am_i() -> dict[str, str]:
     """This process's pod (the hostname, which Kubernetes sets to the pod name) and node
-    (`NODE_NAME`, which the runner's pod templates pass down; empty elsewhere)."""
-    return {"pod": socket.gethostname(), "node": os.environ.get(labels.NODE_NAME_ENV, "")}
+    (`NODE_NAME`, which the runner's pod templates pass down; the hostname elsewhere)."""
+    host = socket.gethostname()
+    return {"pod": host, "node": os.environ.get(labels.NODE_NAME_ENV) or host}
 
 
 def worker_logger(capacity: int) -> tuple[logging.Logger, LogTail]:

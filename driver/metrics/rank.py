@@ -1,14 +1,15 @@
 """What each training rank reports: its step rows, batched to the run's sink actor.
 
     reporter = RankReporter(sink, rank, attempt, device)
-    reporter.add(row)        # after every step: tags, memory, sends a batch every 0.5 s
+    reporter.add(row)        # after every step: tags, memory; a thread sends every 0.5 s
     reporter.flush()         # at the end and when the attempt fails: waits for the sink
 
 Every rank sends `names.PER_RANK_KEYS` (step time, data wait, forward/backward and
 optimizer time, throughput, memory); rank 0 sends its whole row (loss, lr, checkpoint and
 auxiliary-service fields too). Rows are tagged with `rank` and `attempt`. Sending is one
-fire-and-forget actor call per batch, so a step never waits on the driver; `flush` waits
-(bounded), so the last rows of a failing attempt reach the sink before the worker ends.
+fire-and-forget actor call per batch from a small thread, so a step never waits on the
+driver, and a rank stuck in a collective (a peer failed) still sends its last rows; `flush`
+waits (bounded), so the last rows of a failing rank reach the sink before it re-raises.
 Memory: RSS from /proc/self/statm (one small read), CUDA's peak allocation from the
 caching allocator's counters (no device sync).
 """
@@ -17,12 +18,14 @@ from __future__ import annotations
 
 import contextlib
 import os
+import threading
 import time
 from collections import deque
 
 from driver.metrics.names import PER_RANK_KEYS
 
 PUSH_EVERY_S = 0.5
+IDLE_S = 0.2
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
 
@@ -60,38 +63,63 @@ def rank_row(row: dict, rank: int, attempt: int) -> dict:
 
 
 class RankReporter:
-    """Batches one rank's rows to the sink (see the module docstring)."""
+    """Batches one rank's rows to the sink (see the module docstring). A small thread sends
+    them: every `every_s`, or `idle_s` after the newest row when no other follows (a slow
+    step, or a rank blocked in a collective because a peer failed: its rows still leave
+    before the worker group is torn down)."""
 
-    def __init__(self, sink, rank: int, attempt: int, device=None, every_s: float = PUSH_EVERY_S):
+    def __init__(self, sink, rank: int, attempt: int, device=None,
+                 every_s: float = PUSH_EVERY_S, idle_s: float = IDLE_S):  # fmt: skip
         self.sink, self.rank, self.attempt, self.device = sink, rank, attempt, device
-        self.every_s = every_s
+        self.every_s, self.idle_s = every_s, idle_s
         self.pending: list[dict] = []
-        self.pushed = time.monotonic()
+        self.pushed = self.added = time.monotonic()
         self.in_flight: deque = deque(maxlen=16)  # the newest batches' call refs
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="metrics-push", daemon=True)
+        self._thread.start()
 
     def due(self) -> bool:
-        """Whether the next `add` sends the batch."""
+        """Whether the batch is due (rank 0 then adds the aux services' figures)."""
         return time.monotonic() - self.pushed >= self.every_s
 
     def add(self, row: dict) -> None:
         row = rank_row(row, self.rank, self.attempt)
         row.update(memory(self.device))
-        self.pending.append(row)
-        if self.due():
-            self.push()
+        with self._lock:
+            self.pending.append(row)
+            self.added = time.monotonic()
 
-    def push(self) -> None:
+    def update_last(self, fields: dict) -> None:
+        """Add fields to the newest row not sent yet (none: nothing)."""
+        with self._lock:
+            if self.pending:
+                self.pending[-1].update(fields)
+
+    def _run(self) -> None:
+        tick = min(0.1, self.idle_s, self.every_s)
+        while not self._stop.wait(tick):
+            now = time.monotonic()
+            with self._lock:
+                if self.pending and (now - self.pushed >= self.every_s
+                                     or now - self.added >= self.idle_s):  # fmt: skip
+                    self._push()
+
+    def _push(self) -> None:
         if self.pending:
             self.in_flight.append(self.sink.push_many.remote(self.pending))
         self.pending, self.pushed = [], time.monotonic()
 
     def flush(self, timeout_s: float = 10.0) -> None:
-        """Send what is pending and wait until the sink has it (never raises)."""
+        """Stop the thread, send what is pending and wait until the sink has it (never
+        raises)."""
         import ray
 
-        rows, self.pending = self.pending, []
-        if rows:
-            self.in_flight.append(self.sink.push_many.remote(rows))
+        self._stop.set()
+        self._thread.join()
+        with self._lock:
+            self._push()
         with contextlib.suppress(Exception):
             ray.get(list(self.in_flight), timeout=timeout_s)
         self.in_flight.clear()

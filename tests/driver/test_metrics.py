@@ -8,6 +8,7 @@ import http.server
 import json
 import re
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -94,7 +95,7 @@ class FakeSink:
 
 def test_reporter_batches_and_flush_sends_the_rest(monkeypatch):
     sink = FakeSink()
-    reporter = rank.RankReporter(sink, 1, 0, every_s=3600)
+    reporter = rank.RankReporter(sink, 1, 0, every_s=3600, idle_s=3600)
     monkeypatch.setattr("ray.get", lambda refs, timeout=None: None)
     for step in range(1, 4):
         reporter.add({"step": step, "step_time": 0.1, "time": 1.0, "loss": 2.0})
@@ -102,6 +103,18 @@ def test_reporter_batches_and_flush_sends_the_rest(monkeypatch):
     reporter.flush()
     assert [r["step"] for r in sink.rows] == [1, 2, 3]
     assert all(r["rank"] == 1 and "rss_bytes" in r and "loss" not in r for r in sink.rows)
+
+
+def test_a_rank_that_stops_adding_rows_still_sends_them(monkeypatch):
+    sink = FakeSink()
+    reporter = rank.RankReporter(sink, 1, 0, every_s=3600, idle_s=0.05)
+    reporter.add({"step": 1, "step_time": 0.1, "time": 1.0})  # then blocked in a collective
+    deadline = time.monotonic() + 30
+    while not sink.rows and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert [r["step"] for r in sink.rows] == [1]
+    monkeypatch.setattr("ray.get", lambda refs, timeout=None: None)
+    reporter.flush()
 
 
 def read_jsonl(path: Path) -> list[dict]:
