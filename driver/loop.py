@@ -38,8 +38,10 @@ def train_worker(args: dict) -> None:
 
     cfg, sink, control = args["cfg"], args["sink"], args.get("control")
     rank = ray.train.get_context().get_world_rank()
-    attempt = ray.get(sink.hello.remote(rank, where_am_i()), timeout=60)  # tags its rows
-    logger, tail = worker_logger(cfg.logging.tail_lines)
+    host = where_am_i()
+    attempt = ray.get(sink.hello.remote(rank, host), timeout=60)  # tags its rows
+    tags = {"run": cfg.run.name, "rank": rank, "attempt": attempt, **host}
+    logger, tail = worker_logger(cfg.logging.tail_lines, tags)
     share_handlers(logger, "driver.checkpoint")
     try:
         final = run(cfg, sink, logger, control, args.get("aux"), attempt)

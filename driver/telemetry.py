@@ -24,13 +24,19 @@ from driver.checkpoint.control import RunControl
 LOGGER_NAME = "driver.worker"
 
 
+def log_format(tags: dict | None = None) -> str:
+    """A worker's log line format: time, level, its labels (`rank=1 attempt=0`), message."""
+    labelled = "".join(f"{k}={v} " for k, v in (tags or {}).items() if v not in ("", None))
+    return f"%(asctime)s %(levelname)s {labelled}%(message)s".replace("  ", " ")
+
+
 class LogTail(logging.Handler):
     """Keeps the last `capacity` formatted log lines of this process."""
 
-    def __init__(self, capacity: int):
+    def __init__(self, capacity: int, tags: dict | None = None):
         super().__init__()
         self.lines: deque[str] = deque(maxlen=max(1, capacity))
-        self.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+        self.setFormatter(logging.Formatter(log_format(tags)))
 
     def emit(self, record: logging.LogRecord) -> None:
         self.lines.append(self.format(record))
@@ -43,15 +49,17 @@ def where_am_i() -> dict[str, str]:
     return {"pod": host, "node": os.environ.get(labels.NODE_NAME_ENV) or host}
 
 
-def worker_logger(capacity: int) -> tuple[logging.Logger, LogTail]:
-    """The worker's logger: every line into the tail, warnings also to stderr."""
+def worker_logger(capacity: int, tags: dict | None = None) -> tuple[logging.Logger, LogTail]:
+    """The worker's logger: every line into the tail, warnings also to stderr; each line
+    with the rank's labels (`tags`: rank, attempt, pod, node)."""
     logger = logging.getLogger(LOGGER_NAME)
     logger.setLevel(logging.INFO)
     logger.propagate = False
     for handler in list(logger.handlers):
         logger.removeHandler(handler)
-    tail = LogTail(capacity)
+    tail = LogTail(capacity, tags)
     stderr = logging.StreamHandler()
+    stderr.setFormatter(logging.Formatter(log_format(tags)))
     stderr.setLevel(logging.WARNING)
     logger.addHandler(tail)
     logger.addHandler(stderr)
