@@ -82,6 +82,11 @@ def cpu_node_labels() -> dict[str, str]:
 CHECKPOINT_KEY_SECRET = ("checkpoint-key", "key")
 CHECKPOINT_KEY_ENV = "REVE_CHECKPOINT_KEY"  # the driver signs and checks checkpoints with it
 RAY_TOKEN_SECRET = ("ray-token", "auth_token")  # Ray's token auth (KubeRay authOptions)
+# The driver's ClickHouse sign-in (logging.clickhouse_url): the `runs` user (insert into
+# platform.run_metrics only) and its password from this Secret, as these env variables.
+CLICKHOUSE_RUNS_SECRET = ("clickhouse-runs", "password")
+CLICKHOUSE_RUNS_USER = "runs"
+CLICKHOUSE_USER_ENV, CLICKHOUSE_PASSWORD_ENV = "CLICKHOUSE_USER", "CLICKHOUSE_PASSWORD"
 
 # Kubernetes service accounts bound to Google service accounts (Workload Identity).
 TRAINING_KSA = "training"  # in every team namespace; run pods use it for bucket access

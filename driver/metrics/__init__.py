@@ -6,11 +6,13 @@
   the run's chDB store, ClickHouse (driver.clickhouse) and OpenTelemetry.
 - `flight`: the PyTorch flight recorder's environment for training ranks.
 
-ClickHouse credentials come from the environment only: `CLICKHOUSE_ENV` lists the names.
+ClickHouse credentials come from the environment only: `CLICKHOUSE_ENV` lists the names
+(catalog.labels: in a cluster the runner renders the `runs` user and the `clickhouse-runs`
+Secret's password as these).
 """
 
 from __future__ import annotations
 
-CLICKHOUSE_USER_ENV = "CLICKHOUSE_USER"  # `runs` for a run's driver pod
-CLICKHOUSE_PASSWORD_ENV = "CLICKHOUSE_PASSWORD"  # Secret `clickhouse-runs`, key `password`
+from catalog.labels import CLICKHOUSE_PASSWORD_ENV, CLICKHOUSE_USER_ENV
+
 CLICKHOUSE_ENV = (CLICKHOUSE_USER_ENV, CLICKHOUSE_PASSWORD_ENV)
