@@ -124,7 +124,7 @@ def kill_now(spec: dict, step: int, phase: str, live: int | None = None) -> None
         due = step == spec["kill_step"]
     if due:
         with open(spec["out"] + ".killed", "w") as f:
-            f.write(str(time.time()))
+            f.write(f"{time.time()} {step}")
         os.kill(os.getpid(), signal.SIGKILL)
 
 

@@ -28,6 +28,8 @@ class DrillResult:
     stderr: dict[str, str]
     killed_at: dict[str, float] = field(default_factory=dict)
     """Wall time of each self-inflicted SIGKILL."""
+    killed_step: dict[str, int] = field(default_factory=dict)
+    """The step (0-based) each SIGKILL struck."""
     started: float = 0.0
     ended: float = 0.0
 
@@ -126,7 +128,7 @@ class Drill:
         return False
 
     def _collect(self, procs: dict, started: float) -> DrillResult:
-        rows, codes, errs, killed = {}, {}, {}, {}
+        rows, codes, errs, killed, killed_step = {}, {}, {}, {}, {}
         for name, p in procs.items():
             out = self.folder / f"{name}.jsonl"
             text = out.read_text() if out.exists() else ""
@@ -135,5 +137,6 @@ class Drill:
             errs[name] = (self.folder / f"{name}.err").read_text()
             mark = Path(str(out) + ".killed")
             if mark.exists():
-                killed[name] = float(mark.read_text())
-        return DrillResult(rows, codes, errs, killed, started, time.time())
+                when, step = mark.read_text().split()
+                killed[name], killed_step[name] = float(when), int(step)
+        return DrillResult(rows, codes, errs, killed, killed_step, started, time.time())
