@@ -11,6 +11,7 @@ tests under tests/infra.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -131,6 +132,7 @@ def run(
     mocks = _Mocks(project)
     pulumi.runtime.settings.ROOT.set(None)
     monitor = _Recorder(mocks, record)
+    _ensure_event_loop()
     pulumi.runtime.set_mocks(mocks, project=project, stack=name, preview=False, monitor=monitor)
 
     @pulumi.runtime.test
@@ -140,6 +142,15 @@ def run(
 
     program()
     return record
+
+
+def _ensure_event_loop() -> None:
+    """Pulumi's mocks run on this thread's current event loop; after an `asyncio.run` in the
+    same thread (it leaves none behind) there is none, so make one."""
+    try:
+        asyncio.get_event_loop_policy().get_event_loop()
+    except RuntimeError:
+        asyncio.set_event_loop(asyncio.new_event_loop())
 
 
 def _qualified(project: str, config: dict[str, object]) -> dict[str, str]:
