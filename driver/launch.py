@@ -18,7 +18,7 @@ from catalog.errors import InputError
 from driver import capacity
 from driver.aux.config import check_run
 from driver.config import check_batch
-from driver.embedded import LOCAL_ENV, lean_trainer
+from driver.embedded import LOCAL_ENV, lean_trainer, quiet_token_notice
 
 # Ray Train's controller polls every worker each health-check interval, and a
 # ray.train.report call waits for the next poll. Per-step metrics bypass report (the metrics
@@ -87,6 +87,7 @@ def connect(cfg) -> bool:
         return False
     from driver.aux.coordinator import local_cpus
 
+    quiet_token_notice()
     cpus = cfg.run.local_cpus or local_cpus(cfg, cfg.parallelism.workers or 2)
     ray.init(
         num_cpus=cpus,
@@ -133,7 +134,7 @@ def trainer_for(
     root = cfg.checkpoint.root
     storage = f"{root}/{cfg.run.team}/{cfg.run.name}" if "://" in root else output_dir / "ray"
     trainer = lean_trainer(TorchTrainer) if embedded else TorchTrainer
-    return trainer(
+    trainer = trainer(
         train_worker,
         train_loop_config={"cfg": cfg, "sink": sink, "control": control, "aux": aux},
         scaling_config=ScalingConfig(
@@ -146,15 +147,21 @@ def trainer_for(
             failure_config=failure_config(cfg.checkpoint),
         ),
     )
+    # Ray Train's own Ctrl-C handler aborts the run without a checkpoint; the driver's
+    # StopRelay turns SIGINT, like SIGTERM, into a final checkpoint and an orderly stop.
+    trainer._register_sigint_handler = lambda controller: None
+    return trainer
 
 
-def launch(cfg, config_yaml: str, fmt: str, say=print) -> dict:
-    """Run training to the end; the summary, or RunFailed after writing a crash bundle."""
+def launch(cfg, config_yaml: str, fmt: str, say=print, stops=None) -> dict:
+    """Run training to the end; the summary, or RunFailed after writing a crash bundle.
+    `stops` (a driver.checkpoint.control.StopRelay, installed) turns SIGTERM and SIGINT into
+    a final checkpoint and an early end; the summary then has `stopped_by`."""
     import ray
 
     from driver import crash
     from driver.aux.coordinator import start_services
-    from driver.checkpoint.control import relay_sigterm
+    from driver.checkpoint.control import Interrupted
     from driver.progress import Progress, summarize
     from driver.telemetry import start_channel
 
@@ -171,11 +178,14 @@ def launch(cfg, config_yaml: str, fmt: str, say=print) -> dict:
     trainer = trainer_for(cfg, result.world_size, use_gpu, sink, output_dir, control, embedded,
                           services_up.spec(cfg))  # fmt: skip
     progress.start()
-    stop_relay = relay_sigterm(control, progress.log) if cfg.checkpoint.active else lambda: None
+    if stops is not None:  # without checkpoints no worker listens: a signal stops at once
+        stops.attach(control if cfg.checkpoint.active else None, progress.log)
+    interrupted = False
     try:
         trainer.fit()
+    except Interrupted:
+        interrupted = True
     except Exception as err:
-        stop_relay()
         services_up.stop()
         restarts = ray.get(control.restarts.remote(), timeout=30)
         if restarts:
@@ -184,7 +194,6 @@ def launch(cfg, config_yaml: str, fmt: str, say=print) -> dict:
         ranks = failed_ranks(err, ray.get(sink.get_failures.remote(), timeout=30))
         bundle = crash.write_bundle(output_dir, config_yaml, err, ranks, list(progress.lines))
         raise RunFailed(headline(err, ranks), bundle) from err
-    stop_relay()
     progress.close()
     aux_summary = services_up.summary()
     services_up.stop()
@@ -196,8 +205,10 @@ def launch(cfg, config_yaml: str, fmt: str, say=print) -> dict:
         metrics=str(progress.path),
         restarts=ray.get(control.restarts.remote(), timeout=30),
     )
-    final = ray.get(control.final.remote(), timeout=30)
+    final = {} if interrupted else ray.get(control.final.remote(), timeout=30)
     summary.update({k: v for k, v in final.items() if k.startswith(("ckpt_", "preempt"))})
+    if stops is not None and stops.signum and (interrupted or "preempted_at" in summary):
+        summary["stopped_by"] = stops.name
     if aux_summary:
         summary["aux"] = aux_summary
         summary.update({k: v for k, v in final.items() if k.startswith(("aux/", "refresh_"))})

@@ -1,11 +1,16 @@
-"""Entry point of the training driver: `python -m driver.train CONFIG.yaml [key=value ...]`.
+"""Entry point of the training driver:
+`python -m driver.train CONFIG.yaml [key=value ...] [--show-config]`.
 
-Composes the config (driver/conf groups + the YAML + overrides), prints it and saves it as
-`<run.output_dir>/config.yaml`, then runs training on Ray (embedded locally, `address=auto`
-in a cluster) and ends with a summary. Exit codes: 0 done, 1 the run failed (a crash bundle
-was written; or an auxiliary service failed its start-up check, one line naming it, before
-training), 2 bad config (one line naming the key), 143 stopped by SIGTERM (after a final
-checkpoint when it fitted `checkpoint.preemption_budget_s`; run again to resume).
+Composes the config (driver/conf groups + the YAML + overrides), saves it as
+`<run.output_dir>/config.yaml` and says where (`--show-config` prints it; in a cluster it
+is one JSON line), then runs training on Ray (embedded locally, `address=auto` in a
+cluster) and ends with a summary. A cluster run needs its checkpoint key
+(REVE_CHECKPOINT_KEY) and is refused without it. Exit codes: 0 done, 1 the run failed (a
+crash bundle was written; or an auxiliary service failed its start-up check, one line
+naming it, before training), 2 bad config (one line naming the key), 143 stopped by
+SIGTERM and 130 by SIGINT (Ctrl-C) (after a final checkpoint when it fitted
+`checkpoint.preemption_budget_s`; run again to resume). An embedded run runs in a child
+process in its own session (driver/embedded.py): nothing of it outlives the driver.
 """
 
 from __future__ import annotations
@@ -18,8 +23,15 @@ from pathlib import Path
 
 from catalog.errors import InputError
 
-USAGE = "usage: python -m driver.train CONFIG.yaml [key=value ...]"
+USAGE = "usage: python -m driver.train CONFIG.yaml [key=value ...] [--show-config]"
 PREEMPTED = 143  # 128 + SIGTERM: the run stopped early on a preemption notice
+INTERRUPTED = 130  # 128 + SIGINT: stopped by Ctrl-C, the same way
+SHOW_CONFIG = "--show-config"
+
+
+def embedded(cfg) -> bool:
+    """Whether the run starts its own Ray (no run.address and no RAY_ADDRESS)."""
+    return not (cfg.run.address or os.environ.get("RAY_ADDRESS"))
 
 
 def output_format(cfg) -> str:
@@ -28,7 +40,7 @@ def output_format(cfg) -> str:
     address decides, not the cluster name.)"""
     if cfg.logging.format != "auto":
         return cfg.logging.format
-    return "json" if cfg.run.address or os.environ.get("RAY_ADDRESS") else "progress"
+    return "progress" if embedded(cfg) else "json"
 
 
 def format_summary(summary: dict) -> str:
@@ -62,9 +74,14 @@ def checkpoint_lines(summary: dict) -> list[str]:
     if summary.get("ckpt_failures"):
         error = summary.get("ckpt_error", "")
         lines.append(f"  checkpoint saves failed: {summary['ckpt_failures']} (last: {error})")
+    if summary.get("ckpt_stopped"):
+        lines.append(f"  stopped after step {summary.get('steps', 0)}: checkpoints are failing")
+    signal_name = summary.get("stopped_by", "SIGTERM")
     if summary.get("preempted_at") is not None:
         reason = summary.get("preempt_reason", "")
-        lines.append(f"  stopped by SIGTERM after step {summary['preempted_at']} ({reason})")
+        lines.append(f"  stopped by {signal_name} after step {summary['preempted_at']} ({reason})")
+    elif summary.get("stopped_by"):  # no checkpoints to write: stopped where it was
+        lines.append(f"  stopped by {signal_name} (no checkpoint: checkpoints are off)")
     return lines
 
 
@@ -87,9 +104,12 @@ def aux_lines(summary: dict) -> list[str]:
     return lines
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Run the driver; returns the exit code (0, 1, 2 or 143)."""
+def main(argv: list[str] | None = None, supervised: bool = False) -> int:
+    """Run the driver; returns the exit code (0, 1, 2, 130 or 143). `supervised` (the
+    program's entry point) runs an embedded run in a child process in its own session."""
     args = list(sys.argv[1:] if argv is None else argv)
+    show = SHOW_CONFIG in args
+    args = [arg for arg in args if arg != SHOW_CONFIG]
     if not args or args[0] in ("-h", "--help"):
         print(USAGE, file=sys.stderr if not args else sys.stdout)
         return 2 if not args else 0
@@ -98,16 +118,42 @@ def main(argv: list[str] | None = None) -> int:
     try:
         cfg, config_yaml = compose(args[0], args[1:])
         check_resume(cfg, args[0])
+        check_key(cfg, args[0])
         output_dir = prepare_output(cfg, config_yaml, args[0])
     except InputError as err:
         print(f"error: {err.line()}", file=sys.stderr)
         return 2
     fmt = output_format(cfg)
-    if fmt == "json":
-        print(json.dumps({"run": cfg.run.name, "team": cfg.run.team, "config": config_yaml}))
-    else:
-        print(config_yaml, end="", flush=True)
+    print(config_text(cfg, config_yaml, output_dir, fmt, show), end="", flush=True)
+    if supervised and embedded(cfg):
+        from driver.embedded import supervise
+
+        return supervise(lambda: _run(cfg, config_yaml, output_dir, fmt, args[0]))
     return _run(cfg, config_yaml, output_dir, fmt, args[0])
+
+
+def config_text(cfg, config_yaml: str, output_dir: Path, fmt: str, show: bool) -> str:
+    """What the driver says about the composed config at start: where it was saved (all of
+    it with `--show-config` or `run.print_config`; in a cluster, one JSON line with all)."""
+    if fmt == "json":
+        return json.dumps({"run": cfg.run.name, "team": cfg.run.team, "config": config_yaml}) + "\n"
+    if show or getattr(cfg.run, "print_config", False):
+        return config_yaml
+    return f"config: {output_dir / 'config.yaml'} ({SHOW_CONFIG} prints it)\n"
+
+
+def check_key(cfg, source: str) -> None:
+    """A cluster run (not embedded) must have its team's checkpoint key: without it every
+    checkpoint it wrote would be signed with a key no other pod has (InputError)."""
+    if embedded(cfg):
+        return
+    from driver.checkpoint.auth import KEY_ENV, MissingKey, load_secret
+
+    try:
+        load_secret(required=True)
+    except MissingKey:
+        raise InputError(source, "run.address", f"a cluster run needs {KEY_ENV} (the team's "
+                         "checkpoint key, from its Secret); it is not set") from None  # fmt: skip
 
 
 def prepare_output(cfg, config_yaml: str, source: str) -> Path:
@@ -139,10 +185,12 @@ def check_resume(cfg, source: str) -> None:
 def _run(cfg, config_yaml: str, output_dir: Path, fmt: str, source: str) -> int:
     from driver import crash
     from driver.aux.coordinator import AuxStartError
+    from driver.checkpoint.control import Interrupted, StopRelay
     from driver.launch import RunFailed, launch
 
+    stops = StopRelay(lambda line: print(line, file=sys.stderr, flush=True)).install()
     try:
-        summary = launch(cfg, config_yaml, fmt)
+        summary = launch(cfg, config_yaml, fmt, stops=stops)
     except InputError as err:  # found at launch (capacity, cluster shape): name the config
         err.source = err.source or source
         print(f"error: {err.line()}", file=sys.stderr)
@@ -153,15 +201,31 @@ def _run(cfg, config_yaml: str, output_dir: Path, fmt: str, source: str) -> int:
     except AuxStartError as err:  # a service failed its start-up check: nothing trained
         print(f"error: {err}", file=sys.stderr)
         return 1
+    except Interrupted as stop:  # before any worker could act on it: nothing trained
+        print(f"stopped by {stop} during start-up: nothing trained", file=sys.stderr)
+        return 128 + stop.signum
     except Exception as err:  # the driver itself failed: still leave a bundle behind
         bundle = crash.write_bundle(output_dir, config_yaml, err, {}, [traceback.format_exc()])
         print(f"error: driver failed: {type(err).__name__}: {err}", file=sys.stderr)
         print(f"crash bundle: {bundle}", file=sys.stderr)
         return 1
+    finally:
+        stops.restore()
     (output_dir / "summary.json").write_text(json.dumps(summary, indent=1))
     print(format_summary(summary), flush=True)
-    return PREEMPTED if summary.get("preempted_at") is not None else 0
+    if summary.get("ckpt_stopped"):  # storage refuses every save: stop, say it in one line
+        print(f"error: run stopped: {summary['ckpt_stopped']}", file=sys.stderr, flush=True)
+        return 1
+    return exit_code(summary, stops.signum)
+
+
+def exit_code(summary: dict, signum: int | None) -> int:
+    """0 when done; 128 + the signal when one stopped the run before its last step."""
+    stopped = summary.get("preempted_at") is not None or summary.get("stopped_by")
+    if not stopped:
+        return 0
+    return 128 + signum if signum else PREEMPTED
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(supervised=True))

@@ -29,6 +29,7 @@ def new_counters() -> dict[str, float]:
         "saves_written": 0,
         "saves_committed": 0,
         "saves_failed": 0,
+        "saves_failed_in_a_row": 0,
         "callback_failures": 0,
         "loads": 0,
         "last_committed_step": -1,

@@ -44,6 +44,7 @@ class Committing:
         elapsed = time.perf_counter() - started
         self.write_durations.append(elapsed)
         self.counters["saves_written"] += 1
+        self.counters["saves_failed_in_a_row"] = 0
         self.counters["last_write_s"] = elapsed
         self.counters["last_committed_step"] = step
         if self.rank == 0:
@@ -74,6 +75,7 @@ class Committing:
 
     def _failed(self, uri: str, error: BaseException) -> None:
         self.counters["saves_failed"] += 1
+        self.counters["saves_failed_in_a_row"] += 1
         self.last_error = str(CheckpointError(uri, f"write failed: {summarize(error)}"))
         log.error("%s; training continues, the previous checkpoint stays valid", self.last_error)
         if self.rank == 0:

@@ -55,6 +55,11 @@ class CheckpointConfig:
     """Worker-group restarts Ray Train allows before the run fails; every restart resumes
     from the newest committed checkpoint."""
 
+    max_failed_saves: int = 3
+    """Stop the run after this many saves in a row failed (a full disk, storage refusing
+    writes): the workers stop together after the step that finds it, the driver prints one
+    line and exits 1. 0: never stop, only count and report the failures."""
+
     preemption_budget_s: float = 25.0
     """Seconds after SIGTERM within which a final checkpoint must finish (GKE gives
     preemptible nodes about 30 s); the final save is skipped when earlier saves say it
@@ -92,7 +97,8 @@ class CheckpointConfig:
 
     def validate(self, source: str | None = None) -> None:
         """Raise `InputError` naming `checkpoint.<field>` for the first bad value."""
-        for name in ("interval_steps", "keep_last", "keep_every", "max_failures"):
+        counts = ("interval_steps", "keep_last", "keep_every", "max_failures", "max_failed_saves")
+        for name in counts:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
                 message = f"must be an integer >= 0, got {value!r}"

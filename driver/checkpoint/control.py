@@ -2,15 +2,18 @@
 
     control = start_channel()                    # driver: the run's one small actor
                                                  # (driver.telemetry.RunChannel)
-    stop_relay = relay_sigterm(control, log)     # driver: SIGTERM -> a preemption notice
+    stops = StopRelay(log).install()             # driver: SIGTERM or SIGINT ...
+    stops.attach(control)                        # ... -> a notice to the workers
     attempt = ray.get(control.start.remote(rank))   # worker: 0, then 1, 2 ... after restarts
     guard = PreemptionGuard(ckpt, poll=NoticePoll(control))   # worker: sees the notice
 
 Ray Train runs the training function in a thread of each worker actor, so workers never
-see the pod's signal themselves: the driver catches SIGTERM and leaves a notice in the
-actor, which rank 0 polls without blocking after every step. The same actor counts the
-starts of each rank, so a worker knows it belongs to a restarted worker group (and then
-resumes from the run's newest committed checkpoint).
+see the pod's signal themselves (and an embedded Ray's processes run in a session of their
+own, driver/embedded.py, so a Ctrl-C at the terminal never reaches them): the driver
+catches SIGTERM and SIGINT and leaves a notice in the actor, which rank 0 polls without
+blocking after every step. The same actor counts the starts of each rank, so a worker
+knows it belongs to a restarted worker group (and then resumes from the run's newest
+committed checkpoint).
 """
 
 from __future__ import annotations
@@ -80,36 +83,89 @@ class NoticePoll:
         return ray.get(ref)
 
 
-def relay_sigterm(control, log: Callable[[str], None]) -> Callable[[], None]:
-    """Turn the driver's first SIGTERM into a notice in `control` (a second SIGTERM acts as
-    usual). Returns a function that restores the previous handler. Main thread only."""
-    if threading.current_thread() is not threading.main_thread():
-        return lambda: None
-    arrived = threading.Event()
-    stop = threading.Event()
-    previous = signal.getsignal(signal.SIGTERM)
-    stamp: list[float] = []
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+"""What stops a run early: a preemption notice (SIGTERM, GKE's) and Ctrl-C (SIGINT)."""
 
-    def handle(signum, frame) -> None:  # signal context: record, let the thread do the rest
-        stamp.append(time.time())
-        signal.signal(signal.SIGTERM, previous)
-        arrived.set()
 
-    def relay() -> None:
-        while not arrived.wait(0.2):
-            if stop.is_set():
+class Interrupted(BaseException):  # noqa: N818 (like KeyboardInterrupt, not an error)
+    """A stop signal arrived while no worker could act on it (start-up, or a run without
+    checkpoints): the driver stops at once. A BaseException, so no library swallows it."""
+
+    def __init__(self, signum: int):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+class StopRelay:
+    """The driver's first SIGTERM or SIGINT: a notice in the control actor, which the
+    workers turn into a final checkpoint and an orderly stop (a second signal acts as usual:
+    the process ends at once). Before `attach` (start-up), or attached to no control actor
+    (no checkpoints), the signal raises `Interrupted` in the main thread instead.
+
+        stops = StopRelay(print).install()      # main thread, before Ray starts
+        stops.attach(control, progress.log)     # once the workers can hear it
+        ...
+        stops.restore()                         # the previous handlers
+    """
+
+    def __init__(self, log: Callable[[str], None], signals: tuple[int, ...] = STOP_SIGNALS):
+        self.log, self.signals = log, signals
+        self.signum: int | None = None
+        """The first stop signal that arrived (None: none)."""
+        self.at: float | None = None
+        self._control = None
+        self._attached = False
+        self._previous: dict[int, object] = {}
+        self._arrived = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    @property
+    def name(self) -> str | None:
+        return signal.Signals(self.signum).name if self.signum else None
+
+    def install(self) -> StopRelay:
+        """Handle the signals from now on (main thread only; elsewhere a no-op). Called
+        again after Ray started: Ray's core worker installs its own SIGTERM handler."""
+        if threading.current_thread() is threading.main_thread() and self.signum is None:
+            for signum in self.signals:
+                previous = signal.signal(signum, self._handle)
+                self._previous.setdefault(signum, previous)
+        return self
+
+    def attach(self, control, log: Callable[[str], None] | None = None) -> None:
+        """From now on a signal becomes a notice in `control` (None: `Interrupted`)."""
+        self.log = log or self.log
+        self._control, self._attached = control, True
+        self.install()
+        if control is not None and self._previous:
+            self._thread = threading.Thread(target=self._relay, name="stop-relay", daemon=True)
+            self._thread.start()
+
+    def _handle(self, signum, frame) -> None:  # signal context: record, let a thread relay
+        first = self.signum is None
+        if first:
+            self.signum, self.at = signum, time.time()
+        for each in self.signals:  # a second signal of either kind ends the process at once
+            signal.signal(each, signal.SIG_DFL)
+        if self._control is None or not self._attached:
+            raise Interrupted(signum)
+        self._arrived.set()
+
+    def _relay(self) -> None:
+        while not self._arrived.wait(0.2):
+            if self._stop.is_set():
                 return
-        log("SIGTERM: asking the workers for a final checkpoint, then stopping")
-        control.preempt.remote(stamp[0])
+        self.log(f"{self.name}: asking the workers for a final checkpoint, then stopping "
+                 "(again to stop at once)")  # fmt: skip
+        self._control.preempt.remote(self.at)
 
-    signal.signal(signal.SIGTERM, handle)
-    thread = threading.Thread(target=relay, name="sigterm-relay", daemon=True)
-    thread.start()
-
-    def restore() -> None:
-        stop.set()
-        if not arrived.is_set():
-            signal.signal(signal.SIGTERM, previous)
-        thread.join(timeout=5)
-
-    return restore
+    def restore(self) -> None:
+        """Stop relaying; the handlers in place before `install` (unless a signal came:
+        then a second one keeps its default action)."""
+        self._stop.set()
+        if self.signum is None:
+            for signum, previous in self._previous.items():
+                signal.signal(signum, previous)
+        if self._thread is not None:
+            self._thread.join(timeout=5)

@@ -78,6 +78,9 @@ class PreemptionGuard:
     """Another source of the notice, asked after every step: the wall-clock time of a
     notice, or None (the training driver relays its own SIGTERM this way, because Ray Train
     runs the loop outside the worker's main thread, where no signal handler can be set)."""
+    give_up: Callable[[], str | None] | None = None
+    """Asked on rank 0 once the ranks agreed to stop, after the writes in flight: a reason
+    to skip the final save (e.g. storage failing every save), or None."""
 
     def __post_init__(self) -> None:
         self.stopped_at: int | None = None
@@ -131,6 +134,9 @@ class PreemptionGuard:
         remaining = deadline - time.monotonic()
         last = ckpt.counters["last_committed_step"]
         ok, why = final_save_decision(remaining, estimate_save_s(ckpt.write_durations), step, last)
+        given_up = self.give_up() if self.give_up is not None else None
+        if given_up:
+            ok, why = False, given_up
         ok = self._from_rank0(ok)
         log.warning("preemption notice at step %d: %s", step, why)
         self.stopped_at, self.reason = step, why

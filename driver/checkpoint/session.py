@@ -10,19 +10,22 @@
     final = session.finish()                 # final save, wait for the writes, final metrics
 
 On a failure the loop calls `session.abandon()`: a checkpoint staged before the failure may
-still commit (up to `checkpoint.preemption_budget_s`). A worker of a restarted worker group
-(the control actor counts the starts of each rank) resumes from the newest committed
-checkpoint of the run, whatever `checkpoint.resume` says.
+still commit (up to `checkpoint.preemption_budget_s`). After `checkpoint.max_failed_saves`
+saves in a row failed, `should_stop` stops every rank after the same step (as a preemption
+notice does, without the final save) and `finish()` says why in `ckpt_stopped`. A worker
+of a restarted worker group (the control actor counts the starts of each rank) resumes
+from the newest committed checkpoint of the run, whatever `checkpoint.resume` says.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 
+from driver.aux.listeners import RayListeners
 from driver.checkpoint.api import CheckpointRef, row_fields
 from driver.checkpoint.checkpointer import Checkpointer
 from driver.checkpoint.control import NoticePoll
-from driver.checkpoint.listeners import RayListeners
 from driver.checkpoint.preemption import PreemptionGuard
 from driver.checkpoint.state import TrainState
 from driver.parallel import Topology
@@ -44,7 +47,7 @@ class CheckpointSession:
             self.config, run.team, run.name, rank, world, callbacks=listeners, dp_replica=replica
         )
         poll = NoticePoll(control) if control is not None and rank == 0 else None
-        self.guard = PreemptionGuard(self.ckpt, poll=poll)
+        self.guard = PreemptionGuard(self.ckpt, poll=poll, give_up=self.failing)
         self.attempt = ray.get(control.start.remote(rank)) if control is not None else 0
         self.resumed: CheckpointRef | None = None
         self.start = 0
@@ -71,8 +74,20 @@ class CheckpointSession:
         self._reported = row["ckpt_failures"]
 
     def should_stop(self, step: int) -> bool:
-        """After each step, on every rank: whether a preemption notice stops the run here."""
+        """After each step, on every rank: whether a preemption notice, or saves failing
+        `max_failed_saves` times in a row, stop the run here."""
+        if self.failing() and self.guard.requested_at is None:
+            self.guard.requested_at = time.monotonic()  # the ranks agree as on a notice
         return self.guard.on_step_end(step, self.state)
+
+    def failing(self) -> str | None:
+        """Why the run must stop because its saves keep failing, or None."""
+        limit = self.config.max_failed_saves
+        in_a_row = int(self.ckpt.counters["saves_failed_in_a_row"])
+        if not limit or in_a_row < limit:
+            return None
+        return (f"{in_a_row} checkpoint saves in a row failed (checkpoint.max_failed_saves="
+                f"{limit}); last: {self.ckpt.last_error}")  # fmt: skip
 
     def abandon(self) -> None:
         """The loop failed: give a staged checkpoint a bounded chance to commit."""
@@ -87,6 +102,9 @@ class CheckpointSession:
         latest = self.ckpt.latest()
         final = row_fields(self.ckpt.counters, self.ckpt.last_error, 0)
         final["ckpt_uri"] = latest.uri if latest else None
-        if stopped is not None:
+        failing = self.failing()
+        if failing and stopped is not None:
+            final["ckpt_stopped"] = failing
+        elif stopped is not None:
             final.update(preempted_at=stopped, preempt_reason=self.guard.reason)
         return final

@@ -1,19 +1,21 @@
 """The pieces the training driver adds around the Checkpointer: restart-aware resume, the
-control actor's body, the SIGTERM relay, polled preemption notices, listener names and the
+control actor's body, the SIGTERM/SIGINT relay, polled preemption notices, listener names and the
 metrics fields (one process, no Ray)."""
 
 from __future__ import annotations
 
 import os
+import resource
 import signal
 import time
+from pathlib import Path
 
 import pytest
 
-from driver.checkpoint import PreemptionGuard
+from driver.aux.listeners import listener_name, listener_names
+from driver.checkpoint import CheckpointConfig, PreemptionGuard
 from driver.checkpoint.api import new_counters, row_fields
-from driver.checkpoint.control import RunControl, relay_sigterm
-from driver.checkpoint.listeners import listener_name, listener_names
+from driver.checkpoint.control import Interrupted, RunControl, StopRelay
 from tests.checkpoint.toy import config, make_state, train
 
 
@@ -80,25 +82,54 @@ class _Control:
         self.preempt = _Method()
 
 
-def test_sigterm_relay_leaves_a_notice_then_restores_the_handler():
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_stop_relay_leaves_a_notice_then_a_second_signal_acts_at_once(signum):
     control, lines = _Control(), []
-    before = signal.getsignal(signal.SIGTERM)
-    restore = relay_sigterm(control, lines.append)
+    before = signal.getsignal(signum)
+    stops = StopRelay(lines.append).install()
+    stops.attach(control)
     sent = time.time()
-    os.kill(os.getpid(), signal.SIGTERM)
+    os.kill(os.getpid(), signum)
     deadline = time.monotonic() + 10
     while not control.preempt.calls and time.monotonic() < deadline:
         time.sleep(0.05)
-    restore()
-    assert len(control.preempt.calls) == 1 and control.preempt.calls[0][0] >= sent - 1
-    assert "final checkpoint" in lines[0]
-    assert signal.getsignal(signal.SIGTERM) is before  # a second SIGTERM acts as usual
+    try:
+        assert len(control.preempt.calls) == 1 and control.preempt.calls[0][0] >= sent - 1
+        assert stops.name == signal.Signals(signum).name and "final checkpoint" in lines[0]
+        assert signal.getsignal(signum) is signal.SIG_DFL  # a second signal stops at once
+    finally:
+        stops.restore()
+        signal.signal(signum, before)
 
 
-def test_sigterm_relay_without_a_signal_restores_the_handler():
-    before = signal.getsignal(signal.SIGTERM)
-    relay_sigterm(_Control(), print)()
-    assert signal.getsignal(signal.SIGTERM) is before
+def test_stop_relay_before_attach_or_without_checkpoints_interrupts():
+    before = signal.getsignal(signal.SIGINT)
+    stops = StopRelay(print).install()
+    try:
+        with pytest.raises(Interrupted) as caught:  # start-up: nothing to save
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(1)
+        assert caught.value.signum == signal.SIGINT and str(caught.value) == "SIGINT"
+    finally:
+        stops.restore()
+        signal.signal(signal.SIGINT, before)
+    stops = StopRelay(print).install()
+    stops.attach(None)  # no checkpoints: no worker listens
+    try:
+        with pytest.raises(Interrupted):
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(1)
+    finally:
+        stops.restore()
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+def test_stop_relay_without_a_signal_restores_the_handlers():
+    before = signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)
+    stops = StopRelay(print).install()
+    stops.attach(_Control())
+    stops.restore()
+    assert (signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)) == before
 
 
 @pytest.mark.parametrize(
@@ -129,3 +160,52 @@ def test_listener_names():
     assert listener_names(names) == ["checkpoint-listener:a", "checkpoint-listener:b"]
     with pytest.raises(ValueError):
         listener_name("")
+
+
+def _session(root: str, *overrides: str):
+    from driver.checkpoint.session import CheckpointSession
+    from driver.config import compose
+
+    tiny = str(Path(__file__).resolve().parents[2] / "runs/train/tiny-lm.yaml")
+    sets = [f"checkpoint.root={root}", "checkpoint.interval_steps=1", "train.steps=10"]
+    cfg, _ = compose(tiny, [*sets, "checkpoint.async_mode=sync", "run.team=t", *overrides])
+    return CheckpointSession(cfg, make_state(), rank=0, world=1)
+
+
+@pytest.mark.parametrize("limit, stops_after", [(2, 3), (0, None)])
+def test_saves_failing_in_a_row_stop_the_run_after_max_failed_saves(root, limit, stops_after):
+    """A refused write (here RLIMIT_FSIZE: EFBIG, as a full disk gives ENOSPC) counts; after
+    `checkpoint.max_failed_saves` in a row the session stops the loop and says why."""
+    session = _session(root, f"checkpoint.max_failed_saves={limit}")
+    rows, stopped = [], None
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    previous = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    try:
+        for step in range(1, 6):
+            train(session.state, None, step, step)
+            if step == 2:  # step 1 saved; from step 2 on the storage refuses every write
+                resource.setrlimit(resource.RLIMIT_FSIZE, (4096, hard))
+            rows.append({})
+            session.after_step(step, rows[-1])
+            if session.should_stop(step):
+                stopped = step
+                break
+        final = session.finish()
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+        signal.signal(signal.SIGXFSZ, previous)
+    assert stopped == stops_after
+    assert [r["ckpt_failures"] for r in rows][:3] == [0, 1, 2]
+    assert "File too large" in rows[1]["ckpt_error"]
+    assert final["ckpt_uri"].endswith("step-1")
+    if limit:
+        assert final["ckpt_stopped"].startswith("2 checkpoint saves in a row failed")
+        assert "checkpoint.max_failed_saves=2" in final["ckpt_stopped"]
+        assert "preempted_at" not in final
+    else:
+        assert "ckpt_stopped" not in final and final["ckpt_failures"] == 5  # 2-5 and the end
+
+
+def test_max_failed_saves_must_be_a_count():
+    with pytest.raises(Exception, match="checkpoint.max_failed_saves: must be an integer >= 0"):
+        CheckpointConfig(max_failed_saves=-1)

@@ -1,0 +1,38 @@
+"""The driver's first lines: where the composed config went (not all of it), and a cluster
+run without its checkpoint key refused before anything starts."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from driver.config import compose
+from driver.train import SHOW_CONFIG, config_text, main
+from tests.driver.conftest import TINY_LM
+
+
+@pytest.fixture
+def composed(tmp_path):
+    cfg, text = compose(TINY_LM, [f"run.output_dir={tmp_path}"])
+    return cfg, text, Path(tmp_path)
+
+
+def test_a_local_run_says_where_the_config_is(composed):
+    cfg, text, out = composed
+    said = config_text(cfg, text, out, "progress", show=False)
+    assert said == f"config: {out / 'config.yaml'} (--show-config prints it)\n"
+    assert config_text(cfg, text, out, "progress", show=True) == text
+    assert config_text(cfg, text, out, "json", show=False).count("\n") == 1  # one JSON line
+
+
+@pytest.mark.parametrize("where", [["run.address=auto"], []])
+def test_a_cluster_run_without_its_checkpoint_key_is_refused(tmp_path, monkeypatch, capsys, where):
+    monkeypatch.delenv("REVE_CHECKPOINT_KEY", raising=False)
+    if not where:
+        monkeypatch.setenv("RAY_ADDRESS", "127.0.0.1:1")  # what a RayJob's entrypoint gets
+    code = main([TINY_LM, *where, f"run.output_dir={tmp_path / 'out'}", SHOW_CONFIG])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1, err
+    assert err.startswith(f"error: {TINY_LM}: run.address: a cluster run needs REVE_CHECKPOINT_KEY")
+    assert not (tmp_path / "out").exists()  # refused before anything was written
