@@ -7,7 +7,9 @@ this Python. The driver starts the embedded Ray, shows progress and prints a sum
 
     runner run --local runs/examples/tiny-lm.yaml --steps 50 --set optimizer.lr=1e-3
 
-Exit codes are the driver's: 0 done, 1 the run failed (see its crash bundle), 2 bad input.
+The driver says where it saved the composed config (`--show-config` prints it).
+Exit codes are the driver's: 0 done, 1 the run failed (see its crash bundle), 2 bad input,
+130 stopped by Ctrl-C and 143 by SIGTERM (after a final checkpoint; run again to resume).
 """
 
 from __future__ import annotations
@@ -50,14 +52,18 @@ def local_env(spec_env: dict, base: dict[str, str]) -> dict[str, str]:
     help="Driver config override, after the run's train_overrides (repeatable).",
 )  # fmt: skip
 @click.option("--steps", type=click.IntRange(min=1), help="Shortcut for --set train.steps=N.")
+@click.option("--show-config", is_flag=True, help="Print the composed driver config at start.")
 @click.option("--dry-run", is_flag=True, help="Print the command and exit.")
-def run(run_file, local, sets, steps, dry_run) -> None:
+def run(run_file, local, sets, steps, show_config, dry_run) -> None:
     """Run a run definition locally: the same driver and config its RayJob runs."""
+    from runner.experiment import run_local as run_experiment
     from runner.runfile import shown
     from runner.spec import entrypoint, load_run
 
     if not local:
         raise InputError("command line", "--local", "required (use runner submit for clusters)")
+    if run_experiment(run_file, sets, steps, dry_run):  # a DiLoCo experiment: local processes
+        return
     for word in sets:
         if "=" not in word:
             raise InputError("command line", "--set", f"expected KEY=VALUE, got {shown(word)}")
@@ -66,12 +72,14 @@ def run(run_file, local, sets, steps, dry_run) -> None:
     if extra:
         spec = load_run(run_file, {"train_overrides": [*spec.train_overrides, *extra]})
     command = local_command(entrypoint(spec, local=True))
+    command += ["--show-config"] if show_config else []
     click.echo("$ " + " ".join(command), err=True)
     if dry_run:
         return
     child = subprocess.Popen(command, cwd=repo_root(), env=local_env(spec.env, dict(os.environ)))
     # A SIGTERM to `runner run` (a preemption notice) goes to the driver, which saves a final
-    # checkpoint when it fits and exits 143; Ctrl-C reaches it through the process group.
+    # checkpoint when it fits and exits 143; Ctrl-C reaches it through the process group
+    # (130), and only it: its embedded Ray runs in a session of its own.
     previous = signal.signal(signal.SIGTERM, lambda *_: child.send_signal(signal.SIGTERM))
     try:
         try:

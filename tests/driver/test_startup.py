@@ -36,3 +36,13 @@ def test_a_cluster_run_without_its_checkpoint_key_is_refused(tmp_path, monkeypat
     assert code == 2 and err.count("\n") == 1, err
     assert err.startswith(f"error: {TINY_LM}: run.address: a cluster run needs REVE_CHECKPOINT_KEY")
     assert not (tmp_path / "out").exists()  # refused before anything was written
+
+
+def test_runner_run_passes_show_config_to_the_driver(capsys):
+    from runner.cli import main as runner
+
+    example = Path(TINY_LM).parents[1] / "examples" / "tiny-lm.yaml"
+    with pytest.raises(SystemExit) as done:
+        runner(["run", "--local", str(example), "--show-config", "--dry-run"])
+    assert done.value.code == 0
+    assert capsys.readouterr().err.strip().splitlines()[-1].endswith(f" {SHOW_CONFIG}")
