@@ -14,6 +14,10 @@ TEAM = f"{DOMAIN}/team"
 CLUSTER = f"{DOMAIN}/cluster"
 TYPE = f"{DOMAIN}/type"
 ROLE = f"{DOMAIN}/role"  # head, worker, sentinel, job
+# A DiLoCo experiment's objects (runner.experiment): the experiment and the learner (or
+# `synchronizer`) on top of the run labels.
+EXPERIMENT = f"{DOMAIN}/experiment"
+LEARNER = f"{DOMAIN}/learner"
 MANAGED_BY = "app.kubernetes.io/managed-by"
 # Environment variable every run and check container gets from the downward API
 # (spec.nodeName): preflight reports and the driver's metric rows name the node with it.

@@ -20,6 +20,7 @@ values. `local_command(experiment)` is the same experiment as local processes on
 from __future__ import annotations
 
 import shlex
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -28,8 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from catalog import labels
 from catalog.errors import InputError, from_validation
 
-EXPERIMENT_LABEL = f"{labels.DOMAIN}/experiment"
-LEARNER_LABEL = f"{labels.DOMAIN}/learner"
+EXPERIMENT_LABEL, LEARNER_LABEL = labels.EXPERIMENT, labels.LEARNER
 SYNC_ROLE = "synchronizer"
 KEY_ENV = "REVE_DILOCO_"
 INTERNAL_LB = {
@@ -97,6 +97,13 @@ class Experiment(BaseModel):
 def is_experiment(data: Any) -> bool:
     """Whether parsed YAML is an experiment (it lists learners) rather than a single run."""
     return isinstance(data, dict) and "learners" in data
+
+
+def is_experiment_file(path: str | Path) -> bool:
+    """Whether a run definition file is an experiment (runs/examples/ holds both kinds)."""
+    from runner.spec import read_run
+
+    return is_experiment(read_run(path)[0])
 
 
 def load_experiment(path: str | Path) -> Experiment:
@@ -275,21 +282,32 @@ def _relabel(err: InputError, exp: Experiment, prefix: str, own: set[str]) -> In
     return err
 
 
-def render_learner(exp: Experiment, index: int) -> list[dict]:
-    from runner.render import render_run
+@dataclass
+class Part:
+    """One learner's (or the synchronizer's) validated objects and its resource totals."""
+
+    owner: str
+    cluster: str
+    manifests: list[dict]
+    totals: str
+
+
+def render_learner(exp: Experiment, index: int) -> Part:
+    from runner.render import render
     from runner.spec import build_spec
 
     learner = exp.learners[index]
     own = set(learner.model_extra or {})
     try:
-        manifests = render_run(build_spec(learner_data(exp, learner), exp._origin))
+        rendered = render(build_spec(learner_data(exp, learner), exp._origin))
     except InputError as err:
         raise _relabel(err, exp, f"learners[{index}]", own) from None
     identity = {EXPERIMENT_LABEL: exp.name, LEARNER_LABEL: learner.name}
-    return add_identity(manifests, identity)
+    manifests = add_identity(rendered.manifests, identity)
+    return Part(learner.name, learner.cluster, manifests, rendered.plan.totals())
 
 
-def render_synchronizer(exp: Experiment) -> list[dict]:
+def render_synchronizer(exp: Experiment) -> Part:
     from catalog.loader import load_cluster
     from runner.render import context
     from runner.resolve import resolve
@@ -321,16 +339,36 @@ def render_synchronizer(exp: Experiment) -> list[dict]:
     manifests = render_template("diloco-synchronizer", run=run, service=service)
     add_identity(manifests, {EXPERIMENT_LABEL: exp.name, LEARNER_LABEL: SYNC_ROLE})
     validate_manifests(manifests, plan.cluster.kubernetes_version, exp._origin)
-    return manifests
+    return Part(SYNC_ROLE, s.cluster, manifests, plan.totals())
+
+
+def render_parts(exp: Experiment) -> list[Part]:
+    """Every learner's part, then the synchronizer's; all validated."""
+    learners = [render_learner(exp, i) for i in range(len(exp.learners))]
+    return [*learners, render_synchronizer(exp)]
+
+
+def by_cluster(parts: list[Part]) -> dict[str, list[Part]]:
+    """The parts grouped by cluster, in order of first appearance."""
+    out: dict[str, list[Part]] = {}
+    for part in parts:
+        out.setdefault(part.cluster, []).append(part)
+    return out
 
 
 def render_experiment(exp: Experiment) -> dict[str, list[dict]]:
     """Every validated manifest of the experiment, by the cluster it goes to."""
-    out: dict[str, list[dict]] = {}
-    for i, learner in enumerate(exp.learners):
-        out.setdefault(learner.cluster, []).extend(render_learner(exp, i))
-    out.setdefault(exp.synchronizer.cluster, []).extend(render_synchronizer(exp))
-    return out
+    return {
+        cluster: [m for part in parts for m in part.manifests]
+        for cluster, parts in by_cluster(render_parts(exp)).items()
+    }
+
+
+def cluster_totals(parts: list[Part]) -> str:
+    """One line for an apps/ header: `learner us: 2 pods × ...; synchronizer: 1 pod × ...`."""
+    return "; ".join(
+        f"{'learner ' if p.owner != SYNC_ROLE else ''}{p.owner}: {p.totals}" for p in parts
+    )
 
 
 def local_command(exp: Experiment, steps: int | None = None) -> list[str]:
@@ -357,3 +395,45 @@ def local_command(exp: Experiment, steps: int | None = None) -> list[str]:
     ]
     words += ["--fragments", str(d.fragments)]
     return [*words, "--steps", str(steps)] if steps else words
+
+
+def run_local(path: str | Path, sets: tuple[str, ...], steps: int | None, dry_run: bool) -> bool:
+    """`runner run --local` on an experiment file: run `local_command` from the repository
+    root with this interpreter and exit with its code. False (nothing done) for a run file."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    import click
+
+    from catalog.loader import repo_root
+    from runner.spec import read_run
+
+    data, origin = read_run(path)
+    if not is_experiment(data):
+        return False
+    if sets:
+        raise InputError("command line", "--set", f"{origin} is an experiment: use --steps only")
+    words = local_command(build_experiment(data, origin), steps)
+    command = [sys.executable, *words[1:]]
+    click.echo("$ " + shlex.join(command), err=True)
+    if dry_run:
+        return True
+    root = str(repo_root())
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")])),
+    }
+    child = subprocess.Popen(command, cwd=root, env=env)
+    previous = signal.signal(signal.SIGTERM, lambda *_: child.send_signal(signal.SIGTERM))
+    try:
+        try:
+            code = child.wait()
+        except KeyboardInterrupt:  # the processes got the Ctrl-C too
+            code = child.wait()
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    if code:
+        raise SystemExit(code)
+    return True

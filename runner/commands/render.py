@@ -4,12 +4,17 @@ runner render runs/examples/tiny-lm.yaml            # writes apps/ultra-usc1/res
 runner render runs/examples/tiny-lm.yaml -o - --pods 4
 runner render --check                               # exit 3 when apps/ differs
 runner validate runs/examples/*.yaml                # check only, write nothing
+
+An experiment file (runner.experiment: it lists `learners`) renders one file per cluster it
+touches, `apps/<cluster>/<namespace>/<experiment>.yaml`: that cluster's learner RayJobs and,
+in the synchronizer's cluster, its Job and Service. Run flags do not apply to experiments.
 """
 
 from __future__ import annotations
 
 import shlex
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -17,11 +22,11 @@ import click
 
 from catalog import exitcodes
 from catalog.errors import InputError
-from runner import gitops
+from runner import experiment, gitops
 from runner.render import Rendered
 from runner.render import render as render_spec
 from runner.runfile import shown
-from runner.spec import COMMAND_LINE, FLAGS, RunSpec, build_spec, flag_name, load_run, read_run
+from runner.spec import COMMAND_LINE, FLAGS, RunSpec, build_spec, flag_name, read_run
 
 # Run definition fields that have a flag, in --help order. Values stay strings here: the
 # RunSpec schema parses them, so a bad value is one line naming the flag, like any other.
@@ -140,6 +145,52 @@ def render_to_apps(spec: RunSpec, flags: list[str]) -> tuple[Rendered, Path, str
     return rendered, path, apps_text(rendered, flags)
 
 
+@dataclass
+class Planned:
+    """One apps/ file to write: what it holds (run or experiment name), its source, totals."""
+
+    name: str
+    origin: str
+    totals: str
+    text: str
+
+
+def experiment_files(data: dict, origin: str, check_names: bool = True) -> dict[Path, Planned]:
+    """An experiment's apps/ files (one per cluster it touches), rendered and validated;
+    with `check_names`, each file's name must be free (or already this experiment's)."""
+    exp = experiment.build_experiment(data, origin)
+    files = {}
+    for cluster, parts in experiment.by_cluster(experiment.render_parts(exp)).items():
+        if check_names:
+            gitops.check_unique(cluster, exp.namespace, exp.name, origin)
+        totals = experiment.cluster_totals(parts)
+        manifests = [m for part in parts for m in part.manifests]
+        text = gitops.header(origin, totals, []) + gitops.dump(manifests)
+        path = gitops.apps_path(cluster, exp.namespace, exp.name)
+        files[path] = Planned(exp.name, origin, totals, text)
+    return files
+
+
+def source_files(
+    path: str | Path, overrides: dict[str, Any], typed: dict[str, str], check_names: bool = True
+) -> dict[Path, Planned]:
+    """The apps/ files one run definition or experiment file renders to; writes nothing."""
+    data, origin = read_run(path)
+    if experiment.is_experiment(data):
+        if overrides:
+            flag = next(iter(typed.values()), "--set")
+            message = f"{origin} is an experiment: run flags do not apply"
+            raise InputError(COMMAND_LINE, flag, message)
+        return experiment_files(data, origin, check_names)
+    rendered = render_spec(load_with_flags(path, overrides, typed))
+    spec = rendered.plan.spec
+    if check_names:
+        gitops.check_unique(spec.cluster, spec.namespace, spec.name, spec.origin)
+    text = apps_text(rendered, flag_words(overrides, typed))
+    target = gitops.apps_path(spec.cluster, spec.namespace, spec.name)
+    return {target: Planned(spec.name, spec.origin, rendered.plan.totals(), text)}
+
+
 def _relative(path: Path) -> str:
     try:
         return str(path.relative_to(Path.cwd()))
@@ -151,19 +202,17 @@ def check_apps() -> list[gitops.Difference]:
     """Re-render every committed run definition; the apps/ files that differ."""
     differences, expected = [], {}
     for source in gitops.run_definitions():
-        rendered = render_spec(load_run(source))
-        spec = rendered.plan.spec
-        path = gitops.apps_path(spec.cluster, spec.namespace, spec.name)
-        if path in expected:
-            where = f"{spec.cluster}/{spec.namespace}"
-            message = f"run {spec.name!r} in {where} is also defined by {expected[path]}"
-            raise InputError(spec.origin, "name", message)
-        expected[path] = spec.origin
-        new = apps_text(rendered)
-        old = gitops.read_apps_file(path)
-        if old != new:
-            name = _relative(path)
-            differences.append(gitops.Difference(name, gitops.diff_text(name, old, new)))
+        for path, planned in source_files(source, {}, {}, check_names=False).items():
+            if path in expected:
+                where = "/".join(path.parts[-3:-1])
+                message = f"run {planned.name!r} in {where} is also defined by {expected[path]}"
+                raise InputError(planned.origin, "name", message)
+            expected[path] = planned.origin
+            old = gitops.read_apps_file(path)
+            if old != planned.text:
+                name = _relative(path)
+                diff = gitops.diff_text(name, old, planned.text)
+                differences.append(gitops.Difference(name, diff))
     for path in gitops.orphans(set(expected)):
         name = _relative(path)
         text = f"{name}: no run definition renders this file (source gone or flags used)\n"
@@ -204,30 +253,24 @@ def render_command(ctx: click.Context, runs, output, dry_run, check, **options) 
         message = f"{shown(output)}: only '-' (stdout) is supported"
         raise InputError(COMMAND_LINE, "--output", message)
     overrides, typed = overrides_from(options)
-    flags = flag_words(overrides, typed)
     if output == "-":
-        texts = [(r, apps_text(r, flags)) for r in _render_all(runs, overrides, typed)]
-        for rendered, text in texts:
-            click.echo(text, nl=False)
-            click.echo(f"{rendered.plan.spec.name}: {rendered.plan.totals()}", err=True)
+        texts = [f for run in runs for f in source_files(run, overrides, typed, False).values()]
+        for planned in texts:
+            click.echo(planned.text, nl=False)
+            click.echo(f"{planned.name}: {planned.totals}", err=True)
         return
-    planned: dict[Path, tuple[Rendered, str]] = {}
+    plan: dict[Path, Planned] = {}
     for run in runs:  # every run renders before anything is written: all or nothing
-        rendered, path, text = render_to_apps(load_with_flags(run, overrides, typed), flags)
-        if path in planned:
-            spec, other = rendered.plan.spec, planned[path][0].plan.spec
-            where = f"{spec.cluster}/{spec.namespace}"
-            raise InputError(spec.origin, "name", f"run {spec.name!r} in {where} is also "
-                             f"defined by {other.origin}")  # fmt: skip
-        planned[path] = (rendered, text)
-    changed = {} if dry_run else gitops.write_all({p: t for p, (_, t) in planned.items()})
-    for path, (rendered, _) in planned.items():
+        for path, planned in source_files(run, overrides, typed).items():
+            if path in plan:
+                where = "/".join(path.parts[-3:-1])
+                raise InputError(planned.origin, "name", f"run {planned.name!r} in {where} is "
+                                 f"also defined by {plan[path].origin}")  # fmt: skip
+            plan[path] = planned
+    changed = {} if dry_run else gitops.write_all({p: f.text for p, f in plan.items()})
+    for path, planned in plan.items():
         verb = "would write" if dry_run else ("wrote" if changed[path] else "unchanged")
-        click.echo(f"{verb} {_relative(path)}: {rendered.plan.totals()}")
-
-
-def _render_all(runs, overrides: dict[str, Any], typed: dict[str, str]) -> list[Rendered]:
-    return [render_spec(load_with_flags(run, overrides, typed)) for run in runs]
+        click.echo(f"{verb} {_relative(path)}: {planned.totals}")
 
 
 render_command.name = "render"
@@ -241,8 +284,21 @@ def validate(runs, **options) -> None:
     """Check run definitions (and every manifest they render) without writing anything."""
     overrides, typed = overrides_from(options)
     for run in runs:
+        data, _ = read_run(run)
+        if experiment.is_experiment(data):
+            for path, planned in source_files(run, overrides, typed).items():
+                kinds = kinds_of(planned.text)
+                click.echo(f"ok {run} in {path.parts[-3]}: {kinds}; {planned.totals}")
+            continue
         spec = load_with_flags(run, overrides, typed)
         rendered = render_spec(spec)
         gitops.check_unique(spec.cluster, spec.namespace, spec.name, spec.origin)
         kinds = ", ".join(m["kind"] for m in rendered.manifests)
         click.echo(f"ok {run}: {kinds}; {rendered.plan.totals()}")
+
+
+def kinds_of(text: str) -> str:
+    """`RayJob, Job, Service`: the kinds of an apps/ text's objects."""
+    import yaml
+
+    return ", ".join(d["kind"] for d in yaml.safe_load_all(text) if d)
