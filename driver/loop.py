@@ -125,6 +125,7 @@ def run(cfg, sink, logger, control=None, aux_spec=None, attempt: int = 0) -> dic
     import torch
 
     from driver import optim
+    from driver.diloco.hook import attach
     from driver.metrics.rank import RankReporter
     from driver.step import Loop
     from driver.workloads import build
@@ -147,6 +148,7 @@ def run(cfg, sink, logger, control=None, aux_spec=None, attempt: int = 0) -> dic
     if not (session and session.rng_restored):  # else the checkpoint's RNG states go on
         torch.manual_seed(cfg.train.seed + 1000 * rank + start)
     loop = Loop(cfg, model, work, optimizer, scheduler, device, world)
+    loop.diloco = attach(model)  # a DiLoCo learner when REVE_DILOCO_* say so, else a no-op
     finished = False
     try:
         reporter = RankReporter(sink, rank, attempt, device)
@@ -160,6 +162,7 @@ def run(cfg, sink, logger, control=None, aux_spec=None, attempt: int = 0) -> dic
         if hasattr(source, "close"):
             source.close()
         aux_final = aux.close(wait=finished) if aux else {}
+        loop.diloco.end(model, finished)  # the last round's merge, then close the link
     final = {"final_loss": row.get("loss"), "steps": cfg.train.steps, **aux_final}
     return {**final, **(session.finish() if session else {})}
 
@@ -184,6 +187,8 @@ def train_steps(cfg, loop, source, session, start: int, reporter, logger, aux=No
     try:
         for step in range(start, cfg.train.steps):
             row = loop.step(step, batches)
+            if diloco := getattr(loop, "diloco", None):  # after the optimizer+scheduler step
+                diloco.after_step(step, loop.model)
             logger.info("step %d loss %.4f", step, row["loss"])
             if session:
                 session.after_step(step + 1, row)

@@ -119,6 +119,7 @@ def main(argv: list[str] | None = None, supervised: bool = False) -> int:
         cfg, config_yaml = compose(args[0], args[1:])
         check_resume(cfg, args[0])
         check_key(cfg, args[0])
+        check_diloco()
         output_dir = prepare_output(cfg, config_yaml, args[0])
     except InputError as err:
         print(f"error: {err.line()}", file=sys.stderr)
@@ -140,6 +141,13 @@ def config_text(cfg, config_yaml: str, output_dir: Path, fmt: str, show: bool) -
     if show or getattr(cfg.run, "print_config", False):
         return config_yaml
     return f"config: {output_dir / 'config.yaml'} ({SHOW_CONFIG} prints it)\n"
+
+
+def check_diloco() -> None:
+    """Bad `REVE_DILOCO_*` settings (a DiLoCo learner's) fail here, on one line."""
+    from driver.diloco.hook import check_env
+
+    check_env()
 
 
 def check_key(cfg, source: str) -> None:
