@@ -67,6 +67,12 @@ class Plan:
     def idle_slots(self) -> float:
         return self.total_slots - self.world_size - _used(self.service_slots)
 
+    def topology(self, shard_size: int = 1):
+        """The replica topology of the planned workers (driver.parallel.Topology)."""
+        from driver.parallel import Topology
+
+        return Topology(self.world_size, shard_size, self.group_size)
+
 
 def _used(service_slots: dict[str, float]) -> float:
     return math.ceil(sum(service_slots.values()) - 1e-9)

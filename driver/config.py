@@ -42,7 +42,7 @@ def compose(path: str | Path, overrides: list[str] | None = None) -> tuple[Train
         raise InputError(path, None, "config file not found")
     overrides = list(overrides or [])
     check_overrides(path, overrides)
-    cfg = _hydra_compose(path, overrides)
+    cfg = _hydra_compose(path, group_overrides(path, overrides))
     try:
         obj: TrainConfig = OmegaConf.to_object(cfg)
     except InputError as err:  # a component's own check (__post_init__)
@@ -59,6 +59,28 @@ def compose(path: str | Path, overrides: list[str] | None = None) -> tuple[Train
     fill_defaults(obj)
     validate(obj, path)
     return obj, OmegaConf.to_yaml(OmegaConf.structured(obj))
+
+
+OPTIONAL_GROUPS = ("ft",)
+"""Groups a run's defaults list may leave out (the schema's defaults apply): `ft=on` then
+adds the group, as `+ft=on` would."""
+
+
+def group_overrides(path: Path, overrides: list[str]) -> list[str]:
+    """`group=option` for an optional group the run's defaults list lacks -> `+group=option`."""
+    import yaml
+
+    try:
+        defaults = (yaml.safe_load(path.read_text()) or {}).get("defaults") or []
+    except Exception:  # Hydra reports the broken file itself
+        return overrides
+    listed = {key for item in defaults if isinstance(item, dict) for key in item}
+    return [
+        f"+{text}"
+        if text.split("=", 1)[0] in OPTIONAL_GROUPS and text.split("=", 1)[0] not in listed
+        else text
+        for text in overrides
+    ]
 
 
 def _hydra_compose(path: Path, overrides: list[str]):
@@ -128,6 +150,18 @@ def validate(cfg: TrainConfig, source: str | Path) -> None:
         check_batch(cfg, par.workers, source)
     if cfg.optimizer.warmup_steps < 0:
         raise InputError(source, "optimizer.warmup_steps", "must not be negative")
+    check_ft(cfg, source)
+
+
+def check_ft(cfg, source) -> None:
+    """The `ft` section's values, and the layouts torchft runs here (docs/ft.md)."""
+    from dataclasses import asdict
+
+    from driver.ft.config import FtConfig
+
+    cfg.ft = FtConfig.from_dict(asdict(cfg.ft), str(source))
+    par = cfg.parallelism
+    cfg.ft.check_layout(par.fsdp_size, par.replica_group_size, par.workers, str(source))
 
 
 def check_batch(cfg, world: int, source: str | None = None) -> None:

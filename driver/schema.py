@@ -15,6 +15,7 @@ from typing import Any
 from omegaconf import MISSING
 
 from driver.checkpoint.config import CheckpointConfig
+from driver.ft.config import FtConfig
 
 
 @dataclass
@@ -284,6 +285,8 @@ class TrainConfig:
     """Auxiliary services."""
     debug: DebugConfig = field(default_factory=DebugConfig)
     """Fault injection for tests and drills."""
+    ft: FtConfig = field(default_factory=FtConfig)
+    """Live fault tolerance with torchft (`driver.ft.config`)."""
 
 
 def register() -> None:
@@ -296,3 +299,4 @@ def register() -> None:
     store.store(group="model", name="dit_schema", node=DiTModelConfig)
     store.store(group="data", name="text_schema", node=TextDataConfig)
     store.store(group="data", name="shapes_schema", node=ImageDataConfig)
+    store.store(group="ft", name="ft_schema", node=FtConfig)

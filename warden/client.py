@@ -20,11 +20,13 @@ from collections.abc import Iterable
 from datetime import timedelta
 
 from temporalio.client import Client
+from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
 
-from warden.model import AMBIGUOUS, NodeInput, Timings, node_workflow_id
+from warden.model import AMBIGUOUS, NodeInput, ShrinkInput, ShrinkResult, Timings, node_workflow_id
 
 NODE_WORKFLOW = "NodeWorkflow"  # warden.workflows.NodeWorkflow, started by name
+SHRINK_WORKFLOW = "ShrinkWorkflow"  # warden.workflows.ShrinkWorkflow, started by name
 
 
 async def report_node(
@@ -79,5 +81,45 @@ def report_stragglers_sync(
     async def main() -> dict[str, bool]:
         client = await Client.connect(address, namespace=namespace)
         return await report_stragglers(client, findings, task_queue)
+
+    return asyncio.run(main())
+
+
+def shrink_workflow_id(inp: ShrinkInput) -> str:
+    """One workflow per RayCluster worker group and target size: a retried request (or the
+    same request from two ranks) never shrinks twice."""
+    return f"shrink-{inp.namespace}-{inp.name}-{inp.group}-{inp.replicas_to}"
+
+
+async def request_shrink(client: Client, task_queue: str, inp: ShrinkInput) -> ShrinkResult:
+    """What training calls after dropping a replica group; the same request runs once."""
+    return await client.execute_workflow(
+        SHRINK_WORKFLOW,
+        inp,
+        id=shrink_workflow_id(inp),
+        task_queue=task_queue,
+        id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+        result_type=ShrinkResult,
+    )
+
+
+def start_shrink_sync(
+    address: str,
+    namespace: str,
+    name: str,
+    group: str,
+    replicas_from: int,
+    replicas_to: int,
+    task_queue: str = "warden",
+    temporal_namespace: str = "default",
+) -> ShrinkResult:
+    """`request_shrink` for synchronous code (driver.ft.shrink.warden_shrink's starter):
+    connects, asks Warden to shrink RayCluster `namespace/name`'s worker group `group`
+    from `replicas_from` to `replicas_to` pods, waits for the result."""
+
+    async def main() -> ShrinkResult:
+        client = await Client.connect(address, namespace=temporal_namespace)
+        inp = ShrinkInput(namespace, name, group, replicas_from, replicas_to)
+        return await request_shrink(client, task_queue, inp)
 
     return asyncio.run(main())

@@ -19,12 +19,11 @@ from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.worker import Worker
 
 from warden.activities import Settings, WardenActivities
+from warden.client import request_shrink  # noqa: F401  (re-exported: tests, callers)
 from warden.config import WardenConfig
 from warden.faults import FaultInterceptor
 from warden.model import (
     KeepInput,
-    ShrinkInput,
-    ShrinkResult,
     SweepInput,
     Timings,
     keep_workflow_id,
@@ -95,18 +94,6 @@ async def start_keep(client: Client, cluster: str, task_queue: str, t: Timings, 
         task_queue=task_queue,
         id_conflict_policy=WorkflowIDConflictPolicy.TERMINATE_EXISTING,
         task_timeout=timedelta(seconds=t.workflow_task_timeout_s),
-    )
-
-
-async def request_shrink(client: Client, task_queue: str, inp: ShrinkInput) -> ShrinkResult:
-    """What training calls after dropping a replica group; the same request runs once."""
-    key = f"shrink-{inp.namespace}-{inp.name}-{inp.group}-{inp.replicas_to}"
-    return await client.execute_workflow(
-        ShrinkWorkflow.run,
-        inp,
-        id=key,
-        task_queue=task_queue,
-        id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
     )
 
 

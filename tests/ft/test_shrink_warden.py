@@ -1,8 +1,7 @@
 """A shrink request from training reaches Warden's ShrinkWorkflow (real Temporal dev server,
 fake Kubernetes) with the RayCluster, the worker-group name the renderer writes (read from
-a rendered run under apps/) and the counts. The starter
-stands in for warden.client's (not there yet): it starts the workflow as Warden's own
-`request_shrink` does."""
+a rendered run under apps/) and the counts, through warden.client's starter
+(`start_shrink_sync`: its own connection, as a training worker's shrink thread makes)."""
 
 from __future__ import annotations
 
@@ -13,8 +12,7 @@ import yaml
 
 from driver.ft.shrink import ShrinkRequest, ShrinkTarget, warden_shrink
 from tests.warden.conftest import fleet, harness, temporal_address  # noqa: F401 (fixtures)
-from warden.model import ShrinkInput
-from warden.worker import request_shrink
+from warden.client import start_shrink_sync
 
 APP = Path(__file__).resolve().parents[2] / "apps/ultra-usc1/research/tiny-lm.yaml"
 
@@ -38,13 +36,12 @@ def test_lowest_live_group_shrinks_the_worker_group_through_warden(harness):  # 
     target = ShrinkTarget(namespace, name, group, workers_per_group=1, workers_per_pod=1)
 
     async def body(h):
-        loop = asyncio.get_running_loop()
+        def start(**fields):  # what FtReplica's shrink thread calls (driver.ft.target)
+            return start_shrink_sync(h.address, **fields, task_queue=h.queue)
 
-        def start(**fields):  # what FtReplica's shrink thread calls
-            job = request_shrink(h.client, h.queue, ShrinkInput(**fields))
-            return asyncio.run_coroutine_threadsafe(job, loop).result(60)
-
-        await asyncio.to_thread(warden_shrink(target, start), ShrinkRequest(replicas, replicas - 1))
+        shrink = warden_shrink(target, start)
+        await asyncio.to_thread(shrink, ShrinkRequest(replicas, replicas - 1))
+        await asyncio.to_thread(shrink, ShrinkRequest(replicas, replicas - 1))  # a retry
 
     harness.run(body)
     groups = cluster.kube.get_raycluster(namespace, name)["spec"]["workerGroupSpecs"]

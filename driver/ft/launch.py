@@ -1,0 +1,49 @@
+"""The driver's part of a torchft run (`ft.enabled`), for `driver.launch.trainer_for`.
+
+    torch_config, failures, loop_config = trainer_parts(cfg, world=4)
+
+- `TorchftConfig` (Ray Train 2.60, `ray.train.v2.torch.torchft_config`): Ray starts the
+  torchft Lighthouse in an actor on the head node with `lighthouse_kwargs(cfg.ft)`, sets
+  TORCHFT_LIGHTHOUSE in every worker, gives each one-worker replica group its own process
+  group, and its controller replaces only a failed replica group instead of restarting
+  every worker.
+- `FailureConfig(max_failures=checkpoint.max_failures)`: each replacement is one failure
+  to Ray Train; under ft it applies whether or not periodic checkpoints are on.
+- the start gate: a TCPStore in the driver with `ft/expected` = the workers at start
+  (driver.ft.lighthouse.pass_gate), its `host:port` in `loop_config["ft_gate"]`. The store
+  lives as long as the driver process.
+"""
+
+from __future__ import annotations
+
+from catalog.errors import InputError
+from driver.ft.lighthouse import lighthouse_kwargs
+
+_GATES: list = []  # the start gates' stores, kept alive for the driver's lifetime
+
+
+def check_world(cfg, world: int, group_size: int = 1) -> None:
+    """The planned replica groups must reach `ft.min_replicas`."""
+    groups = world // group_size
+    if groups < cfg.ft.min_replicas:
+        message = (
+            f"{groups} replica groups planned, fewer than ft.min_replicas={cfg.ft.min_replicas}"
+        )
+        raise InputError(None, "ft.min_replicas", message)
+
+
+def trainer_parts(cfg, world: int, backend: str = "gloo") -> tuple:
+    """(torch_config, failure_config, extra train_loop_config) of a torchft run."""
+    import ray
+    import ray.train
+    from ray.train.v2.torch.torchft_config import TorchftConfig
+    from torch.distributed import TCPStore
+
+    check_world(cfg, world)
+    host = ray.util.get_node_ip_address()
+    gate = TCPStore(host, 0, is_master=True, wait_for_workers=False)
+    gate.set("ft/expected", str(world))
+    _GATES.append(gate)
+    torch_config = TorchftConfig(lighthouse_kwargs=lighthouse_kwargs(cfg.ft), backend=backend)
+    failures = ray.train.FailureConfig(max_failures=cfg.checkpoint.max_failures)
+    return torch_config, failures, {"ft_gate": f"{host}:{gate.port}"}

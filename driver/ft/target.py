@@ -1,0 +1,48 @@
+"""Where a shrink request goes, from the worker pod's environment.
+
+    shrink = shrink_from_env(os.environ, workers_per_pod=8)   # None: local, a logged no-op
+
+With `WARDEN_ADDRESS` (Temporal frontend) set, the lowest live group asks Warden's
+ShrinkWorkflow (warden.client.start_shrink_sync) to shrink the RayCluster named in
+`RAY_CLUSTER_NAME` (KubeRay names a RayJob's cluster `<rayjob>-<suffix>`: the pod's
+`ray.io/cluster` label through the downward API), namespace `POD_NAMESPACE`, worker group
+`RAY_WORKER_GROUP` (the renderer's `worker_group`: the accelerator's name lowercased, or
+`cpu`); task queue `WARDEN_TASK_QUEUE` (default `warden`).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+
+from driver.ft.shrink import ShrinkTarget, warden_shrink
+
+log = logging.getLogger("driver.ft")
+
+ADDRESS_ENV = "WARDEN_ADDRESS"
+QUEUE_ENV = "WARDEN_TASK_QUEUE"
+TARGET_ENV = {"namespace": "POD_NAMESPACE", "name": "RAY_CLUSTER_NAME", "group": "RAY_WORKER_GROUP"}
+
+
+def target_from_env(env: Mapping[str, str], workers_per_pod: int = 1) -> ShrinkTarget | None:
+    """The RayCluster worker group to shrink, or None when a variable is missing."""
+    values = {field: env.get(name) for field, name in TARGET_ENV.items()}
+    missing = [TARGET_ENV[f] for f, v in values.items() if not v]
+    if missing:
+        log.warning("ft: no shrink target: %s not set in the pod", ", ".join(missing))
+        return None
+    return ShrinkTarget(**values, workers_per_group=1, workers_per_pod=workers_per_pod)
+
+
+def shrink_from_env(env: Mapping[str, str], workers_per_pod: int = 1) -> Callable | None:
+    """A Warden shrink callable for FtReplica, or None (FtReplica's local, logged no-op)."""
+    address = env.get(ADDRESS_ENV)
+    if not address:
+        return None
+    target = target_from_env(env, workers_per_pod)
+    if target is None:
+        return None
+    from warden.client import start_shrink_sync
+
+    queue = env.get(QUEUE_ENV) or "warden"
+    return warden_shrink(target, lambda **f: start_shrink_sync(address, **f, task_queue=queue))
