@@ -16,10 +16,13 @@ import pytest
 
 from catalog import labels as names
 from catalog import repo_root
+from runner.experiment import is_experiment_file
 
 from .conftest import pools
 
-EXAMPLES = sorted((repo_root() / "runs" / "examples").glob("*.yaml"))
+EXAMPLES = sorted(  # runs only: an experiment's learners are runs rendered the same way
+    p for p in (repo_root() / "runs" / "examples").glob("*.yaml") if not is_experiment_file(p)
+)
 GPU_RESOURCE = "nvidia.com/gpu"
 INTERFACES = "networking.gke.io/interfaces"
 GKE_NETWORK = "kubernetes:networking.gke.io/v1:Network"

@@ -179,11 +179,15 @@ def kueue_config(built) -> dict:
 
 
 def rendered_runs():
+    from runner.experiment import is_experiment_file, load_experiment, render_experiment
     from runner.render import render_run
     from runner.spec import load_run
 
     for path in sorted(glob.glob(str(ROOT / "runs/examples/*.yaml"))):
-        yield path, render_run(load_run(path))
+        if is_experiment_file(path):  # every learner and the synchronizer
+            yield path, [m for ms in render_experiment(load_experiment(path)).values() for m in ms]
+        else:
+            yield path, render_run(load_run(path))
 
 
 def run_pod_specs(obj: dict) -> list[dict]:
