@@ -22,13 +22,15 @@ def test_records_load_into_clickhouse_and_retries_collapse(tmp_path):
     sink.write(record("ultra-usc1", "n1", "cordon", "XID 79", "run-a"))  # a retried attempt
     sink.write(record("ultra-usc1", "n1", "reboot", "repair reboot", "run-a"))
     assert [r.action for r in sink.read()] == ["cordon", "cordon", "reboot"]
-    db = chdb.session.Session(str(tmp_path / "db"))
+    # In memory: chDB runs one server per process, shared with the other tests' sessions.
+    db = chdb.session.Session()
+    db.query("DROP TABLE IF EXISTS warden_actions")
     db.query(TABLE_DDL)
     db.query(f"INSERT INTO warden_actions SELECT * FROM file('{sink.path}', JSONEachRow)")
     query = "SELECT node, action, count() FROM warden_actions FINAL GROUP BY node, action"
     rows = db.query(query + " ORDER BY action", "CSV")
     assert str(rows).split() == ['"n1","cordon",1', '"n1","reboot",1']
-    db.close()
+    db.query("DROP TABLE warden_actions")
 
 
 def write(tmp_path, text: str) -> str:
