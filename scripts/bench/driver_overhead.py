@@ -20,7 +20,10 @@ so the plain workers renice themselves to match: on a shared machine, a worker a
 and one at 15 do not get the same share of the CPUs. Ray's daemons, the driver process and
 its progress thread are the driver's overhead and count against it.
 Steady state skips the first `--skip` steps. The ratio is the median of the rounds' ratios.
-Start-up (process launch to the end of the first step) is printed apart. Goal: ratio >= 0.95.
+Start-up (process launch to the end of the first step) is printed with its ratio
+driver/plain (goal <= 2) and, per round, the driver's phases: the composed config printed
+(Python, imports, Hydra), Ray up and the plan made, the training workers requested, the
+first step done. Goal: steady-state ratio >= 0.95.
 Each `--workers` count is measured in turn: by default 2 workers, which fill this 2-core
 machine (Ray's own processes then take CPU time from training), and 1 worker, which leaves
 a core to them, as a GPU node's many cores do for its one worker per GPU.
@@ -36,6 +39,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -156,37 +160,67 @@ def run_side(side: str, args, overrides: list[str], probe: Path) -> dict:
                str(args.workers), "--config", args.config, *every]  # fmt: skip
     launched = time.time()
     with open(out / "log.txt", "w") as log:
-        proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
-                                start_new_session=True)  # fmt: skip
-        samples = []  # (time, CPU seconds used so far by every process of the run's session)
+        proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
+        seen: dict[str, float] = {}  # start-up phase -> when its line appeared
+        reader = threading.Thread(target=copy_lines, args=(proc.stdout, log, seen), daemon=True)
+        reader.start()
+        samples = []  # (time, CPU seconds used so far by every process of the run's tree)
         while proc.poll() is None:
-            samples.append((time.time(), session_cpu(proc.pid)))
+            samples.append((time.time(), tree_cpu(proc.pid)))
             time.sleep(0.25)
+        reader.join(timeout=10)
     settle(proc.pid)
     if proc.returncode:
         raise SystemExit(f"{side} run failed ({proc.returncode}); see {out / 'log.txt'}")
     ends = [json.loads(line)["time"] for line in metrics.read_text().splitlines()]
+    phases = {name: at - launched for name, at in seen.items()}
     return {
         "rate": steady_rate(ends, args.skip),
         "start": ends[0] - launched,
         "cpu": cpu_per_step(samples, ends, args.skip),
+        "phases": {**phases, "first step": ends[0] - launched},
     }
 
 
-def session_cpu(session: int) -> float:
-    """CPU seconds (user + system) of the live processes of a session, from /proc."""
-    total = 0
+PHASES = {"config": "config", "ray up": "capacity:", "workers asked": "training workers ("}
+"""Start-up phases of the driver: the first line of each (the composed config is printed,
+Ray is up and the plan made, the training workers are requested; then the first step)."""
+
+
+def copy_lines(stream, log, seen: dict[str, float]) -> None:
+    """Copy a run's output to its log, noting when each start-up phase's line appears."""
+    for raw in stream:
+        line = raw.decode(errors="replace")
+        log.write(line)
+        for name, marker in PHASES.items():
+            if name not in seen and marker in line:
+                seen[name] = time.time()
+
+
+def tree_cpu(root: int) -> float:
+    """CPU seconds (user + system) of the live processes of a run: those of its session
+    and every descendant of `root` (an embedded run's Ray has a session of its own), from
+    /proc."""
+    stats = {}
     for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
-        try:
-            text = Path(f"/proc/{pid}/stat").read_text()
-        except OSError:
-            continue
-        fields = text[text.rindex(")") + 2 :].split()
-        if int(fields[3]) == session:
-            total += int(fields[11]) + int(fields[12])
-    return total / os.sysconf("SC_CLK_TCK")
+        if pid.isdigit():
+            try:
+                text = Path(f"/proc/{pid}/stat").read_text()
+            except OSError:
+                continue
+            stats[int(pid)] = text[text.rindex(")") + 2 :].split()
+    children: dict[int, list[int]] = {}
+    for pid, fields in stats.items():
+        children.setdefault(int(fields[1]), []).append(pid)
+    members, todo = set(), [root]
+    while todo:
+        pid = todo.pop()
+        members.add(pid)
+        todo += children.get(pid, [])
+    members |= {pid for pid, fields in stats.items() if int(fields[3]) == root}
+    used = sum(int(stats[p][11]) + int(stats[p][12]) for p in members if p in stats)
+    return used / os.sysconf("SC_CLK_TCK")
 
 
 def cpu_per_step(samples: list[tuple[float, float]], ends: list[float], skip: int) -> float:
@@ -199,7 +233,8 @@ def cpu_per_step(samples: list[tuple[float, float]], ends: list[float], skip: in
 
 
 def settle(session: int, timeout_s: float = 60.0) -> None:
-    """Wait until every process left over from a run's session (Ray's daemons) has exited."""
+    """Wait until every process left over from a run's session has exited (an embedded
+    run's own supervisor kills what its Ray leaves, driver/embedded.py)."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline and any(
         _sid(int(pid)) == session for pid in os.listdir("/proc") if pid.isdigit()
@@ -248,9 +283,10 @@ def measure_round(args, overrides: list[str], index: int) -> dict:
         got = run_side(side, args, overrides, probe)
         got["probes"] = [json.loads(line) for line in probe.read_text().splitlines()]
         result[side] = got
+        phases = ", ".join(f"{name} {at:.1f} s" for name, at in got["phases"].items())
         print(f"round {index + 1} {side:6s}: {got['rate']:6.2f} steps/s, "
-              f"{got['cpu'] * 1000:6.1f} CPU ms/step, start-up {got['start']:5.1f} s",
-              flush=True)  # fmt: skip
+              f"{got['cpu'] * 1000:6.1f} CPU ms/step, start-up {got['start']:5.1f} s "
+              f"({phases}), load {os.getloadavg()[0]:.1f}", flush=True)  # fmt: skip
     return result
 
 
@@ -280,6 +316,10 @@ def report(args, rounds: list[dict]) -> None:
           "rounds: " + ", ".join(f"{x:.3f}" for x in ratios) + ")")  # fmt: skip
     print(f"CPU per step       : {statistics.median(cpu_ratios):7.3f} plain/driver (rounds: "
           + ", ".join(f"{x:.3f}" for x in cpu_ratios) + ")")  # fmt: skip
+    starts = [r["driver"]["start"] / r["plain"]["start"] for r in rounds]
+    print(f"start-up           : {statistics.median(starts):7.3f} driver/plain, launch to the end "
+          "of the first step (goal <= 2; rounds: " + ", ".join(f"{x:.2f}" for x in starts)
+          + f"); load average {os.getloadavg()[0]:.1f}")  # fmt: skip
 
 
 if __name__ == "__main__":
