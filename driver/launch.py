@@ -133,18 +133,23 @@ def trainer_for(
     resources = {"CPU": par.cpus_per_worker, **({"GPU": 1} if use_gpu else {})}
     root = cfg.checkpoint.root
     storage = f"{root}/{cfg.run.team}/{cfg.run.name}" if "://" in root else output_dir / "ray"
+    torch_config, failures, ft_args = TorchConfig(backend=backend), None, {}
+    if cfg.ft.enabled:  # live fault tolerance: TorchftConfig, start gate (driver/ft/launch.py)
+        from driver.ft.launch import trainer_parts
+
+        torch_config, failures, ft_args = trainer_parts(cfg, world, backend)
     trainer = lean_trainer(TorchTrainer) if embedded else TorchTrainer
     trainer = trainer(
         train_worker,
-        train_loop_config={"cfg": cfg, "sink": sink, "control": control, "aux": aux},
+        train_loop_config={"cfg": cfg, "sink": sink, "control": control, "aux": aux, **ft_args},
         scaling_config=ScalingConfig(
             num_workers=world, use_gpu=use_gpu, resources_per_worker=resources
         ),
-        torch_config=TorchConfig(backend=backend),
+        torch_config=torch_config,
         run_config=RunConfig(
             name=f"{cfg.run.team}-{cfg.run.name}",
             storage_path=str(Path(storage).resolve()) if "://" not in str(storage) else storage,
-            failure_config=failure_config(cfg.checkpoint),
+            failure_config=failures or failure_config(cfg.checkpoint),
         ),
     )
     # Ray Train's own Ctrl-C handler aborts the run without a checkpoint; the driver's
@@ -206,7 +211,7 @@ def launch(cfg, config_yaml: str, fmt: str, say=print, stops=None) -> dict:
         restarts=ray.get(control.restarts.remote(), timeout=30),
     )
     final = {} if interrupted else ray.get(control.final.remote(), timeout=30)
-    summary.update({k: v for k, v in final.items() if k.startswith(("ckpt_", "preempt"))})
+    summary.update({k: v for k, v in final.items() if k.startswith(("ckpt_", "preempt", "ft_"))})
     if stops is not None and stops.signum and (interrupted or "preempted_at" in summary):
         summary["stopped_by"] = stops.name
     if aux_summary:

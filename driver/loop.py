@@ -44,7 +44,12 @@ def train_worker(args: dict) -> None:
     logger, tail = worker_logger(cfg.logging.tail_lines, tags)
     share_handlers(logger, "driver.checkpoint")
     try:
-        final = run(cfg, sink, logger, control, args.get("aux"), attempt)
+        if cfg.ft.enabled:  # live fault tolerance: driver/ft/loop.py
+            from driver.ft.loop import run_ft
+
+            final = run_ft(cfg, sink, logger, control, attempt, args.get("ft_gate"))
+        else:
+            final = run(cfg, sink, logger, control, args.get("aux"), attempt)
     except BaseException as err:
         from observability.flight_recorder import snapshot
 

@@ -1,0 +1,46 @@
+"""Checkpoints under torchft: one checkpointer per replica group, written by the lowest
+live group (`set_writer` before each step's save).
+
+    session = FtCheckpointSession(cfg, state, group=2, control=control)
+    start = session.resume()        # then the torchft Manager's step is set to `start`
+
+Each group checkpoints as a world of one (rank 0 of 1, `replica_group` 0 only for group 0
+of the first start, which cleans stale writes; a replacement never cleans). Resuming is
+CheckpointSession's: the first start follows `checkpoint.resume`; a started-again group
+(its control-actor attempt > 0) loads the newest committed checkpoint. That is what a full
+worker-group restart needs (every group at the same step); a replacement for one group is
+then still behind the live groups at its first quorum and heals from them.
+"""
+
+from __future__ import annotations
+
+from driver.aux.listeners import RayListeners
+from driver.checkpoint.checkpointer import Checkpointer
+from driver.checkpoint.control import NoticePoll
+from driver.checkpoint.preemption import PreemptionGuard
+from driver.checkpoint.session import CheckpointSession
+
+
+class FtCheckpointSession(CheckpointSession):
+    """CheckpointSession of one torchft replica group (one worker)."""
+
+    def __init__(self, cfg, state, group: int, control=None):
+        import ray
+
+        self.config, self.steps, self.state = cfg.checkpoint, cfg.train.steps, state
+        self.attempt = ray.get(control.start.remote(group)) if control is not None else 0
+        first = self.attempt == 0
+        self.ckpt = Checkpointer(
+            self.config,
+            cfg.run.team,
+            cfg.run.name,
+            0,
+            1,
+            replica_group=0 if group == 0 and first else 1,
+            callbacks=(RayListeners(),),
+        )
+        poll = NoticePoll(control) if control is not None and group == 0 else None
+        self.guard = PreemptionGuard(self.ckpt, poll=poll, give_up=self.failing)
+        self.resumed = None
+        self.start = 0
+        self._reported = 0
