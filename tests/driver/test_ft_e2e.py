@@ -44,3 +44,26 @@ def test_a_failed_replica_group_is_replaced_and_heals_while_training_goes_on(ray
     assert {r["ft_slots"] for r in rows if r["ft_quorum_size"] == 1} == {2}  # constant batch
     summary = json.loads((out / "summary.json").read_text())
     assert summary["restarts"] == 1 and summary["ckpt_committed_step"] == STEPS
+
+
+def ft_run(tmp_path, name: str, steps: int, *extra: str) -> list[dict]:
+    out = tmp_path / name
+    args = [TINY_LM, "ft=on", f"train.steps={steps}", "logging.format=json"]
+    assert main([*args, f"run.output_dir={out}", f"run.name={name}", *extra]) == 0
+    return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+
+
+@pytest.mark.slow
+def test_constant_batch_loss_curve_matches_the_failure_free_run(ray_local, tmp_path):
+    """With `ft.constant_batch`, rank 0 takes over rank 1's micro-batches while it is
+    missing: each step trains the same samples, so the loss curve is the failure-free one
+    (up to reduction order). The run may end before the replacement is back: the
+    replacement then sees the run's done mark and stops without training."""
+    steps = 30
+    clean = ft_run(tmp_path, "clean", steps)
+    failed = ft_run(tmp_path, "failed", steps, "debug.fail_at_step=4", "debug.fail_rank=1")
+    assert [r["step"] for r in failed] == [r["step"] for r in clean] == list(range(1, steps + 1))
+    assert failed[-1]["ft_failures_survived"] == 1 and clean[-1]["ft_failures_survived"] == 0
+    assert failed[-1]["ft_steps_degraded"] > 0
+    for a, b in zip(clean, failed, strict=True):
+        assert b["loss"] == pytest.approx(a["loss"], rel=1e-4), a["step"]
