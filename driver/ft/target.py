@@ -4,7 +4,7 @@
 
 With `WARDEN_ADDRESS` (Temporal frontend) set, the lowest live group asks Warden's
 ShrinkWorkflow (warden.client.start_shrink_sync) to shrink the RayCluster named in
-`RAY_CLUSTER_NAME` (KubeRay names a RayJob's cluster `<rayjob>-<suffix>`: the pod's
+`RAY_CLUSTER` (KubeRay names a RayJob's cluster `<rayjob>-<suffix>`: the pod's
 `ray.io/cluster` label through the downward API), namespace `POD_NAMESPACE`, worker group
 `RAY_WORKER_GROUP` (the renderer's `worker_group`: the accelerator's name lowercased, or
 `cpu`); task queue `WARDEN_TASK_QUEUE` (default `warden`).
@@ -21,7 +21,7 @@ log = logging.getLogger("driver.ft")
 
 ADDRESS_ENV = "WARDEN_ADDRESS"
 QUEUE_ENV = "WARDEN_TASK_QUEUE"
-TARGET_ENV = {"namespace": "POD_NAMESPACE", "name": "RAY_CLUSTER_NAME", "group": "RAY_WORKER_GROUP"}
+TARGET_ENV = {"namespace": "POD_NAMESPACE", "name": "RAY_CLUSTER", "group": "RAY_WORKER_GROUP"}
 
 
 def target_from_env(env: Mapping[str, str], workers_per_pod: int = 1) -> ShrinkTarget | None:

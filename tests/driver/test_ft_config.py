@@ -121,7 +121,7 @@ POD = {"POD_NAMESPACE": "research", "RAY_WORKER_GROUP": "h200"}
     ("env", "has_target"),
     [
         (
-            {"POD_NAMESPACE": "research", "RAY_CLUSTER_NAME": "lm-x7", "RAY_WORKER_GROUP": "h200"},
+            {"POD_NAMESPACE": "research", "RAY_CLUSTER": "lm-x7", "RAY_WORKER_GROUP": "h200"},
             True,
         ),
         ({"POD_NAMESPACE": "research", "RAY_WORKER_GROUP": "h200"}, False),
@@ -139,3 +139,8 @@ def test_shrink_target_from_the_pod_environment(env, has_target):
     assert shrink_from_env(env) is None  # no WARDEN_ADDRESS: the local, logged no-op
     warden = shrink_from_env({**env, "WARDEN_ADDRESS": "temporal:7233"})
     assert (warden is not None) is has_target
+
+
+def test_aux_services_refused_under_ft():
+    with pytest.raises(InputError, match="aux.services: not supported with ft.enabled"):
+        compose(str(ROOT / "runs/train/tiny-dit.yaml"), ["ft=on"])
