@@ -1,0 +1,96 @@
+"""driver.ft.loop.train_steps_ft's bookkeeping around the engine: a failed commit is not a
+step (no row, no checkpoint, the same step again), the lowest live group writes, below the
+minimum the loop ends with the one-line reason, and a group that arrives after the run's
+done mark stops at once. The engine itself is tested with real processes in tests/ft."""
+
+from __future__ import annotations
+
+import logging
+from datetime import timedelta
+from types import SimpleNamespace
+
+from driver.ft.loop import DONE_KEY, train_steps_ft
+from driver.ft.replica import FtStopped
+
+
+class Engine:
+    """The parts of FtReplica the loop reads: the committed step, lowest_live."""
+
+    def __init__(self, step=0):
+        self.step, self.lowest_live = step, True
+
+
+class Stepper:
+    """Commits per `script`: True commits, False fails the vote, 'stop' raises FtStopped."""
+
+    def __init__(self, script):
+        self.script = list(script)
+
+    def step(self, ft):
+        what = self.script.pop(0)
+        if what == "stop":
+            raise FtStopped("ft: no quorum of ft.min_replicas=2 replica groups")
+        if not what:
+            return None
+        ft.step += 1
+        return {"step": ft.step, "loss": 1.0, "ft_quorum_size": 2}
+
+
+class Reporter:
+    def __init__(self):
+        self.rows, self.flushed = [], False
+
+    def add(self, row):
+        self.rows.append(row)
+
+    def flush(self):
+        self.flushed = True
+
+
+class Session:
+    def __init__(self):
+        self.saved, self.writer = [], None
+        self.ckpt = SimpleNamespace(set_writer=lambda w: setattr(self, "writer", w))
+
+    def after_step(self, step, row):
+        self.saved.append(step)
+
+    def should_stop(self, step):
+        return False
+
+
+def cfg(steps):
+    return SimpleNamespace(
+        train=SimpleNamespace(steps=steps), debug=SimpleNamespace(fail_at_step=None, fail_rank=0)
+    )
+
+
+LOG = logging.getLogger("test")
+
+
+def test_failed_commits_are_not_steps_and_the_lowest_live_group_writes():
+    reporter, session = Reporter(), Session()
+    row, stopped = train_steps_ft(
+        cfg(3), Engine(), Stepper([True, False, False, True, True]), session, reporter, LOG, 0
+    )
+    assert [r["step"] for r in reporter.rows] == [1, 2, 3] == session.saved
+    assert row["step"] == 3 and stopped is None and reporter.flushed and session.writer is True
+
+
+def test_below_the_minimum_the_loop_ends_with_the_reason():
+    reporter = Reporter()
+    row, stopped = train_steps_ft(cfg(5), Engine(), Stepper([True, "stop"]), None, reporter, LOG, 0)
+    assert row["step"] == 1 and stopped.startswith("ft: no quorum of ft.min_replicas=2")
+    assert reporter.flushed
+
+
+def test_the_last_step_marks_the_run_done_and_a_late_group_stops_at_once():
+    from torch.distributed import TCPStore
+
+    store = TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
+    client = TCPStore("127.0.0.1", store.port, is_master=False, timeout=timedelta(seconds=5))
+    train_steps_ft(cfg(2), Engine(), Stepper([True, True]), None, Reporter(), LOG, 0, client)
+    assert store.get(DONE_KEY) == b"2"
+    late = Reporter()
+    row, stopped = train_steps_ft(cfg(2), Engine(), Stepper([]), None, late, LOG, 1, client)
+    assert row == {} and stopped is None and late.rows == []
