@@ -5,6 +5,11 @@
 - `lighthouse.DriverSide`: the Lighthouse and the start gate, on the driver.
 - `replica.FtReplica`: a Manager per replica group, the step protocol, healing, metrics.
 - `shrink`: the request the lowest live group sends after a group is dropped.
+- `target`: the shrink request's RayCluster worker group and Warden, from the pod env.
+- `launch.trainer_parts`: the driver's TorchftConfig, FailureConfig and start gate.
+- `loop.run_ft`: the training loop of one worker under torchft (`ft.enabled`), fed by
+  `source.SlotSource` (batches by step and slot), checkpointing through
+  `session.FtCheckpointSession` (the lowest live group writes).
 - `drill`: one replica group of a small job as a process, for tests and the benchmark.
 
 See docs/ft.md.
