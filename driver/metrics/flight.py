@@ -2,6 +2,7 @@
 
     env = worker_env(cfg)                      # {TORCH_FR_BUFFER_SIZE: ..., ...}; {} when off
     TorchTrainer(..., torch_config=torch_config(backend, env))
+    TorchTrainer(..., torch_config=with_env(torchft_config, env))   # any backend config
 
 The variables must be in a rank's environment before its process group starts: c10d reads
 them when the group is made. Ray Train makes the group in its backend's `on_start`, before
@@ -14,7 +15,7 @@ record (driver.loop), which the crash bundle analyses (driver.crash).
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 from observability import flight_recorder as fr
@@ -37,20 +38,28 @@ def set_env(env: dict[str, str]) -> None:
 def torch_config(backend: str | None, env: dict[str, str]):
     """A Ray Train TorchConfig that sets `env` in every worker before the process group."""
     from ray.train.torch import TorchConfig
-    from ray.train.torch.config import _TorchBackend
 
-    class Backend(_TorchBackend):
+    return with_env(TorchConfig(backend=backend), env)
+
+
+def with_env(config, env: dict[str, str]):
+    """The same Ray Train backend config (TorchConfig, or torchft's TorchftConfig), whose
+    backend first sets `env` in every worker, then starts as before."""
+    base = config.backend_cls
+
+    class Backend(base):
         def on_start(self, worker_group, backend_config):
             if backend_config.worker_env:
                 worker_group.execute(set_env, backend_config.worker_env)
             super().on_start(worker_group, backend_config)
 
     @dataclass
-    class Config(TorchConfig):
+    class Config(type(config)):
         worker_env: dict = field(default_factory=dict)
 
         @property
         def backend_cls(self):
             return Backend
 
-    return Config(backend=backend, worker_env=dict(env))
+    values = {f.name: getattr(config, f.name) for f in fields(config) if f.init}
+    return Config(**values, worker_env=dict(env))

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from catalog import labels
-from driver.metrics import names, rank
+from driver.metrics import flight, names, rank
 from driver.metrics.hub import RunMetrics
 from driver.metrics.writers import next_attempt
 
@@ -235,8 +235,6 @@ def test_flight_recorder_env_reaches_workers_before_the_process_group(tmp_path, 
 
     from ray.train.torch.config import _TorchBackend
 
-    from driver.metrics import flight
-
     cfg = NS(run=NS(output_dir=str(tmp_path)), debug=NS(flight_recorder_entries=500))
     env = flight.worker_env(cfg)
     assert env["TORCH_FR_BUFFER_SIZE"] == "500" and env["TORCH_NCCL_DUMP_ON_TIMEOUT"] == "1"
@@ -252,3 +250,12 @@ def test_flight_recorder_env_reaches_workers_before_the_process_group(tmp_path, 
     config = flight.torch_config("gloo", env)
     config.backend_cls().on_start(Group(), config)
     assert order == [("env", env), "process group"]
+
+
+def test_torchft_config_gets_the_same_env():
+    from ray.train.v2.torch.torchft_config import TorchftConfig
+
+    config = flight.with_env(TorchftConfig(lighthouse_kwargs={"min_replicas": 1}), {"A": "1"})
+    assert isinstance(config, TorchftConfig) and config.worker_env == {"A": "1"}
+    assert config.lighthouse_kwargs == {"min_replicas": 1}
+    assert issubclass(config.backend_cls, TorchftConfig(lighthouse_kwargs={}).backend_cls)
