@@ -166,7 +166,6 @@ def launch(cfg, config_yaml: str, fmt: str, say=print, stops=None) -> dict:
 
     from driver import crash
     from driver.aux.coordinator import start_services
-    from driver.checkpoint.control import Interrupted
     from driver.progress import Progress, summarize
     from driver.telemetry import start_channel
 
@@ -188,7 +187,7 @@ def launch(cfg, config_yaml: str, fmt: str, say=print, stops=None) -> dict:
     interrupted = False
     try:
         trainer.fit()
-    except Interrupted:
+    except KeyboardInterrupt:  # Interrupted, or Ray's own from inside a blocking get
         interrupted = True
     except Exception as err:
         services_up.stop()

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 import traceback
 from pathlib import Path
@@ -193,7 +194,7 @@ def check_resume(cfg, source: str) -> None:
 def _run(cfg, config_yaml: str, output_dir: Path, fmt: str, source: str) -> int:
     from driver import crash
     from driver.aux.coordinator import AuxStartError
-    from driver.checkpoint.control import Interrupted, StopRelay
+    from driver.checkpoint.control import StopRelay
     from driver.launch import RunFailed, launch
 
     stops = StopRelay(lambda line: print(line, file=sys.stderr, flush=True)).install()
@@ -209,9 +210,11 @@ def _run(cfg, config_yaml: str, output_dir: Path, fmt: str, source: str) -> int:
     except AuxStartError as err:  # a service failed its start-up check: nothing trained
         print(f"error: {err}", file=sys.stderr)
         return 1
-    except Interrupted as stop:  # before any worker could act on it: nothing trained
-        print(f"stopped by {stop} during start-up: nothing trained", file=sys.stderr)
-        return 128 + stop.signum
+    except KeyboardInterrupt:  # Interrupted before any worker could act on it
+        signum = stops.signum or signal.SIGINT
+        name = signal.Signals(signum).name
+        print(f"stopped by {name} during start-up: nothing trained", file=sys.stderr)
+        return 128 + signum
     except Exception as err:  # the driver itself failed: still leave a bundle behind
         bundle = crash.write_bundle(output_dir, config_yaml, err, {}, [traceback.format_exc()])
         print(f"error: driver failed: {type(err).__name__}: {err}", file=sys.stderr)

@@ -87,9 +87,11 @@ STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 """What stops a run early: a preemption notice (SIGTERM, GKE's) and Ctrl-C (SIGINT)."""
 
 
-class Interrupted(BaseException):  # noqa: N818 (like KeyboardInterrupt, not an error)
+class Interrupted(KeyboardInterrupt):  # noqa: N818 (a KeyboardInterrupt, not an error)
     """A stop signal arrived while no worker could act on it (start-up, or a run without
-    checkpoints): the driver stops at once. A BaseException, so no library swallows it."""
+    checkpoints): the driver stops at once. A KeyboardInterrupt, so no library swallows it
+    and Ray's blocking calls give up (they re-raise a plain KeyboardInterrupt: the signal is
+    then `StopRelay.signum`)."""
 
     def __init__(self, signum: int):
         super().__init__(signal.Signals(signum).name)

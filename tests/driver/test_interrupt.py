@@ -110,3 +110,40 @@ def test_a_signal_to_the_process_group_saves_a_final_checkpoint(tmp_path, signum
     assert f"stopped by {signal.Signals(signum).name} after step {stopped}" in text
     assert "Traceback" not in text
     assert "Token authentication" not in text  # Ray's notice asks nothing of the user
+
+
+def test_ctrl_c_during_start_up_stops_at_once_and_leaves_nothing(tmp_path):
+    proc = start_driver(tmp_path, "train.steps=3000")
+    try:
+        deadline = time.monotonic() + 60
+        while "config: " not in output(tmp_path):  # the driver is about to start its Ray
+            assert proc.poll() is None and time.monotonic() < deadline, output(tmp_path)
+            time.sleep(0.1)
+        time.sleep(2)
+        run = descendants(proc.pid)
+        os.killpg(proc.pid, signal.SIGINT)
+        code = proc.wait(timeout=120)
+    finally:
+        proc.kill()
+    text = output(tmp_path)
+    assert code == 130, text
+    assert "stopped by SIGINT during start-up: nothing trained" in text, text
+    assert "Traceback" not in text
+    deadline = time.monotonic() + 30
+    while alive(run) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert alive(run) == {}
+
+
+@pytest.mark.slow
+def test_ctrl_c_without_checkpoints_stops_at_once_with_a_summary(tmp_path):
+    proc = start_driver(tmp_path, "train.steps=3000", "checkpoint.resume=null")
+    try:
+        wait_for_rows(proc, tmp_path, 5)
+        os.killpg(proc.pid, signal.SIGINT)
+        code = proc.wait(timeout=120)
+    finally:
+        proc.kill()
+    text = output(tmp_path)
+    assert code == 130 and "stopped by SIGINT (no checkpoint: checkpoints are off)" in text
+    assert json.loads((tmp_path / "out" / "summary.json").read_text())["stopped_by"] == "SIGINT"
