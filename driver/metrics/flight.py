@@ -14,8 +14,8 @@ record (driver.loop), which the crash bundle analyses (driver.crash).
 
 from __future__ import annotations
 
+import copy
 import os
-from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 from observability import flight_recorder as fr
@@ -53,13 +53,12 @@ def with_env(config, env: dict[str, str]):
                 worker_group.execute(set_env, backend_config.worker_env)
             super().on_start(worker_group, backend_config)
 
-    @dataclass
     class Config(type(config)):
-        worker_env: dict = field(default_factory=dict)
-
         @property
         def backend_cls(self):
             return Backend
 
-    values = {f.name: getattr(config, f.name) for f in fields(config) if f.init}
-    return Config(**values, worker_env=dict(env))
+    out = copy.copy(config)  # every field, whatever the class's __init__ takes
+    out.__class__ = Config
+    out.worker_env = dict(env)
+    return out
