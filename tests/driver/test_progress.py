@@ -35,7 +35,13 @@ def test_rows_reach_the_metrics_file_and_the_terminal(tmp_path, capsys, fmt):
     out, err = capsys.readouterr()
     if fmt == "json":  # one line per message and per step, with the run's identity
         lines = [json.loads(line) for line in out.splitlines()]
-        assert lines[0] == {"run": "p", "team": "t", "cluster": "c", "message": "starting"}
+        assert lines[0]["message"] == "starting"  # with the label set (catalog.labels)
+        assert {k: lines[0][k] for k in ("run", "team", "cluster", "service")} == {
+            "run": "p",
+            "team": "t",
+            "cluster": "c",
+            "service": "train",
+        }
         assert [line["step"] for line in lines[1:]] == [1, 2, 3, 4, 5, 6]
         assert all(line["run"] == "p" and "lr" in line for line in lines[1:])
         assert err == ""

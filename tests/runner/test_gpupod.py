@@ -103,7 +103,11 @@ def assert_no_nics(pod: dict, key: str) -> None:
     assert "initContainers" not in pod["spec"]
     main = pod["spec"]["containers"][0]
     env = {e["name"]: e.get("value") for e in main["env"]}
-    nccl = {k: v for k, v in env.items() if k.startswith("NCCL_")}
+    nccl = {
+        k: v
+        for k, v in env.items()
+        if k.startswith("NCCL_") and not k.startswith(("NCCL_INSPECTOR_", "NCCL_PROFILER_"))
+    }
     assert nccl == SOCKET_NCCL_ENV  # sockets on eth0, none of the catalog's GPUDirect values
     assert env["LD_LIBRARY_PATH"] == acc.library_path
     names = {v["name"] for v in pod["spec"]["volumes"]}
@@ -124,7 +128,7 @@ def test_a_whole_node_pod_gets_every_nic_and_the_catalog_nccl_env(key):
     networks = [row["network"] for row in json.loads(gpu.annotations[GKE_INTERFACES])]
     assert networks == ["default", *acc.network.networks]
     assert {k: gpu.env[k] for k in acc.nccl_env} == acc.nccl_env
-    assert {m["name"] for m in gpu.mounts} == {m.name for m in acc.mounts}
+    assert {m["name"] for m in gpu.mounts} == {m.name for m in acc.mounts} | {"nccl-inspector"}
     assert [s["name"] for s in gpu.sidecars] == [s.name for s in acc.sidecars]
 
 
@@ -183,7 +187,10 @@ def test_every_container_is_confined(name, pod):
     """No privilege escalation, every capability dropped but the listed ones, host paths
     read-only but the TCPXO daemon's sysfs and sysctl writes."""
     spec = pod["spec"]
-    host = {v["name"]: v["hostPath"]["path"] for v in spec["volumes"] if "hostPath" in v}
+    from kustomize.tooling.security import inspector_write
+
+    volumes = {v["name"]: v for v in spec["volumes"] if "hostPath" in v}
+    host = {name: v["hostPath"]["path"] for name, v in volumes.items()}
     for container in [*spec.get("initContainers", []), *spec["containers"]]:
         context = container["securityContext"]
         assert context["allowPrivilegeEscalation"] is False, container["name"]
@@ -196,7 +203,9 @@ def test_every_container_is_confined(name, pod):
             path = host.get(mount["name"])
             if path is None:
                 continue
-            writable = (container["name"], path) in sidecar_host_writes()
+            writable = (container["name"], path) in sidecar_host_writes() or inspector_write(
+                volumes[mount["name"]], mount
+            )  # NCCL Inspector's per-pod folder
             assert mount.get("readOnly", False) is not writable, (container["name"], path)
 
 
