@@ -76,14 +76,15 @@ class GpuSettings:
 
     def apply(self, pod: dict[str, Any]) -> dict[str, Any]:
         """Fill a pod context (`pod_context`) with these settings: the GPU request joins its
-        CPU and memory; placement, NICs, env, mounts and sidecars replace the defaults."""
+        CPU and memory; its env joins the pod's; placement, NICs, mounts and sidecars replace
+        the defaults."""
         pod["resources"] = {**pod["resources"], **self.resources}
         pod.update(
             node_selector=dict(self.node_selector),
             tolerations=list(self.tolerations),
             node_affinity=list(self.node_affinity),
             annotations={**pod["annotations"], **self.annotations},
-            env=dict(self.env),
+            env={**pod["env"], **self.env},
             field_env={**pod["field_env"], **self.field_env},
             mounts=list(self.mounts),
             host_volumes=list(self.host_volumes),

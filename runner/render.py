@@ -62,8 +62,14 @@ def _secret(pair: tuple[str, str]) -> dict[str, str]:
 
 
 # Every training container (head, workers, a Job's pods) signs and checks the run's
-# checkpoints with its team's key (docs/checkpoint.md, "Authenticated checkpoints").
-TRAINING_SECRETS = {labels.CHECKPOINT_KEY_ENV: _secret(labels.CHECKPOINT_KEY_SECRET)}
+# checkpoints with its team's key (docs/checkpoint.md, "Authenticated checkpoints"), and
+# signs in to ClickHouse as the insert-only `runs` user when the run sends its metrics
+# there (`logging.clickhouse_url`; docs/security.md).
+TRAINING_SECRETS = {
+    labels.CHECKPOINT_KEY_ENV: _secret(labels.CHECKPOINT_KEY_SECRET),
+    labels.CLICKHOUSE_PASSWORD_ENV: _secret(labels.CLICKHOUSE_RUNS_SECRET),
+}
+TRAINING_ENV = {labels.CLICKHOUSE_USER_ENV: labels.CLICKHOUSE_RUNS_USER}
 # Clients of a Ray cluster that KubeRay does not set up itself (the sentinel's shell).
 RAY_CLIENT_ENV = {"RAY_AUTH_MODE": "token"}
 RAY_CLIENT_SECRETS = {"RAY_AUTH_TOKEN": _secret(labels.RAY_TOKEN_SECRET)}
@@ -81,6 +87,7 @@ def _pod(plan: Plan, env: EnvPlan, role: str, configmap: str | None) -> dict[str
         "image": spec.image,
         "working_dir": working_dir,
         "secrets": {**env.secrets, **(TRAINING_SECRETS if training else {})},
+        **({"env": dict(TRAINING_ENV)} if training else {}),
         "configmap": configmap,
         "run_as_user": spec.run_as_user,
     }

@@ -88,7 +88,12 @@ def clone(tmp_path_factory) -> Path:
 
 
 def run_as_written(command: str, cwd: Path, timeout: float) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PATH": f"{cwd / '.venv/bin'}:{os.environ['PATH']}"}
+    # The clone's own code first: the linked .venv's editable install points at this checkout.
+    env = {
+        **os.environ,
+        "PATH": f"{cwd / '.venv/bin'}:{os.environ['PATH']}",
+        "PYTHONPATH": str(cwd),
+    }
     return subprocess.run(
         ["bash", "-c", command],
         cwd=cwd,

@@ -14,8 +14,8 @@ from runner.preflight.rows import FAIL, PASS, SKIP, WARN
 def build_node(root: Path, key: str) -> None:
     """A container filesystem that has everything the catalog says `key` needs."""
     acc = accelerator(key)
-    for mount in acc.mounts:
-        (root / mount.mount_path.lstrip("/")).mkdir(parents=True, exist_ok=True)
+    for mount in host._pod(acc, None).mounts:  # every mount a whole-node pod gets
+        (root / mount["mount_path"].lstrip("/")).mkdir(parents=True, exist_ok=True)
     for _, pattern in host.required_files(acc):
         path = root / pattern.lstrip("/").replace("*", "")
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -83,8 +83,10 @@ def test_rdma_devices_counted(tmp_path):
 
 def test_nccl_env_equal_to_catalog():
     acc = accelerator("H100")
-    assert host.nccl_env(acc, dict(acc.nccl_env)).result == PASS
-    wrong = {**acc.nccl_env, "NCCL_NVLSTREE_MAX_CHUNKSIZE": "65536"}
+    good = host.expected_nccl_env(acc)  # the catalog's values plus NCCL Inspector's
+    assert acc.nccl_env.items() <= good.items() and "NCCL_PROFILER_PLUGIN" in good
+    assert host.nccl_env(acc, good).result == PASS
+    wrong = {**good, "NCCL_NVLSTREE_MAX_CHUNKSIZE": "65536"}
     del wrong["NCCL_PROTO"]
     row = host.nccl_env(acc, wrong)
     assert row.result == FAIL
@@ -126,12 +128,14 @@ def test_a_partial_node_pod_is_checked_for_sockets_not_gpudirect(tmp_path, key):
         path = tmp_path / pattern.lstrip("/").replace("*", "")
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text("")
-    (tmp_path / "usr/local/nvidia").mkdir(parents=True, exist_ok=True)
+    for mount in host._pod(acc, 1).mounts:  # the driver libraries and NCCL Inspector's folder
+        (tmp_path / mount["mount_path"].lstrip("/")).mkdir(parents=True, exist_ok=True)
     (tmp_path / "sys/class/net/eth0").mkdir(parents=True)
     assert [what for what, _ in host.required_files(acc, gpus=1)] == ["CUDA driver", "NVML"]
     assert host.mounts(acc, tmp_path, gpus=1).result == PASS
     assert host.libraries(acc, tmp_path, gpus=1).result == PASS
     assert host.nics(acc, tmp_path, gpus=1).result == PASS
-    assert host.nccl_env(acc, SOCKET_NCCL_ENV, gpus=1).result == PASS
+    assert SOCKET_NCCL_ENV.items() <= host.expected_nccl_env(acc, 1).items()
+    assert host.nccl_env(acc, host.expected_nccl_env(acc, 1), gpus=1).result == PASS
     assert host.nccl_env(acc, dict(acc.nccl_env), gpus=1).result == FAIL
     assert host.nics(acc, tmp_path).result == FAIL  # a whole-node pod needs the GPU NICs

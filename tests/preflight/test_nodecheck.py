@@ -36,7 +36,7 @@ def test_gpu_node_job():
     assert {k: env[k] for k in acc.nccl_env} == acc.nccl_env
     assert env["LD_LIBRARY_PATH"] == acc.library_path
     host_paths = {v["hostPath"]["path"] for v in pod["volumes"] if "hostPath" in v}
-    assert host_paths == {m.host_path for m in acc.mounts}
+    assert host_paths == {m.host_path for m in acc.mounts} | {acc.nccl_inspector.host_path}
     shm = next(v for v in pod["volumes"] if v["name"] == "dshm")
     assert shm["emptyDir"]["sizeLimit"] == acc.default_shm
     annotations = job["spec"]["template"]["metadata"]["annotations"]

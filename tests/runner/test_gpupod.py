@@ -18,7 +18,7 @@ from runner.gpupod import (
     needs_nics,
 )
 from runner.nodecheck import check_job
-from runner.render import render_run
+from runner.render import TRAINING_ENV, render_run
 from runner.spec import build_spec, load_run
 from runner.templating import render_template
 from tests.runner.conftest import IMAGE
@@ -36,7 +36,11 @@ def gpu_view(template: dict) -> dict:
     return {
         "nics": {k: v for k, v in annotations.items() if k.startswith(("networking.", "devices."))},
         "sidecars": spec.get("initContainers", []),
-        "env": [e for e in main["env"] if "value" in e and not e["name"].startswith("WANDB")],
+        "env": [  # the run's own values (not GPU settings) left out
+            e
+            for e in main["env"]
+            if "value" in e and not e["name"].startswith("WANDB") and e["name"] not in TRAINING_ENV
+        ],
         "mounts": [m for m in main["volumeMounts"] if m["name"] != "dshm"],
         "host_volumes": [v for v in spec["volumes"] if "hostPath" in v],
         "gpus": main["resources"]["limits"]["nvidia.com/gpu"],
