@@ -22,6 +22,8 @@ import socket
 import time
 import traceback
 
+from driver.parallel import setup_device, wrap
+
 
 def import_object(path: str):
     """`package.module:Name` -> the object."""
@@ -68,50 +70,6 @@ def train_worker(args: dict) -> None:
     if rank == 0 and control is not None:  # the summary's checkpoint fields
         ray.get(control.finish.remote(final), timeout=30)
     ray.train.report(final)
-
-
-def setup_device(cfg, ctx, logger):
-    """Pick the device, set threads and pin to the NUMA node; returns the torch device."""
-    import ray.train.torch
-    import torch
-
-    from driver.numa import pin_worker
-
-    device = ray.train.torch.get_device()
-    bus_id = None
-    if device.type == "cuda":
-        props = torch.cuda.get_device_properties(device)
-        if hasattr(props, "pci_bus_id"):
-            bus_id = f"{props.pci_domain_id:04x}:{props.pci_bus_id:02x}:{props.pci_device_id:02x}.0"
-    else:
-        torch.set_num_threads(max(1, int(cfg.parallelism.cpus_per_worker)))
-    if cfg.parallelism.numa_affinity:
-        cpus = pin_worker(ctx.get_local_rank(), ctx.get_local_world_size(), bus_id)
-        if cpus is not None:
-            logger.info("pinned to %d cpus of a NUMA node", len(cpus))
-    return device
-
-
-def wrap(model, cfg, device, world: int):
-    """DDP (fsdp_size 1) or FSDP2/HSDP over a (replicate, shard) mesh."""
-    import torch
-    from torch.nn.parallel import DistributedDataParallel
-
-    if world == 1:
-        return model
-    if cfg.parallelism.fsdp_size == 1:
-        ids = [device.index] if device.type == "cuda" else None
-        return DistributedDataParallel(model, device_ids=ids)
-    from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.fsdp import fully_shard
-
-    shard = cfg.parallelism.fsdp_size
-    mesh = init_device_mesh(device.type, (world // shard, shard), mesh_dim_names=("dp", "fsdp"))
-    for block in getattr(model, "blocks", []):
-        fully_shard(block, mesh=mesh)
-    fully_shard(model, mesh=mesh)
-    torch.distributed.barrier()
-    return model
 
 
 def share_handlers(logger, name: str) -> None:
