@@ -10,7 +10,9 @@ Workers: one per GPU with nccl, or one per CPU slot with gloo.
 
 from __future__ import annotations
 
+import importlib
 import os
+import threading
 import time
 from pathlib import Path
 
@@ -88,6 +90,7 @@ def connect(cfg) -> bool:
     from driver.aux.coordinator import local_cpus
 
     quiet_token_notice()
+    preload_torch()  # while ray.init waits on its daemons
     cpus = cfg.run.local_cpus or local_cpus(cfg, cfg.parallelism.workers or 2)
     ray.init(
         num_cpus=cpus,
@@ -97,6 +100,15 @@ def connect(cfg) -> bool:
         logging_level="WARNING",
     )
     return True
+
+
+def preload_torch() -> threading.Thread:
+    """Import torch in a background thread: the driver needs it (Ray Train's TorchTrainer)
+    only after `ray.init`, which spends most of its seconds waiting for Ray's daemons to
+    start. torch imports nothing of Ray, so the two imports never wait on each other."""
+    thread = threading.Thread(target=importlib.import_module, args=("torch",), daemon=True)
+    thread.start()
+    return thread
 
 
 def plan_capacity(cfg) -> tuple[capacity.Plan, bool]:
