@@ -40,6 +40,7 @@ from driver.aux.errors import (
 from driver.aux.routing import SmoothWeightedRoundRobin
 
 TICK_S = 0.02
+EVENT_S = 0.01  # how often the proxies' connection monitors are read
 IDLE_PING_S = 30.0  # an idle client's ping: the proxy keeps it on its list for 60 s
 
 
@@ -154,7 +155,7 @@ class AuxClient:
         self.poller = zmq.Poller()
         self.poller.register(self.pull, zmq.POLLIN)
         self._set_proxies(proxies)
-        next_beat = 0.0
+        next_beat = next_events = 0.0
         try:
             while not self._run_commands():
                 self.sleeping = True
@@ -164,6 +165,9 @@ class AuxClient:
                 self.sleeping = False
                 now = time.time()
                 self._timers(now)
+                if time.monotonic() >= next_events:  # monitors are not polled: see proxy.py
+                    self._events()
+                    next_events = time.monotonic() + EVENT_S
                 if time.monotonic() >= next_beat:
                     self._heartbeat()
                     next_beat = time.monotonic() + 0.05
@@ -178,16 +182,20 @@ class AuxClient:
                 except zmq.Again:
                     return
         proxy = self.by_socket.get(sock)
+        if proxy is None:
+            return
         for _ in range(1024):
             try:
-                if proxy is None:
-                    owner = self.by_monitor[sock]
-                    self._on_event(owner, recv_monitor_message(sock, zmq.NOBLOCK))
-                    continue
                 frames = sock.recv_multipart(zmq.NOBLOCK, copy=False)
-            except (zmq.Again, KeyError):
+            except zmq.Again:
                 return
             self._on_message(proxy, frames)
+
+    def _events(self) -> None:
+        """Connections to the proxies made or lost (read every EVENT_S, not polled)."""
+        for proxy in list(self.proxies.values()):
+            while proxy.monitor.poll(0):
+                self._on_event(proxy, recv_monitor_message(proxy.monitor, zmq.NOBLOCK))
 
     def _run_commands(self) -> bool:
         while self.commands:
@@ -207,7 +215,6 @@ class AuxClient:
             proxy = self.proxies.pop(address)
             self._proxy_down(proxy, "removed")
             self.poller.unregister(proxy.sock)
-            self.poller.unregister(proxy.monitor)
             proxy.close()
         for address, weight in proxies.items():
             if address in self.proxies:
@@ -215,9 +222,7 @@ class AuxClient:
             else:
                 self.proxies[address] = ProxyLink(address, weight, self.context, self.max_bytes)
                 self.poller.register(self.proxies[address].sock, zmq.POLLIN)
-                self.poller.register(self.proxies[address].monitor, zmq.POLLIN)
         self.by_socket = {p.sock: p for p in self.proxies.values()}
-        self.by_monitor = {p.monitor: p for p in self.proxies.values()}
         self._reweigh()
 
     def _reweigh(self) -> None:
