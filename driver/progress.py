@@ -85,6 +85,7 @@ class Progress:
         self.bar = None
         self.aux_shown: dict[str, str] = {}
         self._stop = threading.Event()
+        self._reported: set[str] = set()
         self._thread = threading.Thread(target=self._poll, name="progress", daemon=True)
 
     @property
@@ -114,7 +115,22 @@ class Progress:
         if self.metrics.store is not None:
             self.metrics.store.open()  # chDB starts here, not on the launch path
         while not self._stop.wait(self.interval_s):
-            self.drain()
+            try:
+                self.drain()
+            except Exception as err:  # a full disk, a closed stdout, an odd row: go on
+                self._trouble(err)
+
+    def _trouble(self, err: Exception) -> None:
+        """Report a failure of the progress thread once per kind; the thread keeps polling."""
+        kind = f"{type(err).__name__}: {err}"[:200]
+        if kind in self._reported:
+            return
+        self._reported.add(kind)
+        self.lines.append(f"progress: {kind}")
+        try:
+            print(f"progress: {kind}", file=sys.stderr, flush=True)
+        except Exception:  # stderr itself is gone
+            pass
 
     def drain(self) -> None:
         import ray
@@ -154,7 +170,10 @@ class Progress:
 
     def _handle(self, row: dict) -> None:
         self.rows.append(row)
-        self.lines.append(f"step {row['step']} loss {row['loss']:.4f} lr {row['lr']:.2e}")
+        self.lines.append(f"step {row['step']} loss {row.get('loss', float('nan')):.4f} "
+                          f"lr {row.get('lr', float('nan')):.2e}")  # fmt: skip
+        if row.get("ckpt_error"):
+            self.log(f"checkpoint save failed: {row['ckpt_error']}")
         if self.fmt == "json":
             print(json.dumps({**self.labels, **row}), flush=True)
 
@@ -169,7 +188,10 @@ class Progress:
             )  # fmt: skip
         else:
             self.bar.update(row["step"] - self.bar.n)
-        postfix = {"loss": f"{row['loss']:.3f}", "lr": f"{row['lr']:.1e}"}
+        postfix = {"loss": f"{row.get('loss', float('nan')):.3f}",
+                   "lr": f"{row.get('lr', float('nan')):.1e}"}  # fmt: skip
+        if row.get("ckpt_failures"):
+            postfix["ckpt_fail"] = str(row["ckpt_failures"])
         for key, value in row.items():
             if key.endswith("_per_s") and not key.startswith("aux/"):
                 postfix[key.replace("_per_s", "/s")] = f"{value:.0f}"

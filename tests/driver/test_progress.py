@@ -62,3 +62,39 @@ def test_sink_keeps_rows_until_drained_and_failures_by_rank():
     assert sink.drain() == []
     sink.fail(1, {"error": "RuntimeError: x"})
     assert sink.get_failures() == {1: {"error": "RuntimeError: x"}}
+
+
+def test_a_failed_save_shows_in_the_bar_and_the_log(tmp_path, capsys):
+    cfg, _ = compose(TINY_LM, ["run.name=p", "run.team=t", "run.cluster=c", "train.steps=6"])
+    progress = Progress(cfg, sink=None, output_dir=tmp_path, fmt="progress")
+    failed = [{**row, "ckpt_failures": 1, "ckpt_error": "step-2: write failed: ENOSPC"}
+              for row in rows(2)[1:]]  # fmt: skip
+    progress.take(rows(1) + failed)
+    assert progress.bar.postfix and "ckpt_fail=1" in progress.bar.postfix
+    progress.bar.close()
+    progress.metrics.close()
+    assert "checkpoint save failed: step-2: write failed: ENOSPC" in capsys.readouterr().err
+
+
+def test_the_progress_thread_outlives_a_failing_drain(tmp_path, capsys):
+    import time
+
+    cfg, _ = compose(TINY_LM, ["run.name=p", "run.team=t", "run.cluster=c"])
+    progress = Progress(cfg, sink=None, output_dir=tmp_path, fmt="json", interval_s=0.01)
+    calls = []
+
+    def drain():
+        calls.append(1)
+        raise OSError(28, "No space left on device")
+
+    progress.drain = drain
+    progress.start()
+    deadline = time.monotonic() + 30
+    while len(calls) < 5 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert len(calls) >= 5 and progress._thread.is_alive()
+    progress._stop.set()
+    progress._thread.join()
+    progress.metrics.close()
+    err = capsys.readouterr().err
+    assert err.count("progress: OSError") == 1  # reported once, polling went on
