@@ -186,7 +186,7 @@ class AuxClient:
             return
         for _ in range(1024):
             try:
-                frames = sock.recv_multipart(zmq.NOBLOCK, copy=False)
+                frames = wire.recv_frames(sock)
             except zmq.Again:
                 return
             self._on_message(proxy, frames)
@@ -250,7 +250,7 @@ class AuxClient:
                 return
             proxy = self.proxies[address]
             try:
-                proxy.sock.send_multipart(pending.frames(), zmq.NOBLOCK, copy=False)
+                wire.send_frames(proxy.sock, pending.frames(), wire.NOBLOCK)
             except zmq.Again:  # send queue full (a lost connection comes as an event)
                 busy.add(address)
                 continue

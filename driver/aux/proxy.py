@@ -163,7 +163,7 @@ class ProxyServer:
                     handle = self._from_rank if sock is self.front else self._from_worker
                     for _ in range(256):
                         try:
-                            frames = sock.recv_multipart(zmq.NOBLOCK, copy=False)
+                            frames = wire.recv_frames(sock)
                         except zmq.Again:
                             break
                         handle(frames)
@@ -292,7 +292,7 @@ class ProxyServer:
         if entry is not None and entry.worker is not None:
             entry.worker.inflight.discard((client, msg.id))
         self.counts["replied"] += 1
-        self.front.send_multipart(frames[1:], copy=False)
+        wire.send_frames(self.front, frames[1:])
 
     def _dispatch(self, entry: Entry) -> None:
         tried: set[str] = set()
@@ -314,7 +314,7 @@ class ProxyServer:
 
     def _send_worker(self, worker: Worker, frames: list[Any]) -> bool:
         try:
-            self.back.send_multipart([worker.address.encode(), *frames], zmq.NOBLOCK, copy=False)
+            wire.send_frames(self.back, [worker.address.encode(), *frames], wire.NOBLOCK)
             return True
         except zmq.Again:
             return False  # its queue is full: try another

@@ -123,7 +123,7 @@ class WorkerServer:
                 if poller.poll(0 if len(self.queues) else 50):
                     for _ in range(DRAIN):  # every rank's arrivals queued before a pick
                         try:
-                            frames = self.router.recv_multipart(zmq.NOBLOCK, copy=False)
+                            frames = wire.recv_frames(self.router)
                         except zmq.Again:
                             break
                         self._receive(frames)
@@ -209,7 +209,7 @@ class WorkerServer:
             self._reply(item.route, _error(item.msg.id, "timeout", "deadline passed in queue"))
 
     def _reply(self, route: list[Any], msg: wire.Message) -> None:
-        self.router.send_multipart([*route, *wire.pack(msg)], copy=False)
+        wire.send_frames(self.router, [*route, *wire.pack(msg)])
 
     def _next(self) -> Item | None:
         with self.lock:
