@@ -139,6 +139,7 @@ def trainer_for(
 
     from driver.checkpoint import failure_config
     from driver.loop import train_worker
+    from driver.metrics import flight
 
     par = cfg.parallelism
     backend = par.backend if par.backend != "auto" else ("nccl" if use_gpu else "gloo")
@@ -150,6 +151,8 @@ def trainer_for(
         from driver.ft.launch import trainer_parts
 
         torch_config, failures, ft_args = trainer_parts(cfg, world, backend)
+    # PyTorch's flight recorder on every rank, set before the process group starts.
+    torch_config = flight.with_env(torch_config, flight.worker_env(cfg))
     trainer = lean_trainer(TorchTrainer) if embedded else TorchTrainer
     trainer = trainer(
         train_worker,

@@ -32,6 +32,9 @@ class RunConfig:
     """Ray address: null starts an embedded Ray unless RAY_ADDRESS is set; `auto` joins one."""
     local_cpus: int = 0
     """CPUs the embedded Ray may use; 0 means what the training workers need."""
+    print_config: bool = False
+    """Print the whole composed config at start (it is always saved as config.yaml in the
+    output folder; `--show-config` does the same)."""
     local_dashboard: bool = False
     """Start Ray's dashboard (http://127.0.0.1:8265) with an embedded Ray. Off by default:
     the run shows its own progress, and the dashboard's processes would take about 2 % of

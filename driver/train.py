@@ -139,7 +139,7 @@ def config_text(cfg, config_yaml: str, output_dir: Path, fmt: str, show: bool) -
     it with `--show-config` or `run.print_config`; in a cluster, one JSON line with all)."""
     if fmt == "json":
         return json.dumps({"run": cfg.run.name, "team": cfg.run.team, "config": config_yaml}) + "\n"
-    if show or getattr(cfg.run, "print_config", False):
+    if show or cfg.run.print_config:
         return config_yaml
     return f"config: {output_dir / 'config.yaml'} ({SHOW_CONFIG} prints it)\n"
 
