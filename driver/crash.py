@@ -22,7 +22,7 @@ import traceback
 from pathlib import Path
 
 SECRET = re.compile(r"SECRET|TOKEN|PASSW|PASSWD|KEY|CREDENTIAL|AUTH|COOKIE|SESSION", re.I)
-PACKAGES = ("torch", "ray", "hydra-core", "omegaconf", "numpy", "torchft", "reve-platform")
+PACKAGES = ("torch", "ray", "hydra-core", "omegaconf", "numpy", "torchft-nightly", "reve-platform")
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
