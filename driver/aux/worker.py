@@ -85,6 +85,7 @@ class WorkerServer:
         self.router.setsockopt(zmq.SNDHWM, 100_000)
         self.router.setsockopt(zmq.RCVHWM, 100_000)
         self.router.setsockopt(zmq.MAXMSGSIZE, self.max_bytes + wire.MAX_ENVELOPE_BYTES)
+        self.router.setsockopt(zmq.RCVTIMEO, 50)  # an idle loop's wait for a message
         self.router.bind(self.address)
         self.address = self.router.getsockopt(zmq.LAST_ENDPOINT).decode()
         self.running.set()
@@ -115,18 +116,19 @@ class WorkerServer:
     # -- the loop: take in everything that arrived, then serve one request -------------------
 
     def _loop(self) -> None:
-        poller = zmq.Poller()
-        poller.register(self.router, zmq.POLLIN)
+        # One socket: an idle worker blocks in recv (up to RCVTIMEO) rather than in zmq_poll,
+        # which would check the socket's mailbox twice per wake-up.
         next_sweep = time.monotonic()
         try:
             while self.running.is_set():
-                if poller.poll(0 if len(self.queues) else 50):
-                    for _ in range(DRAIN):  # every rank's arrivals queued before a pick
-                        try:
-                            frames = wire.recv_frames(self.router)
-                        except zmq.Again:
-                            break
-                        self._receive(frames)
+                flags = wire.NOBLOCK if len(self.queues) else 0
+                for _ in range(DRAIN):  # every rank's arrivals queued before a pick
+                    try:
+                        frames = wire.recv_frames(self.router, flags)
+                    except zmq.Again:
+                        break
+                    flags = wire.NOBLOCK
+                    self._receive(frames)
                 if time.monotonic() >= next_sweep:
                     self._expire_held()
                     next_sweep = time.monotonic() + 0.05
