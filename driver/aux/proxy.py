@@ -284,13 +284,13 @@ class ProxyServer:
         if not client:  # a pong for the proxy itself
             return
         try:
-            msg = wire.parse(frames[2:], self.max_bytes)
+            rid = wire.reply_id(frames[2:])
         except wire.WireError:
             self.refused["from_worker"] += 1
             return
-        entry = self.inflight.pop((client, msg.id), None)
+        entry = self.inflight.pop((client, rid), None)
         if entry is not None and entry.worker is not None:
-            entry.worker.inflight.discard((client, msg.id))
+            entry.worker.inflight.discard((client, rid))
         self.counts["replied"] += 1
         wire.send_frames(self.front, frames[1:])
 

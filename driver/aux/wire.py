@@ -145,6 +145,19 @@ def parse(frames: list[Any], max_bytes: int) -> Message:
     return msg
 
 
+def reply_id(frames: list[Any]) -> int:
+    """The request id of a worker's reply, all a proxy needs to route it (the rank's client
+    checks the whole message); raises WireError("garbage")."""
+    try:
+        env = json.loads(frames[0].bytes if hasattr(frames[0], "bytes") else frames[0])
+        rid = env["id"]
+    except (IndexError, KeyError, TypeError, ValueError, UnicodeDecodeError):
+        raise WireError("garbage", "reply envelope without a request id") from None
+    if not _count(rid) or env.get("v") != VERSION:
+        raise WireError("garbage", "reply envelope without a request id")
+    return rid
+
+
 def peek_id(frames: list[Any]) -> int:
     """The request id of a refused message if its envelope shows one (else 0), so the
     error reply can name it."""

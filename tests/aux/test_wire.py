@@ -7,6 +7,7 @@ import json
 import numpy as np
 import pytest
 import torch
+import zmq
 
 from driver.aux import wire
 from driver.aux.errors import AuxCancelled, AuxError, AuxQueueFull, AuxTimeout, from_code
@@ -135,3 +136,26 @@ def test_error_codes_map_to_typed_errors():
     assert isinstance(from_code("cancelled", ""), AuxCancelled)
     odd = from_code("weird", "?")
     assert type(odd) is AuxError and odd.code == "weird"
+
+
+@pytest.mark.parametrize(
+    "frames, expected",
+    [
+        ([b'{"v":1,"k":"rep","id":7,"s":[2]}', b"{}"], 7),
+        ([b'{"v":1,"k":"err","id":0,"c":"remote","e":"x"}'], 0),
+        ([b'{"v":1,"k":"rep","id":-1}'], "garbage"),
+        ([b'{"v":1,"k":"rep","id":true}'], "garbage"),
+        ([b'{"v":2,"k":"rep","id":3}'], "garbage"),
+        ([b'{"v":1,"k":"rep"}'], "garbage"),
+        ([b"[1]"], "garbage"),
+        ([b"not json"], "garbage"),
+        ([], "garbage"),
+    ],
+)
+def test_reply_id_reads_only_the_request_id(frames, expected):
+    if expected == "garbage":
+        with pytest.raises(wire.WireError) as err:
+            wire.reply_id(frames)
+        assert err.value.reason == "garbage"
+    else:
+        assert wire.reply_id(frames) == wire.reply_id([zmq.Frame(f) for f in frames]) == expected
