@@ -88,7 +88,6 @@ class AuxClient:
         self.deadlines: list[tuple[float, int]] = []
         self.closed = False
         self.sleeping = True  # the I/O thread is (about to be) in poll: wake it
-        self.woken = False  # a wake-up is on its way that the I/O thread has not read yet
         self.thread = threading.Thread(target=self._loop, args=(dict(proxies),), daemon=True)
         self.thread.name = f"aux-client-{service}"
         self.thread.start()
@@ -141,11 +140,10 @@ class AuxClient:
 
     def _command(self, kind: str, value: Any) -> None:
         self.commands.append((kind, value))
-        if not self.sleeping or self.woken:  # the I/O thread sees the command before it
-            return  # sleeps, or reads the pending wake-up (then the commands) first
+        if not self.sleeping:  # the I/O thread looks at the commands before it sleeps
+            return
         with self.wake_lock:
-            if not self.wake.closed and not self.woken:
-                self.woken = True
+            if not self.wake.closed:
                 try:
                     self.wake.send(b"", zmq.NOBLOCK)
                 except zmq.Again:
@@ -178,7 +176,6 @@ class AuxClient:
 
     def _drain(self, sock: zmq.Socket) -> None:
         if sock is self.pull:
-            self.woken = False  # cleared before reading: a later command sends a new one
             while True:
                 try:
                     sock.recv(zmq.NOBLOCK)
