@@ -39,6 +39,8 @@ class RayListeners:
     def on_checkpoint(self, step: int, uri: str) -> None:
         import ray
 
+        if not ray.is_initialized():  # no Ray, no listeners (and never start one: ray.util would)
+            return
         names = listener_names(ray.util.list_named_actors())
         refs = [ray.get_actor(name).on_checkpoint.remote(step, uri) for name in names]
         if refs:

@@ -209,3 +209,14 @@ def test_saves_failing_in_a_row_stop_the_run_after_max_failed_saves(root, limit,
 def test_max_failed_saves_must_be_a_count():
     with pytest.raises(Exception, match="checkpoint.max_failed_saves: must be an integer >= 0"):
         CheckpointConfig(max_failed_saves=-1)
+
+
+def test_listeners_never_start_ray(root):
+    """A commit outside Ray (a library user, a test) calls no listener and starts no Ray."""
+    import sys
+
+    from driver.aux.listeners import RayListeners
+
+    RayListeners().on_checkpoint(3, f"{root}/step-3")
+    ray = sys.modules.get("ray")
+    assert ray is None or not ray.is_initialized()
