@@ -14,22 +14,26 @@ import contextlib
 import time
 
 
+def autocast_for(cfg, device):
+    """A context factory: bf16 autocast (precision bf16, or auto on GPU), else nothing."""
+    import torch
+
+    bf16 = cfg.train.precision == "bf16" or (
+        cfg.train.precision == "auto" and device.type == "cuda"
+    )
+    if bf16:
+        return lambda: torch.autocast(device.type, dtype=torch.bfloat16)
+    return contextlib.nullcontext
+
+
 class Loop:
     """One optimizer step: accumulate micro-batches, clip, step, measure."""
 
     def __init__(self, cfg, model, work, optimizer, scheduler, device, world: int):
-        import torch
 
         self.cfg, self.model, self.work, self.device = cfg, model, work, device
         self.optimizer, self.scheduler, self.world = optimizer, scheduler, world
-        bf16 = cfg.train.precision == "bf16" or (
-            cfg.train.precision == "auto" and device.type == "cuda"
-        )
-        self.autocast = (
-            (lambda: torch.autocast(device.type, dtype=torch.bfloat16))
-            if bf16
-            else contextlib.nullcontext
-        )
+        self.autocast = autocast_for(cfg, device)
         per_step = cfg.train.micro_batch_size * cfg.train.grad_accum_steps * world
         self.units_per_step = per_step * work.units_per_example
 

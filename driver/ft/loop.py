@@ -13,8 +13,9 @@ replacement that arrives after the end does not train alone from step 0.
 
 from __future__ import annotations
 
-import contextlib
 import time
+
+from driver.step import autocast_for
 
 DONE_KEY = "ft/done"
 
@@ -159,18 +160,9 @@ class FtStep:
     """One step of one replica group: its slots' forward/backward, reduce, clip, commit."""
 
     def __init__(self, cfg, model, work, optimizer, scheduler, device, source):
-        import torch
-
         self.cfg, self.model, self.work, self.device = cfg, model, work, device
         self.optimizer, self.scheduler, self.source = optimizer, scheduler, source
-        bf16 = cfg.train.precision == "bf16" or (
-            cfg.train.precision == "auto" and device.type == "cuda"
-        )
-        self.autocast = (
-            (lambda: torch.autocast(device.type, dtype=torch.bfloat16))
-            if bf16
-            else contextlib.nullcontext
-        )
+        self.autocast = autocast_for(cfg, device)
         per_step = cfg.train.micro_batch_size * source.slots
         self.units_per_step = per_step * work.units_per_example
 
