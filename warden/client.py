@@ -1,125 +1,99 @@
-"""The Warden client: what training code may import from Warden (starters only).
+"""The Warden client: the one Warden module training code may import (stdlib HTTP only).
 
-It imports Warden's messages (`warden.model`, plain dataclasses) and Temporal's client,
-nothing of the worker, the activities or the Kubernetes and GCP adapters.
+It speaks to Warden's gateway (warden.gateway), the only Warden surface a run pod reaches,
+with the pod's projected service-account token; nothing of Temporal, the worker or the
+adapters is imported, so training pays nothing for it.
 
-    from warden.client import report_stragglers_sync
-    report_stragglers_sync("temporal.warden:7233", findings, task_queue="warden")
+    from warden.client import start_shrink_sync, report_stragglers_sync
+    start_shrink_sync(None, "research", "lm-x7", "h200", 16, 14)   # WARDEN_URL, token file
+    report_stragglers_sync(None, findings)                          # {node: started}
 
-A persistent NCCL straggler (observability/sql/straggler_findings.sql: a rank that arrived
-last in most windows for long enough) is in-job evidence against its node, but not proof:
-it is handed to Warden as an ambiguous finding, so the node workflow runs the node check
-first and cordons only if the check fails (docs/warden.md). One node workflow per node at a
-time: a report while one runs is dropped (False).
+In a run pod the runner sets `WARDEN_URL` (the gateway's Service) and `WARDEN_TOKEN_FILE`
+(the projected token, audience `warden`, rotated by the kubelet: read per request). A
+refusal raises `GatewayError` with the gateway's status and one-line reason.
 """
 
 from __future__ import annotations
 
-import asyncio
+import json
+import os
+import urllib.error
+import urllib.request
 from collections.abc import Iterable
-from datetime import timedelta
 
-from temporalio.client import Client
-from temporalio.common import WorkflowIDConflictPolicy
-from temporalio.exceptions import WorkflowAlreadyStartedError
+from warden.model import ShrinkResult
 
-from warden.model import AMBIGUOUS, NodeInput, ShrinkInput, ShrinkResult, Timings, node_workflow_id
-
-NODE_WORKFLOW = "NodeWorkflow"  # warden.workflows.NodeWorkflow, started by name
-SHRINK_WORKFLOW = "ShrinkWorkflow"  # warden.workflows.ShrinkWorkflow, started by name
-
-
-async def report_node(
-    client: Client, node: str, reason: str, task_queue: str, timings: Timings | None = None
-) -> bool:
-    """Start the node workflow for an ambiguous finding on `node`; False when a node
-    workflow already runs for it. `timings` default to Warden's defaults."""
-    t = timings or Timings()
-    try:
-        await client.start_workflow(
-            NODE_WORKFLOW,
-            NodeInput(node, "respond", t, AMBIGUOUS, reason),
-            id=node_workflow_id(node),
-            task_queue=task_queue,
-            task_timeout=timedelta(seconds=t.workflow_task_timeout_s),
-        )
-    except WorkflowAlreadyStartedError:
-        return False
-    return True
+URL_ENV = "WARDEN_URL"
+TOKEN_ENV = "WARDEN_TOKEN_FILE"
+# The columns of observability/sql/straggler_findings.sql the gateway takes (warden.access).
+FINDING_FIELDS = {"rank": int, "node": str, "pod": str, "persistent": bool,
+                  "straggler_windows": int, "windows": int, "delay_us": float,
+                  "since": str, "until": str}  # fmt: skip
 
 
-def straggler_reasons(findings: Iterable[dict]) -> dict[str, str]:
-    """One reason per node from persistent straggler findings (rows of
-    straggler_findings.sql: rank, node, pod, persistent, straggler_windows, windows,
-    delay_us, since, until); findings that are not persistent are left out."""
-    per_node: dict[str, list[str]] = {}
-    for f in findings:
-        if not f.get("persistent"):
-            continue
-        per_node.setdefault(f["node"], []).append(
-            f"rank {f['rank']} ({f.get('pod', '?')}) last in {f['straggler_windows']}/"
-            f"{f['windows']} windows, {float(f['delay_us']) / 1000:.1f} ms behind the median "
-            f"rank, {f.get('since', '?')} to {f.get('until', '?')}"
-        )
-    return {node: "NCCL straggler: " + "; ".join(parts) for node, parts in per_node.items()}
+class GatewayError(RuntimeError):
+    """The gateway refused or could not be reached (`status` 0)."""
+
+    def __init__(self, status: int, reason: str):
+        super().__init__(f"warden gateway: {status or 'unreachable'}: {reason}")
+        self.status, self.reason = status, reason
 
 
-async def report_stragglers(
-    client: Client, findings: Iterable[dict], task_queue: str, timings: Timings | None = None
-) -> dict[str, bool]:
-    """Hand each node with a persistent straggler to Warden; {node: started}."""
-    reasons = straggler_reasons(findings)
-    started = [report_node(client, n, r, task_queue, timings) for n, r in reasons.items()]
-    return dict(zip(reasons, await asyncio.gather(*started), strict=True))
-
-
-def report_stragglers_sync(
-    address: str, findings: Iterable[dict], task_queue: str, namespace: str = "default"
-) -> dict[str, bool]:
-    """`report_stragglers` for synchronous code: connects, reports, returns."""
-
-    async def main() -> dict[str, bool]:
-        client = await Client.connect(address, namespace=namespace)
-        return await report_stragglers(client, findings, task_queue)
-
-    return asyncio.run(main())
-
-
-def shrink_workflow_id(inp: ShrinkInput) -> str:
-    """One workflow per RayCluster worker group and target size: a retried request (or the
-    same request from two ranks) never shrinks twice."""
-    return f"shrink-{inp.namespace}-{inp.name}-{inp.group}-{inp.replicas_to}"
-
-
-async def request_shrink(client: Client, task_queue: str, inp: ShrinkInput) -> ShrinkResult:
-    """What training calls after dropping a replica group; the same request runs once."""
-    return await client.execute_workflow(
-        SHRINK_WORKFLOW,
-        inp,
-        id=shrink_workflow_id(inp),
-        task_queue=task_queue,
-        id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
-        result_type=ShrinkResult,
+def post(path: str, body: dict, url: str | None = None, token_file: str | None = None,
+         timeout_s: float = 60.0) -> tuple[int, dict]:  # fmt: skip
+    """POST `body` to the gateway at `url` (else $WARDEN_URL) with the token read from
+    `token_file` (else $WARDEN_TOKEN_FILE); (status, reply) of a 2xx, else GatewayError."""
+    base = url or os.environ.get(URL_ENV)
+    token_path = token_file or os.environ.get(TOKEN_ENV)
+    if not base or not token_path:
+        raise GatewayError(0, f"{URL_ENV} and {TOKEN_ENV} must be set in the pod")
+    with open(token_path) as f:
+        token = f.read().strip()
+    request = urllib.request.Request(
+        base.rstrip("/") + path,
+        data=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json", "Authorization": f"Bearer {token}"},
+        method="POST",
     )
+    try:
+        with urllib.request.urlopen(request, timeout=timeout_s) as response:
+            return response.status, json.loads(response.read() or b"{}")
+    except urllib.error.HTTPError as err:
+        try:
+            reason = json.loads(err.read()).get("error", "")
+        except (ValueError, AttributeError):
+            reason = ""
+        raise GatewayError(err.code, reason or str(err.reason)) from None
+    except (urllib.error.URLError, OSError) as err:
+        raise GatewayError(0, str(getattr(err, "reason", err))) from None
 
 
-def start_shrink_sync(
-    address: str,
-    namespace: str,
-    name: str,
-    group: str,
-    replicas_from: int,
-    replicas_to: int,
-    task_queue: str = "warden",
-    temporal_namespace: str = "default",
-) -> ShrinkResult:
-    """`request_shrink` for synchronous code (driver.ft.shrink.warden_shrink's starter):
-    connects, asks Warden to shrink RayCluster `namespace/name`'s worker group `group`
-    from `replicas_from` to `replicas_to` pods, waits for the result."""
+def start_shrink_sync(url: str | None, namespace: str, name: str, group: str,
+                      replicas_from: int, replicas_to: int, token_file: str | None = None,
+                      timeout_s: float = 60.0) -> ShrinkResult | None:  # fmt: skip
+    """Ask Warden to shrink RayCluster `namespace/name`'s worker group `group` from
+    `replicas_from` to `replicas_to` pods (driver.ft.shrink's starter): the result, or None
+    while the shrink still runs (the gateway answered 202). The same request shrinks once."""
+    body = {"namespace": namespace, "raycluster": name, "worker_group": group}
+    body |= {"replicas_from": replicas_from, "replicas_to": replicas_to}
+    status, reply = post("/v1/shrink", body, url, token_file, timeout_s)
+    if status == 202:
+        return None
+    return ShrinkResult(reply["replicas_before"], reply["replicas_after"], reply["changed"])
 
-    async def main() -> ShrinkResult:
-        client = await Client.connect(address, namespace=temporal_namespace)
-        inp = ShrinkInput(namespace, name, group, replicas_from, replicas_to)
-        return await request_shrink(client, task_queue, inp)
 
-    return asyncio.run(main())
+def finding_row(row: dict) -> dict:
+    """A straggler_findings.sql row reduced to the columns the gateway takes, typed."""
+    return {k: kind(row[k]) for k, kind in FINDING_FIELDS.items() if row.get(k) is not None}
+
+
+def report_stragglers_sync(url: str | None, findings: Iterable[dict],
+                           token_file: str | None = None, timeout_s: float = 60.0
+                           ) -> dict[str, bool]:  # fmt: skip
+    """Hand each node with a persistent straggler to Warden as an ambiguous finding (node
+    check first); {node: started}, False where a node workflow already runs."""
+    rows = [finding_row(f) for f in findings if f.get("persistent")]
+    if not rows:
+        return {}
+    _, reply = post("/v1/stragglers", {"findings": rows}, url, token_file, timeout_s)
+    return {str(k): bool(v) for k, v in reply.get("started", {}).items()}

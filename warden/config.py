@@ -17,6 +17,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from catalog import labels
 from catalog.errors import InputError, from_validation
 from catalog.loader import read_yaml
 from warden.model import Timings
@@ -37,6 +38,17 @@ class PrometheusConfig(Strict):
     url: str = Field(description="Prometheus HTTP API base URL, e.g. http://prometheus:9090")
     node_label: str = Field(default="Hostname", description="DCGM exporter label with the node")
     window: str = Field(default="10m", description="PromQL range of the fault queries")
+
+
+class GatewayConfig(Strict):
+    """Warden's gateway (warden.gateway): the HTTP endpoint run pods reach."""
+
+    address: str = Field(default="0.0.0.0:8080", description="host:port the gateway serves")
+    audience: str = Field(default="warden", description="audience of the callers' tokens")
+    service_accounts: list[str] = Field(
+        default=[labels.TRAINING_KSA], description="service accounts (any namespace) it serves"
+    )
+    wait_s: float = Field(default=20.0, gt=0, description="how long a shrink reply waits")
 
 
 class JobsConfig(Strict):
@@ -73,6 +85,9 @@ class WardenConfig(Strict):
     metrics_address: str | None = Field(
         default=None, description="host:port serving the worker's Prometheus metrics"
     )
+    gateway: GatewayConfig | None = Field(
+        default=None, description="serve the gateway for run pods; none: no gateway"
+    )
     timings: Timings = Field(default_factory=Timings, description="periods and timeouts")
     rules: RuleConfig = Field(default_factory=RuleConfig, description="detection thresholds")
 
@@ -94,6 +109,8 @@ ENVIRONMENT = {
     "WARDEN_TELEMETRY_PATH": ("telemetry_path",),
     "WARDEN_CLICKHOUSE_URL": ("clickhouse_url",),
     "WARDEN_METRICS_ADDRESS": ("metrics_address",),
+    "WARDEN_GATEWAY_ADDRESS": ("gateway", "address"),
+    "WARDEN_GATEWAY_AUDIENCE": ("gateway", "audience"),
 }
 
 

@@ -274,5 +274,18 @@ class FakeKube:
             self.store.count(state, "shrink", f"{namespace}/{name}")
         self.store.done("kube", "set_worker_replicas", f"{namespace}/{name}")
 
+    def review_token(self, token: str, audiences: list[str]) -> Object:
+        """A TokenReview of a token `FakeCluster.issue_token` made, as the API server answers
+        it: unknown or expired tokens and foreign audiences are not authenticated."""
+        self.store.fault("kube", "review_token")
+        with self.store.txn() as state:
+            issued = copy.deepcopy(state.get("tokens", {}).get(token))
+        if issued is None or time.time() >= issued["expires"]:
+            return {"authenticated": False, "error": "invalid bearer token"}
+        common = [a for a in audiences if a in issued["audiences"]]
+        if not common:
+            return {"authenticated": False, "error": "token audiences are invalid for the target"}
+        return {"authenticated": True, "user": issued["user"], "audiences": common}
+
 
 __all__ = ["FakeKube", "FakeStore", "empty_state", "make_node", "make_pod"]

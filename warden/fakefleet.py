@@ -136,6 +136,20 @@ class FakeCluster:
         with self.store.txn() as state:
             state["rayclusters"][f"{namespace}/{name}"] = obj
 
+    def issue_token(
+        self, namespace: str, service_account: str = "training", audience: str = "warden",
+        ttl_s: float = 600.0, pod: str = "",
+    ) -> str:  # fmt: skip
+        """A projected service-account token, as the kubelet mounts it in a pod."""
+        token = uuid.uuid4().hex
+        user = {"username": f"system:serviceaccount:{namespace}:{service_account}"}
+        user |= {"groups": ["system:serviceaccounts", f"system:serviceaccounts:{namespace}"]}
+        user["extra"] = {"authentication.kubernetes.io/pod-name": [pod]} if pod else {}
+        issued = {"user": user, "audiences": [audience], "expires": time.time() + ttl_s}
+        with self.store.txn() as state:
+            state.setdefault("tokens", {})[token] = issued
+        return token
+
     def set_metrics(self, node: str, **fields) -> None:
         """Inject DCGM figures (GpuTelemetry fields) for a node."""
         with self.store.txn() as state:

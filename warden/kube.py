@@ -79,6 +79,11 @@ class WardenKube(Protocol):
         """Set replicas (and lower minReplicas to match) of workerGroupSpecs[index]."""
         ...
 
+    def review_token(self, token: str, audiences: list[str]) -> Object:
+        """The `status` of a TokenReview of `token` for `audiences` (authenticated, user,
+        audiences, error): who a caller of Warden's gateway is (warden.gateway)."""
+        ...
+
 
 def event_manifest(
     name: str,
@@ -260,3 +265,9 @@ class RealKube:
             ops.append({"op": "replace", "path": f"{base}/minReplicas", "value": replicas})
         path = f"/apis/ray.io/v1/namespaces/{namespace}/rayclusters/{name}"
         self._call("PATCH", path, ops, "application/json-patch+json")
+
+    def review_token(self, token: str, audiences: list[str]) -> Object:
+        body = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview"}
+        body["spec"] = {"token": token, "audiences": audiences}
+        review = self._call("POST", "/apis/authentication.k8s.io/v1/tokenreviews", body)
+        return (review or {}).get("status") or {}

@@ -19,7 +19,6 @@ from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.worker import Worker
 
 from warden.activities import Settings, WardenActivities
-from warden.client import request_shrink  # noqa: F401  (re-exported: tests, callers)
 from warden.config import WardenConfig
 from warden.faults import FaultInterceptor
 from warden.model import (
@@ -29,6 +28,7 @@ from warden.model import (
     keep_workflow_id,
 )
 from warden.report import connect
+from warden.starters import request_shrink  # noqa: F401  (re-exported: tests, callers)
 from warden.telemetry import ClickHouseSink, JsonlSink, TeeSink
 from warden.workflows import (
     KeepWorkflow,
@@ -136,20 +136,39 @@ def activities_for(config: WardenConfig, fake: str | None = None) -> WardenActiv
     return WardenActivities(RealKube(timeout_s=timeout_s), gcp, prom, sink, settings)
 
 
-async def serve_until_signalled(worker: Worker) -> None:
-    """Run the worker until SIGTERM (Kubernetes stopping the pod) or SIGINT, then stop
-    polling and let running activities finish (up to the graceful shutdown timeout)."""
+async def serve_until_signalled(worker: Worker, gateway=None) -> None:
+    """Run the worker (and the gateway's HTTP server, if any) until SIGTERM (Kubernetes
+    stopping the pod) or SIGINT, then stop polling and let running activities finish (up to
+    the graceful shutdown timeout)."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
-    async with worker:
-        await stop.wait()
+    try:
+        async with worker:
+            await stop.wait()
+    finally:
+        if gateway is not None:
+            gateway.shutdown()
+
+
+def start_gateway(config: WardenConfig, client: Client, acts: WardenActivities, runtime):
+    """The gateway's HTTP server (warden.gateway) when `gateway.address` is set, else None."""
+    if config.gateway is None:
+        return None
+    from warden.gateway import Gateway
+
+    g = config.gateway
+    meter = runtime.metric_meter if runtime is not None else None
+    gateway = Gateway(acts.kube, client, config.temporal.task_queue, asyncio.get_running_loop(),
+                      audience=g.audience, service_accounts=frozenset(g.service_accounts),
+                      wait_s=g.wait_s, meter=meter)  # fmt: skip
+    return gateway.serve(g.address)
 
 
 async def run(config: WardenConfig, fake: str | None = None, sweep: bool = True) -> None:
-    """Serve until signalled: the worker, and (once per cluster) the periodic sweep and the
-    kept-nodes rounds."""
+    """Serve until signalled: the worker, the gateway (if configured), and (once per
+    cluster) the periodic sweep and the kept-nodes rounds."""
     runtime = None
     if config.metrics_address:
         from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
@@ -158,11 +177,12 @@ async def run(config: WardenConfig, fake: str | None = None, sweep: bool = True)
         runtime = Runtime(telemetry=TelemetryConfig(metrics=metrics))
     client = await connect(config.temporal.address, config.temporal.namespace, runtime)
     queue = config.temporal.task_queue
-    worker = build_worker(client, queue, activities_for(config, fake), config.timings)
+    acts = activities_for(config, fake)
+    worker = build_worker(client, queue, acts, config.timings)
     if sweep:
         await start_sweep(client, config.cluster, queue, config.timings)
         await start_keep(client, config.cluster, queue, config.timings)
-    await serve_until_signalled(worker)
+    await serve_until_signalled(worker, start_gateway(config, client, acts, runtime))
 
 
 def main(argv: list[str] | None = None) -> None:

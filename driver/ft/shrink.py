@@ -1,8 +1,10 @@
 """After a replica group is dropped, the lowest live group asks for the cluster to shrink.
 
-The request goes to a callable: in a cluster, one that starts Warden's `ShrinkWorkflow`
-(warden.client, with the RayCluster's namespace, name and worker-group name, and the
-worker replicas before and after); locally, with no Warden, `local_shrink` only logs (Ray
+The request goes to a callable: in a cluster, `gateway_shrink`, which asks Warden's gateway
+(warden.client.start_shrink_sync: HTTP with the pod's projected token, `WARDEN_URL` and
+`WARDEN_TOKEN_FILE` set by the runner) to start `ShrinkWorkflow` with the RayCluster's
+name, its worker-group name and the worker replicas before and after (the gateway takes
+the namespace from the token); locally, with no Warden, `local_shrink` only logs (Ray
 releases the dead worker's placement itself).
 """
 
@@ -81,3 +83,16 @@ def warden_shrink(target: ShrinkTarget, start: Callable[..., object]) -> Callabl
         )
 
     return shrink
+
+
+def gateway_shrink(
+    target: ShrinkTarget, url: str | None, token_file: str | None = None
+) -> Callable:
+    """The cluster's shrink callable: `warden_shrink` through Warden's gateway at `url`
+    (None: $WARDEN_URL) with the projected token at `token_file` (None: $WARDEN_TOKEN_FILE)."""
+    from warden.client import start_shrink_sync
+
+    def start(**fields):
+        return start_shrink_sync(url, **fields, token_file=token_file)
+
+    return warden_shrink(target, start)

@@ -31,6 +31,7 @@ KUBE_CALLS = {
     "get_job": lambda k: k.get_job("warden", "j"),
     "get_raycluster": lambda k: k.get_raycluster("research", "lm"),
     "set_worker_replicas": lambda k: k.set_worker_replicas("research", "lm", 0, 6),
+    "review_token": lambda k: k.review_token("t", ["warden"]),
 }
 GCP_CALLS = {
     "reset": lambda g: g.reset(VM, "rid"),

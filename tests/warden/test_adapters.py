@@ -163,6 +163,20 @@ def test_real_kube_requests(kube_server):
     ]
 
 
+def test_real_kube_reviews_a_token():
+    status = {"authenticated": True, "audiences": ["warden"],
+              "user": {"username": "system:serviceaccount:research:training"}}  # fmt: skip
+    server = Recorder(lambda method, path, body: (201, {**body, "status": status}))
+    try:
+        assert real_kube(server.url).review_token("tok", ["warden"]) == status
+        method, path, headers, body = server.requests[0]
+    finally:
+        server.close()
+    assert (method, path) == ("POST", "/apis/authentication.k8s.io/v1/tokenreviews")
+    assert body == {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview",
+                    "spec": {"token": "tok", "audiences": ["warden"]}}  # fmt: skip
+
+
 def test_real_kube_keeps_a_node_with_one_conditional_patch(kube_server):
     kube = real_kube(kube_server.url)
     taint = {"key": "platform.reve.dev/kept-for", "value": "research", "effect": "NoSchedule"}

@@ -1,15 +1,12 @@
-"""warden.client on the real Temporal dev server: a persistent NCCL straggler starts its
+"""warden.starters on the real Temporal dev server: a persistent NCCL straggler starts its
 node's workflow as an ambiguous finding (node check first); one workflow per node."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import pytest
 
-from warden.client import report_stragglers, straggler_reasons
 from warden.model import NodeResult, node_workflow_id
+from warden.starters import report_stragglers, straggler_reasons
 
 FINDING = {"rank": 12, "node": "", "pod": "big-worker-1", "persistent": 1, "windows": 10,
            "straggler_windows": 9, "delay_us": 31250.0, "since": "2026-12-01 14:19:00",
@@ -47,11 +44,3 @@ def test_straggler_runs_the_node_check(harness, verdict, outcome):
     decision = [r for r in harness.sink.records if r.action in ("clear", "cordon")][0]
     assert "NCCL straggler: rank 12 (big-worker-1) last in 9/10 windows" in decision.reason
     assert sum(fleet.counts("cordon").values()) == (verdict == "failed")
-
-
-def test_training_imports_no_worker():
-    heavy = ("warden.worker", "warden.activities", "warden.kube", "warden.gcp",
-             "warden.workflows", "kubernetes", "torch")  # fmt: skip
-    code = f"import sys, warden.client; print([m for m in {heavy} if m in sys.modules])"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "[]"

@@ -1,0 +1,136 @@
+"""What Warden's gateway lets a run pod ask, decided without I/O (warden.gateway does the I/O).
+
+    who = caller(review_status, audience="warden", service_accounts={"training"})
+    body = parse(ShrinkBody, raw_bytes)            # Refusal(400, "replicas_to: ...") if bad
+    group_index(raycluster_obj, body.worker_group) # Refusal(404, ...) for a group it lacks
+
+Every refusal is a `Refusal(status, reason)`: an HTTP status and one line saying why.
+The caller is the Kubernetes service account whose projected token the pod presented
+(a TokenReview's answer): its namespace bounds what it may touch.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+SERVICE_ACCOUNT_PREFIX = "system:serviceaccount:"
+# DNS-1123 labels: Kubernetes namespaces, RayCluster and worker-group names, node names.
+NAME = r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$"
+MAX_REPLICAS = 100_000
+MAX_FINDINGS = 256
+T = TypeVar("T", bound="Strict")
+
+
+class Refusal(Exception):
+    """A request the gateway refuses: `status` (HTTP) and a one-line `reason`."""
+
+    def __init__(self, status: int, reason: str):
+        super().__init__(reason)
+        self.status, self.reason = status, reason
+
+
+@dataclass(frozen=True)
+class Caller:
+    namespace: str
+    service_account: str
+
+
+def caller(status: dict, audience: str, service_accounts: frozenset[str] | set[str]) -> Caller:
+    """The caller a TokenReview `status` names; Refusal 401 for a token the API server did
+    not accept for `audience`, 403 for anything but one of `service_accounts`."""
+    if not status.get("authenticated"):
+        raise Refusal(401, f"token not accepted: {status.get('error') or 'not authenticated'}")
+    if audience not in (status.get("audiences") or []):
+        raise Refusal(401, f"token not accepted: not issued for audience {audience}")
+    username = str((status.get("user") or {}).get("username", ""))
+    namespace, _, account = username.removeprefix(SERVICE_ACCOUNT_PREFIX).partition(":")
+    if not username.startswith(SERVICE_ACCOUNT_PREFIX) or not namespace or not account:
+        raise Refusal(403, f"{username or 'the caller'} is not a service account")
+    if account not in service_accounts:
+        raise Refusal(403, f"service account {namespace}/{account} may not use the gateway")
+    return Caller(namespace, account)
+
+
+def bearer(header: str | None) -> str:
+    """The token of an `Authorization: Bearer ...` header; Refusal 401 without one."""
+    scheme, _, token = (header or "").partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        raise Refusal(401, "no bearer token (Authorization: Bearer <projected token>)")
+    return token.strip()
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+
+class ShrinkBody(Strict):
+    """POST /v1/shrink: lower a worker group of a RayCluster in the caller's namespace."""
+
+    raycluster: str = Field(pattern=NAME, max_length=63)
+    worker_group: str = Field(pattern=NAME, max_length=63)
+    replicas_from: int = Field(ge=1, le=MAX_REPLICAS)
+    replicas_to: int = Field(ge=0, le=MAX_REPLICAS)
+    namespace: str | None = Field(default=None, pattern=NAME, max_length=63)
+    """Optional; when given it must be the caller's own."""
+
+
+class Finding(Strict):
+    """One row of observability/sql/straggler_findings.sql."""
+
+    rank: int = Field(ge=0)
+    node: str = Field(pattern=NAME, max_length=253)
+    pod: str = Field(default="?", max_length=253)
+    persistent: bool
+    straggler_windows: int = Field(ge=0)
+    windows: int = Field(ge=0)
+    delay_us: float = Field(ge=0)
+    since: str = Field(default="?", max_length=40)
+    until: str = Field(default="?", max_length=40)
+
+
+class StragglersBody(Strict):
+    """POST /v1/stragglers: persistent stragglers on nodes the caller's pods run on."""
+
+    findings: list[Finding] = Field(min_length=1, max_length=MAX_FINDINGS)
+
+
+def parse(model: type[T], raw: bytes) -> T:
+    """`raw` (a JSON object) as `model`; Refusal 400 naming the first bad field."""
+    try:
+        data = json.loads(raw)
+    except (ValueError, UnicodeDecodeError):
+        raise Refusal(400, "body is not JSON") from None
+    if not isinstance(data, dict):
+        raise Refusal(400, "body is not a JSON object")
+    try:
+        return model.model_validate(data)
+    except ValidationError as err:
+        first = err.errors()[0]
+        field = ".".join(str(p) for p in first["loc"]) or "body"
+        raise Refusal(400, f"{field}: {first['msg']}") from None
+
+
+def check_shrink(body: ShrinkBody, who: Caller) -> None:
+    """Refusal for a RayCluster outside the caller's namespace (403) or a grow (400)."""
+    if body.namespace is not None and body.namespace != who.namespace:
+        raise Refusal(403, f"namespace {body.namespace} is not the caller's ({who.namespace})")
+    if body.replicas_to >= body.replicas_from:
+        raise Refusal(
+            400,
+            f"replicas_to {body.replicas_to} is not below replicas_from {body.replicas_from}: "
+            "the gateway only shrinks",
+        )
+
+
+def group_index(raycluster: dict, group: str) -> int:
+    """Index of worker group `group` in a RayCluster; Refusal 404 when it has none."""
+    groups = [g.get("groupName") for g in raycluster.get("spec", {}).get("workerGroupSpecs", [])]
+    if group not in groups:
+        meta = raycluster.get("metadata", {})
+        where = f"{meta.get('namespace')}/{meta.get('name')}"
+        raise Refusal(404, f"RayCluster {where} has no worker group {group} (has: {groups})")
+    return groups.index(group)

@@ -1,0 +1,201 @@
+"""Warden's gateway: the one Warden surface run pods may reach (HTTP with a projected token).
+
+    gateway = Gateway(kube, temporal_client, "warden", asyncio.get_running_loop())
+    server = gateway.serve("0.0.0.0:8080")   # a ThreadingHTTPServer in a daemon thread
+    ...; server.shutdown()
+
+`warden worker` serves it when `gateway.address` (WARDEN_GATEWAY_ADDRESS) is set; the
+client is `warden.client`. Routes (JSON in, JSON out, `Authorization: Bearer <token>`):
+
+- `POST /v1/shrink` {raycluster, worker_group, replicas_from, replicas_to[, namespace]}:
+  starts ShrinkWorkflow for a worker group of a RayCluster in the caller's namespace and
+  waits up to `wait_s` for it: 200 with the result, else 202 with the workflow id.
+- `POST /v1/stragglers` {findings: [...]}: persistent stragglers become ambiguous node
+  findings, only on nodes where a pod of the caller's namespace runs: 200 {started}.
+- `GET /healthz`: 200, no token (the kubelet's probe).
+
+The caller is the service account whose projected token (audience `audience`) the API
+server accepts in a TokenReview; its namespace bounds what it may touch (warden.access).
+A refusal is a status and {"error": one line}; every reply is counted by route and status
+(`counts`, and `warden_gateway_requests` on the worker's Prometheus endpoint). Bodies are
+JSON of at most MAX_BODY bytes; nothing is unpickled.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import threading
+from collections import Counter
+from collections.abc import Callable, Mapping
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from temporalio.client import WorkflowFailureError
+from temporalio.service import RPCError
+
+from catalog import labels
+from warden import access, starters
+from warden.access import Caller, Refusal
+from warden.errors import ApiError, NotFound
+from warden.kube import WardenKube
+from warden.model import ShrinkInput
+
+log = logging.getLogger("warden.gateway")
+MAX_BODY = 64 * 1024
+READ_TIMEOUT_S = 10.0
+
+
+class Gateway:
+    """The gateway's logic over a Kubernetes adapter and a Temporal client on `loop`."""
+
+    def __init__(self, kube: WardenKube, client, task_queue: str, loop: asyncio.AbstractEventLoop,
+                 *, audience: str = "warden", service_accounts: frozenset[str] = frozenset(
+                     {labels.TRAINING_KSA}), wait_s: float = 20.0, meter=None):  # fmt: skip
+        self.kube, self.client, self.task_queue, self.loop = kube, client, task_queue, loop
+        self.audience, self.service_accounts, self.wait_s = audience, service_accounts, wait_s
+        self.counts: Counter[tuple[str, int]] = Counter()
+        self._lock = threading.Lock()
+        self._meter = meter and meter.create_counter(
+            "warden_gateway_requests", "gateway requests by route and reply status"
+        )
+        self.routes: dict[str, Callable[[Caller, bytes], tuple[int, dict]]] = {
+            "/v1/shrink": self.shrink,
+            "/v1/stragglers": self.stragglers,
+        }
+
+    def answer(self, method: str, path: str, headers: Mapping[str, str], read) -> tuple[int, dict]:
+        """Status and JSON reply to one request; `read(n)` reads n bytes of its body."""
+        try:
+            status, reply = self._answer(method, path, headers, read)
+        except Refusal as refusal:
+            status, reply = refusal.status, {"error": refusal.reason}
+        except ApiError as err:  # Kubernetes failed or did not answer: not the caller's fault
+            status, reply = 503, {"error": f"kubernetes: {one_line(err)}"}
+        except (TimeoutError, RPCError) as err:  # Temporal did not answer in time
+            status, reply = 503, {"error": f"temporal: {one_line(err) or 'timed out'}"}
+        except Exception:  # a bug: logged with its traceback, the caller gets one line
+            log.exception("gateway: %s %s", method, path[:80])
+            status, reply = 500, {"error": "internal error"}
+        route = path if path in self.routes or path == "/healthz" else "other"
+        with self._lock:
+            self.counts[(route, status)] += 1
+        if self._meter:
+            self._meter.add(1, {"route": route, "status": str(status)})
+        if status >= 400:
+            log.warning("gateway: %s %s: %d %s", method, route, status, reply["error"])
+        return status, reply
+
+    def _answer(self, method, path, headers, read) -> tuple[int, dict]:
+        if path == "/healthz" and method == "GET":
+            return 200, {"ok": True}
+        handler = self.routes.get(path)
+        if handler is None:
+            raise Refusal(404, f"no route {path[:80]}")
+        if method != "POST":
+            raise Refusal(405, f"{path} takes POST")
+        raw = body(headers, read)
+        token = access.bearer(headers.get("Authorization"))
+        status = self.kube.review_token(token, [self.audience])
+        who = access.caller(status, self.audience, self.service_accounts)
+        return handler(who, raw)
+
+    def _await(self, coro, timeout_s: float):
+        """Run `coro` on the Temporal client's loop; TimeoutError (and cancel) after
+        `timeout_s`."""
+        future = asyncio.run_coroutine_threadsafe(coro, self.loop)
+        try:
+            return future.result(timeout_s)
+        except TimeoutError:
+            future.cancel()
+            raise
+
+    def shrink(self, who: Caller, raw: bytes) -> tuple[int, dict]:
+        req = access.parse(access.ShrinkBody, raw)
+        access.check_shrink(req, who)
+        try:
+            cluster = self.kube.get_raycluster(who.namespace, req.raycluster)
+        except NotFound:
+            raise Refusal(404, f"RayCluster {who.namespace}/{req.raycluster} not found") from None
+        access.group_index(cluster, req.worker_group)
+        inp = ShrinkInput(who.namespace, req.raycluster, req.worker_group,
+                          req.replicas_from, req.replicas_to)  # fmt: skip
+        handle = self._await(starters.start_shrink(self.client, self.task_queue, inp), 30.0)
+        try:
+            result = self._await(handle.result(), self.wait_s)
+        except TimeoutError:
+            return 202, {"workflow_id": handle.id}
+        except WorkflowFailureError as err:  # the workflow's one-line report
+            raise Refusal(502, f"shrink failed: {one_line(err.cause or err)}") from None
+        return 200, {"workflow_id": handle.id, **vars(result)}
+
+    def stragglers(self, who: Caller, raw: bytes) -> tuple[int, dict]:
+        req = access.parse(access.StragglersBody, raw)
+        findings = [f.model_dump() for f in req.findings]
+        for node in sorted({f["node"] for f in findings if f["persistent"]}):
+            if not self.kube.list_pods(node=node, namespace=who.namespace):
+                raise Refusal(403, f"node {node} runs no pod of namespace {who.namespace}")
+        reasons = starters.straggler_reasons(findings)
+        started = {}
+        for node, reason in reasons.items():
+            reason = f"{reason} (reported by namespace {who.namespace})"
+            coro = starters.report_node(self.client, node, reason, self.task_queue)
+            started[node] = self._await(coro, 30.0)
+        return 200, {"started": started}
+
+    def serve(self, address: str) -> ThreadingHTTPServer:
+        """Serve on `host:port` (port 0: any free port; `server.server_port` says which) in
+        a daemon thread; stop with `server.shutdown()`."""
+        host, _, port = address.rpartition(":")
+        server = ThreadingHTTPServer((host or "0.0.0.0", int(port)), handler_for(self))
+        server.daemon_threads = True
+        threading.Thread(target=server.serve_forever, name="warden-gateway", daemon=True).start()
+        return server
+
+
+def one_line(err: BaseException) -> str:
+    return (str(err).splitlines() or [""])[0][:200]
+
+
+def body(headers: Mapping[str, str], read) -> bytes:
+    """The request body: JSON, with a Content-Length of at most MAX_BODY."""
+    kind = (headers.get("Content-Type") or "").partition(";")[0].strip().lower()
+    if kind != "application/json":
+        raise Refusal(415, "Content-Type must be application/json")
+    length = headers.get("Content-Length")
+    if length is None or not length.isdigit():
+        raise Refusal(411, "Content-Length required")
+    if int(length) > MAX_BODY:
+        raise Refusal(413, f"body of {length} bytes is over {MAX_BODY}")
+    return read(int(length))
+
+
+def handler_for(gateway: Gateway) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        timeout = READ_TIMEOUT_S  # a slow or stalled client loses its connection
+        server_version = "warden-gateway"
+        sys_version = ""
+
+        def _reply(self, method: str) -> None:
+            path = self.path.partition("?")[0]
+            status, reply = gateway.answer(method, path, self.headers, self.rfile.read)
+            data = json.dumps(reply).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            if status >= 400:
+                self.send_header("Connection", "close")
+                self.close_connection = True
+            self.end_headers()
+            self.wfile.write(data)
+
+        def do_GET(self) -> None:  # noqa: N802 (http.server's names)
+            self._reply("GET")
+
+        def do_POST(self) -> None:  # noqa: N802
+            self._reply("POST")
+
+        def log_message(self, format: str, *args) -> None:  # noqa: A002 (refusals are logged)
+            pass
+
+    return Handler
