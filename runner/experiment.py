@@ -199,18 +199,10 @@ def learner_data(exp: Experiment, learner: Learner) -> dict[str, Any]:
     return data
 
 
-def sync_command(exp: Experiment, state: str) -> list[str]:
-    d, s = exp.diloco, exp.synchronizer
+def outer_options(d: Diloco) -> list[str]:
+    """The synchronizer's merge settings as its options: the one translation of the `diloco`
+    block, for the rendered Job and for the local run alike."""
     words = [
-        "python",
-        "-m",
-        "driver.diloco.synchronizer",
-        "--bind",
-        f"tcp://*:{s.port}",
-        "--keys",
-        "env",
-        "--state",
-        state,
         "--outer-lr",
         str(d.outer_lr),
         "--outer-momentum",
@@ -221,10 +213,26 @@ def sync_command(exp: Experiment, state: str) -> list[str]:
         str(d.min_learners),
         "--compression",
         d.compression,
+    ]
+    return words if d.nesterov else [*words, "--no-nesterov"]
+
+
+def sync_command(exp: Experiment, state: str) -> list[str]:
+    s = exp.synchronizer
+    return [
+        "python",
+        "-m",
+        "driver.diloco.synchronizer",
+        "--bind",
+        f"tcp://*:{s.port}",
+        "--keys",
+        "env",
+        "--state",
+        state,
+        *outer_options(exp.diloco),
         "--expect",
         ",".join(ln.name for ln in exp.learners),
     ]
-    return words if d.nesterov else [*words, "--no-nesterov"]
 
 
 def sync_data(exp: Experiment, state: str) -> dict[str, Any]:
@@ -372,7 +380,8 @@ def cluster_totals(parts: list[Part]) -> str:
 
 
 def local_command(exp: Experiment, steps: int | None = None) -> list[str]:
-    """The experiment on this machine: `python -m driver.diloco.local` with its settings."""
+    """The experiment on this machine: `python -m driver.diloco.local` with every setting of
+    its `diloco` block (the synchronizer's through `outer_options`, the learners' after)."""
     d = exp.diloco
     words = [
         "python",
@@ -382,18 +391,18 @@ def local_command(exp: Experiment, steps: int | None = None) -> list[str]:
         str(len(exp.learners)),
         "--out",
         f"outputs/{exp.team or exp.namespace}/{exp.name}",
-        "--round-timeout",
-        str(d.round_timeout_s),
+        *outer_options(d),
         "--sync-every",
         str(d.sync_every),
         "--mode",
         d.mode,
         "--merge",
         d.merge,
-        "--compression",
-        d.compression,
+        "--barrier-timeout",
+        str(d.barrier_timeout_s),
+        "--fragments",
+        str(d.fragments),
     ]
-    words += ["--fragments", str(d.fragments)]
     return [*words, "--steps", str(steps)] if steps else words
 
 

@@ -2,10 +2,14 @@
 
     python -m driver.diloco.local --learners 2 --steps 200 --sync-every 20 [--mode decoupled]
         [--out outputs/diloco-local] [trainer options: --d-model --batch --lr ...]
+        [synchronizer options: --outer-lr 0.7 --outer-momentum 0.9 --no-nesterov
+         --min-learners 1 --round-timeout 60]
 
 Keys are generated into `<out>/keys` (`driver.diloco.keys`), the synchronizer binds a free
 loopback port and keeps its state in `<out>/state`, each learner is
-`python -m driver.diloco.trainer` (its lines in `<out>/<learner>.jsonl`). Prints each
+`python -m driver.diloco.trainer` (its lines in `<out>/<learner>.jsonl`). The synchronizer
+options given are passed on (`--compression` to both sides); those left out keep the
+synchronizer's defaults. Prints each
 learner's final held-out loss and the rounds merged. Exit 0 when every process ended well.
 """
 
@@ -77,7 +81,18 @@ def learner_cmd(name: str, index: int, count: int, address: str, out: Path, extr
     ]
 
 
-def main(argv: list[str] | None = None) -> int:
+def sync_options(args: argparse.Namespace) -> list[str]:
+    """The synchronizer's options among ours (those given; the rest keep its defaults)."""
+    words = ["--round-timeout", str(args.round_timeout), "--compression", args.compression]
+    for option in ("outer_lr", "outer_momentum", "min_learners"):
+        value = getattr(args, option)
+        if value is not None:
+            words += ["--" + option.replace("_", "-"), str(value)]
+    return [*words, "--no-nesterov"] if args.no_nesterov else words
+
+
+def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, list[str]]:
+    """Our options, and the rest (the learners' options, checked here: exit 2 if bad)."""
     p = argparse.ArgumentParser(
         prog="python -m driver.diloco.local", description=__doc__.split("\n\n")[0]
     )
@@ -85,24 +100,23 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", default="outputs/diloco-local")
     p.add_argument("--round-timeout", type=float, default=60.0)
     p.add_argument("--compression", default="bf16", help="bf16, fp16, int8 or fp32 (both ways)")
+    p.add_argument("--outer-lr", type=float, help="synchronizer's (default 0.7)")
+    p.add_argument("--outer-momentum", type=float, help="synchronizer's (default 0.9)")
+    p.add_argument("--no-nesterov", action="store_true", help="synchronizer: plain momentum")
+    p.add_argument("--min-learners", type=int, help="synchronizer's (default 1)")
     args, rest = p.parse_known_args(argv)
     rest = [*rest, "--compression", args.compression]
     trainer.parse_args(["--out", "x", *rest])  # bad trainer options fail here, exit 2
+    return args, rest
+
+
+def main(argv: list[str] | None = None) -> int:
+    args, rest = parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     names = learner_names(args.learners)
     keys.generate(out / "keys", names)
-    sync, address = start_synchronizer(
-        out,
-        [
-            "--round-timeout",
-            str(args.round_timeout),
-            "--expect",
-            ",".join(names),
-            "--compression",
-            args.compression,
-        ],
-    )
+    sync, address = start_synchronizer(out, [*sync_options(args), "--expect", ",".join(names)])
     print(f"synchronizer on {address}; {len(names)} learners; outputs in {out}")
     try:
         procs = [

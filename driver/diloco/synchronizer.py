@@ -236,13 +236,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    if not 0 < args.outer_lr or not 0 <= args.outer_momentum < 1 or args.round_timeout <= 0:
-        print("error: --outer-lr > 0, 0 <= --outer-momentum < 1, --round-timeout > 0")
-        return 2
-    cfg = OuterConfig(
+def outer_config(args: argparse.Namespace) -> OuterConfig:
+    """The merge settings from the command line (parse_args)."""
+    return OuterConfig(
         args.outer_lr,
         args.outer_momentum,
         not args.no_nesterov,
@@ -251,6 +247,15 @@ def main(argv: list[str] | None = None) -> int:
         args.compression,
         tuple(n for n in args.expect.split(",") if n),
     )
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    if not 0 < args.outer_lr or not 0 <= args.outer_momentum < 1 or args.round_timeout <= 0:
+        print("error: --outer-lr > 0, 0 <= --outer-momentum < 1, --round-timeout > 0")
+        return 2
+    cfg = outer_config(args)
     try:
         server = Server(args.bind, args.keys, args.max_bytes)
         sync = Synchronizer(server, args.state, cfg)
