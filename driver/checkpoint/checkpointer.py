@@ -24,22 +24,23 @@ import logging
 import time
 import warnings
 from concurrent.futures import Future, ThreadPoolExecutor
+from typing import TYPE_CHECKING
 
 import torch
 import torch.distributed as dist
-import torch.distributed.checkpoint as dcp
-from torch.distributed.checkpoint.staging import DefaultStager, StagingOptions
-from torch.distributed.checkpoint.state_dict_saver import AsyncSaveResponse
 
 from driver.checkpoint.api import CheckpointCallback, new_counters
 from driver.checkpoint.auth import load_secret, marker_problem
-from driver.checkpoint.commit import FAILURES, Committing
+from driver.checkpoint.commit import Committing, failures
 from driver.checkpoint.config import CheckpointConfig
 from driver.checkpoint.groups import training_cpu_group
 from driver.checkpoint.layout import run_uri, save_due, step_dir
 from driver.checkpoint.loading import Loading
 from driver.checkpoint.state import TrainState, save_dict
 from driver.checkpoint.storage import Storage, make_writer
+
+if TYPE_CHECKING:  # DCP itself loads at the first save (commit.failures says why)
+    from torch.distributed.checkpoint.staging import DefaultStager
 
 log = logging.getLogger("driver.checkpoint")
 # Single-process runs save/load without a process group on purpose.
@@ -126,6 +127,8 @@ class Checkpointer(Committing, Loading):
         kwargs = {"storage_writer": writer, "process_group": self._writer_group()}
         kwargs["no_dist"] = not self._distributed
         if cfg.async_mode == "sync":
+            import torch.distributed.checkpoint as dcp
+
             self._finalize(step, uri, started, self._call(dcp.save, state_dict, **kwargs))
         else:
             upload = self._async_save(state_dict, kwargs)
@@ -137,9 +140,12 @@ class Checkpointer(Committing, Loading):
         return True
 
     def _async_save(self, state_dict: dict, kwargs: dict) -> Future | BaseException:
+        import torch.distributed.checkpoint as dcp
+        from torch.distributed.checkpoint.state_dict_saver import AsyncSaveResponse
+
         try:
             response = dcp.async_save(state_dict, async_stager=self._get_stager(), **kwargs)
-        except FAILURES as exc:  # staging itself failed: nothing was written
+        except failures() as exc:  # staging itself failed: nothing was written
             return exc
         if isinstance(response, AsyncSaveResponse):
             if self.config.overlap_staging:
@@ -167,6 +173,8 @@ class Checkpointer(Committing, Loading):
         return self._writer
 
     def _get_stager(self) -> DefaultStager:
+        from torch.distributed.checkpoint.staging import DefaultStager, StagingOptions
+
         if self._stager is None:
             cuda = torch.cuda.is_available()
             pinned = cuda and self.config.pin_memory

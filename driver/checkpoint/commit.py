@@ -11,14 +11,22 @@ import logging
 import time
 
 import torch.distributed as dist
-from torch.distributed.checkpoint.api import CheckpointException
 
 from driver.checkpoint.auth import sha256_of, sign
 from driver.checkpoint.errors import CheckpointError, summarize
 from driver.checkpoint.layout import METADATA, Marker, join, step_dir, to_delete
 
 log = logging.getLogger("driver.checkpoint")
-FAILURES = (Exception, CheckpointException)
+
+
+def failures() -> tuple[type[BaseException], ...]:
+    """What a DCP save or load raises: any Exception, and DCP's CheckpointException (a
+    BaseException). Evaluated only while an error is handled, so DCP
+    (torch.distributed.checkpoint, a second to import) loads at the first save or load,
+    never at start-up."""
+    from torch.distributed.checkpoint.api import CheckpointException
+
+    return (Exception, CheckpointException)
 
 
 class Committing:
@@ -28,7 +36,7 @@ class Committing:
     def _call(fn, *args, **kwargs) -> BaseException | None:
         try:
             fn(*args, **kwargs)
-        except FAILURES as exc:
+        except failures() as exc:
             return exc
         return None
 

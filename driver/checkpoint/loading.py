@@ -2,7 +2,8 @@
 model) and the Checkpointer's loading half (`Loading`: latest, resume, load).
 
 Each failure is a one-line CheckpointError naming the checkpoint. Non-tensor entries load
-weights-only (`PlainLoadPlanner`): DCP's default unpickles them with any class allowed.
+weights-only (`planner.PlainLoadPlanner`): DCP's default unpickles them with any class
+allowed. DCP (torch.distributed.checkpoint) itself loads at the first load, not at start-up.
 """
 
 from __future__ import annotations
@@ -11,15 +12,10 @@ import logging
 
 import torch
 import torch.distributed as dist
-import torch.distributed.checkpoint as dcp
-from torch.distributed.checkpoint._nested_dict import flatten_state_dict
-from torch.distributed.checkpoint._traverse import set_element
-from torch.distributed.checkpoint.api import CheckpointException
-from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
-from torch.distributed.checkpoint.metadata import TensorStorageMetadata
 
 from driver.checkpoint.api import CheckpointRef
 from driver.checkpoint.auth import identity, load_secret, marker_problem, sha256_of
+from driver.checkpoint.commit import failures
 from driver.checkpoint.errors import CheckpointError, summarize
 from driver.checkpoint.layout import (
     METADATA,
@@ -36,17 +32,6 @@ from driver.checkpoint.storage import Storage, make_reader
 def _first(problems: list[str]) -> str:
     more = f" (and {len(problems) - 2} more)" if len(problems) > 2 else ""
     return "; ".join(problems[:2]) + more
-
-
-class PlainLoadPlanner(DefaultLoadPlanner):
-    """DCP's default load planner, but non-tensor entries load weights-only."""
-
-    def load_bytes(self, read_item, value) -> None:
-        obj = torch.load(value, weights_only=True)
-        if self.flatten_state_dict:
-            set_element(self.original_state_dict, self.mappings[read_item.dest_index.fqn], obj)
-        else:
-            self.state_dict[read_item.dest_index.fqn] = obj
 
 
 def verified_marker(uri: str, secret: bytes | None = None) -> Marker:
@@ -99,9 +84,12 @@ def check_resume_uri(uri: str | None) -> None:
 
 def check_compatible(uri: str, target: dict) -> None:
     """Refuse a checkpoint whose keys or tensor shapes differ from the load target."""
+    from torch.distributed.checkpoint._nested_dict import flatten_state_dict
+    from torch.distributed.checkpoint.metadata import TensorStorageMetadata
+
     try:
         saved = make_reader(uri).read_metadata().state_dict_metadata
-    except (Exception, CheckpointException) as exc:
+    except failures() as exc:
         raise CheckpointError(uri, f"metadata is unreadable: {summarize(exc)}") from None
     flat, _ = flatten_state_dict(target)
     problems = compatibility_problems(
@@ -171,6 +159,10 @@ class Loading:
         source_rank = self.rank if marker.world_size == self.world_size else None
         target = load_dict(state, source_rank)
         check_compatible(uri, target)
+        import torch.distributed.checkpoint as dcp
+
+        from driver.checkpoint.planner import PlainLoadPlanner
+
         try:
             dcp.load(
                 target,
@@ -179,7 +171,7 @@ class Loading:
                 process_group=self._group,
                 no_dist=not self._distributed,
             )
-        except (Exception, CheckpointException) as error:
+        except failures() as error:
             raise CheckpointError(uri, f"cannot be read (corrupt?): {summarize(error)}") from None
         apply_dict(state, target, source_rank)
         self.counters["loads"] += 1

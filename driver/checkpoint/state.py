@@ -18,13 +18,6 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import torch
-from torch.distributed.checkpoint.state_dict import (
-    StateDictOptions,
-    get_model_state_dict,
-    get_state_dict,
-    set_model_state_dict,
-    set_state_dict,
-)
 
 from driver.checkpoint.plain import decode_state, encode_state, restore_rng, rng_blob
 
@@ -54,6 +47,9 @@ class TrainState:
 
 
 def _model_and_optim(state: TrainState) -> tuple[dict, dict | None]:
+    # DCP (torch.distributed.checkpoint) loads at the first save or load, not at start-up.
+    from torch.distributed.checkpoint.state_dict import get_model_state_dict, get_state_dict
+
     if state.optimizer is None:
         return get_model_state_dict(state.model), None
     return get_state_dict(state.model, state.optimizer)
@@ -104,6 +100,12 @@ def load_dict(state: TrainState, source_rank: int | None) -> dict[str, Any]:
 
 def apply_dict(state: TrainState, loaded: dict[str, Any], source_rank: int | None) -> None:
     """Put a loaded DCP state dict back into the live objects."""
+    from torch.distributed.checkpoint.state_dict import (
+        StateDictOptions,
+        set_model_state_dict,
+        set_state_dict,
+    )
+
     if state.optimizer is None:
         set_model_state_dict(state.model, loaded["model"], options=StateDictOptions(strict=True))
     else:

@@ -24,8 +24,8 @@ from driver.checkpoint.auth import (
     sign,
 )
 from driver.checkpoint.layout import MARKER, Marker
-from driver.checkpoint.loading import PlainLoadPlanner
 from driver.checkpoint.plain import decode_state, encode_state, restore_rng, rng_blob
+from driver.checkpoint.planner import PlainLoadPlanner
 from tests.checkpoint.toy import config, make_state, train
 
 
