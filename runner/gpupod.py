@@ -32,6 +32,15 @@ one writable host mount a run pod has (kustomize.tooling.security allows exactly
 
 Every GPU pod also tolerates its namespace's kept-nodes taint and prefers nodes kept for
 its namespace (`runner.keepnodes`), so a relaunch lands on the nodes a finished RayJob kept.
+
+Every training pod (role head, worker or job; `pod_context`) can reach Warden's gateway
+(docs/warden.md, "The gateway"): `WARDEN_URL`, a projected service-account token of
+audience `warden` (`WARDEN_TOKEN_FILE`, ten minutes, rotated by the kubelet) and
+`POD_NAMESPACE`; Ray pods also `RAY_CLUSTER` (KubeRay's `ray.io/cluster` label: the
+RayCluster's name, which for a RayJob KubeRay picks) and `RAY_WORKER_GROUP` (the run's
+worker group, written by the template next to `groupName`). Every run gets them, fault
+tolerance on or not: the runner cannot see the driver's composed config, and the token
+grants nothing the namespace's own pods could not already ask for (docs/security.md).
 """
 
 from __future__ import annotations
@@ -56,6 +65,13 @@ TCPXO_DEVICES = ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/dmabuf_import_helper
 NOBODY = 65534
 # NCCL on the default network: sockets over eth0, no GPUDirect plugin.
 SOCKET_NCCL_ENV = {"NCCL_NET": "Socket", "NCCL_SOCKET_IFNAME": "eth0"}
+# Warden's gateway (kustomize/bases/warden/gateway.yaml; its audience is the Deployment's
+# WARDEN_GATEWAY_AUDIENCE) and the projected token training pods present to it.
+WARDEN_URL = "http://warden-gateway.warden.svc:8080"
+WARDEN_TOKEN = {"volume": "warden-token", "audience": "warden", "seconds": 600,
+                "dir": "/var/run/secrets/warden", "file": "token"}  # fmt: skip
+TRAINING_ROLES = ("head", "worker", "job")
+RAY_ROLES = ("head", "worker")
 
 
 @dataclass(frozen=True)
@@ -114,17 +130,41 @@ POD_DEFAULTS: dict[str, Any] = {
     "configmap": None,
     "mounts": [],
     "host_volumes": [],
+    "warden_token": None,
 }
 
 
+def warden_access(role: str | None) -> dict[str, Any]:
+    """What a pod of `role` needs to reach Warden's gateway (pod context keys; nothing for
+    roles other than TRAINING_ROLES)."""
+    if role not in TRAINING_ROLES:
+        return {}
+    field_env = {labels.POD_NAMESPACE_ENV: "metadata.namespace"}
+    if role in RAY_ROLES:
+        field_env["RAY_CLUSTER"] = "metadata.labels['ray.io/cluster']"
+    token_file = f"{WARDEN_TOKEN['dir']}/{WARDEN_TOKEN['file']}"
+    return {
+        "field_env": field_env,
+        "env": {"WARDEN_URL": WARDEN_URL, "WARDEN_TOKEN_FILE": token_file},
+        "warden_token": dict(WARDEN_TOKEN),
+    }
+
+
 def pod_context(**values: Any) -> dict[str, Any]:
-    """The keys `_pod.yaml.j2` reads: `values` over `POD_DEFAULTS`. Required: labels,
-    container, image, resources, shm. Every pod runner renders goes through here."""
+    """The keys `_pod.yaml.j2` reads: `values` over `POD_DEFAULTS`, and Warden's gateway
+    access for a training pod (`warden_access`). Required: labels, container, image,
+    resources, shm. Every pod runner renders goes through here."""
     missing = {"labels", "container", "image", "resources", "shm"} - values.keys()
     if missing:
         raise TypeError(f"pod_context lacks {sorted(missing)}")
     fresh = {k: v.copy() if isinstance(v, dict | list) else v for k, v in POD_DEFAULTS.items()}
-    return {**fresh, **values}
+    pod = {**fresh, **values}
+    access = warden_access(pod["labels"].get(labels.ROLE))
+    if access:
+        pod["field_env"] = {**pod["field_env"], **access["field_env"]}
+        pod["env"] = {**pod["env"], **access["env"]}
+        pod["warden_token"] = access["warden_token"]
+    return pod
 
 
 def _sidecar(values: dict[str, Any]) -> dict[str, Any]:

@@ -14,8 +14,10 @@ from runner.gpupod import (
     GKE_INTERFACES,
     NOBODY,
     SOCKET_NCCL_ENV,
+    WARDEN_TOKEN,
     gpu_settings,
     needs_nics,
+    warden_access,
 )
 from runner.nodecheck import check_job
 from runner.render import TRAINING_ENV, render_run
@@ -29,7 +31,9 @@ NIC_MOUNTS = {"H100": {"aperture-devices"}, "H200": {"gib"}}
 
 
 def gpu_view(template: dict) -> dict:
-    """The GPU settings of a pod template, as the three builders must agree on them."""
+    """The GPU settings of a pod template, as the three builders must agree on them (the
+    run's own values and a training pod's Warden access left out)."""
+    warden = set(warden_access("worker")["env"]) | {"RAY_WORKER_GROUP"}
     spec = template["spec"]
     main = spec["containers"][0]
     annotations = template["metadata"].get("annotations", {})
@@ -39,9 +43,13 @@ def gpu_view(template: dict) -> dict:
         "env": [  # the run's own values (not GPU settings) left out
             e
             for e in main["env"]
-            if "value" in e and not e["name"].startswith("WANDB") and e["name"] not in TRAINING_ENV
+            if "value" in e
+            and not e["name"].startswith("WANDB")
+            and e["name"] not in {*TRAINING_ENV, *warden}
         ],
-        "mounts": [m for m in main["volumeMounts"] if m["name"] != "dshm"],
+        "mounts": [
+            m for m in main["volumeMounts"] if m["name"] not in ("dshm", WARDEN_TOKEN["volume"])
+        ],
         "host_volumes": [v for v in spec["volumes"] if "hostPath" in v],
         "gpus": main["resources"]["limits"]["nvidia.com/gpu"],
     }
