@@ -152,3 +152,27 @@ def test_training_imports_no_worker_and_no_temporal():
     code = f"import sys, warden.client; print([m for m in {heavy} if m in sys.modules])"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_the_worker_serves_the_gateway_when_configured():
+    import asyncio
+
+    from warden.config import load_config
+    from warden.worker import start_gateway
+
+    env = {"WARDEN_CLUSTER": "ultra-usc1", "WARDEN_CHECK_IMAGE": "img",
+           "WARDEN_GATEWAY_ADDRESS": "127.0.0.1:0"}  # fmt: skip
+    config = load_config(None, environ=env)
+    acts = type("Acts", (), {"kube": FakeCluster().kube})()
+
+    async def main():
+        assert start_gateway(load_config(None, environ={**env, "WARDEN_GATEWAY_ADDRESS": ""}),
+                             None, acts, None) is None  # fmt: skip
+        server = start_gateway(config, None, acts, None)
+        try:
+            url = f"http://127.0.0.1:{server.server_port}"
+            return await asyncio.to_thread(raw, url, "/healthz", None, {}, "GET")
+        finally:
+            server.shutdown()
+
+    assert asyncio.run(main()) == (200, "")
