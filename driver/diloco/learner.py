@@ -59,18 +59,24 @@ class Learner:
         self.pushes: list[dict] = []  # one record per push (step, bytes)
         self.wait_s = 0.0  # time spent blocked on the synchronizer
         self.dirty = False  # merged since the last broadcast to the other ranks
+        self.resumed = False  # base, round, steps and residual came from a checkpoint
 
     def start(self, model: torch.nn.Module) -> None:
-        """Join: continue from the shared weights, or offer ours when there are none yet."""
-        self.base = outer.clone(self._mine(model))
+        """Join: continue from the shared weights, or offer ours when there are none yet.
+        A learner restored from its checkpoint (resume.LearnerState) joins with the shared
+        weights it held: when the synchronizer is still at that round it keeps its weights
+        and schedule and pushes at its next sync point as if it never stopped; else it gets
+        the new shared weights and (merge `delta`) keeps its progress on top of them."""
+        if not self.resumed:
+            self.base = outer.clone(self._mine(model))
+            self.snapshot = self.base
         if self.rank == 0:
             join = {
                 "learner": self.cfg.learner,
                 "digest": outer.digest(self.base),
                 "fragment": self.fragment,
             }
-            request = self.client.request("join", join)
-            self.pending, self.snapshot = (request, time.time()), self.base
+            self.pending = (self.client.request("join", join), time.time())
             self._wait(model, self.cfg.join_timeout_s, step=-1)
         self._share(model)
 
@@ -152,9 +158,12 @@ class Learner:
         kind, weights = reply["kind"], reply.get("weights")
         if kind == "empty":  # no shared weights yet: offer ours (the answer comes as full)
             return self._offer(model)
-        if kind == "same":  # we hold the shared weights already
-            new_base = self.base
-        elif kind == "delta":
+        if kind == "same":  # we hold the shared weights already: our weights stay as they are
+            self.round = int(reply["round"])
+            self.merges.append({"round": self.round, "kind": kind, "step": step,
+                                "fragment": self.fragment})  # fmt: skip
+            return
+        if kind == "delta":
             new_base = outer.apply_delta(self.base, outer.unpack(weights, self.base, "delta"))
         else:
             new_base = outer.unpack(weights, self.base, "shared weights")
