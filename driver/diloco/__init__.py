@@ -15,3 +15,7 @@
 
 How it works and how to run it: docs/diloco.md.
 """
+
+ENV = "REVE_DILOCO_"
+"""Prefix of a learner's settings in the environment (`REVE_DILOCO_ADDRESS` makes the
+driver's loop a learner; config.LearnerConfig.from_env)."""

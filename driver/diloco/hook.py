@@ -89,6 +89,9 @@ def prepare(model, environ: dict | None = None) -> Hook:
     cfg = config(environ)
     if cfg is None:
         return Hook()
+    if any(type(p).__name__ == "DTensor" for p in model.parameters()):
+        raise InputError(SOURCE, "parallelism.fsdp_size", "a DiLoCo learner syncs whole "
+                         "parameters: FSDP-sharded ones are not supported")  # fmt: skip
     from driver.diloco.learner import make
 
     return Hook(make(cfg, model), model, cfg)

@@ -25,9 +25,10 @@ from pathlib import Path
 
 import zmq.auth
 
+from driver.diloco import ENV
+
 SERVER = "synchronizer"
 ALLOWED = "allowed"
-ENV = "REVE_DILOCO_"
 NAME = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
 
 
