@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import zmq
 
-from driver.aux import wire
+from driver.aux import shm, wire
 from driver.aux.errors import AuxCancelled, AuxError, AuxTimeout
 
 if TYPE_CHECKING:
@@ -32,7 +32,7 @@ class AuxFuture:
     def result(self, timeout: float | None = None) -> Any:
         """The reply payload, or raise its AuxError; AuxTimeout if `timeout` passes first."""
         limit = self.deadline - time.time() + 5.0 if timeout is None else timeout
-        if not self.event.wait(max(0.0, limit)):
+        if not self.event.is_set() and not self.client.wait(self, max(0.0, limit)):
             raise AuxTimeout(
                 f"request {self.id}: no result within {limit:.3g} s", service=self.client.service
             )
@@ -62,17 +62,26 @@ class AuxFuture:
 class Pending:
     """A request not yet answered: what to send, where it went, how often."""
 
-    __slots__ = ("future", "method", "body", "rank", "proxy", "tries", "avoid")
+    __slots__ = (
+        "future", "method", "body", "rank", "proxy", "tries", "avoid",
+        "big", "segs", "reply_seg", "lease", "shared",
+    )  # fmt: skip
 
     def __init__(self, future: AuxFuture, method: str, body: list[Any], rank: int):
         self.future, self.method, self.body, self.rank = future, method, body, rank
         self.proxy: str | None = None
         self.tries = 0
         self.avoid: set[str] = set()
+        # shared memory (shm.Lender): bytes of big arrays, segments in use, the reply's
+        self.big = sum(n for n in map(wire._nbytes, body[1:]) if n >= shm.MIN_BYTES)
+        self.segs: list[Any] = []
+        self.reply_seg: Any = None
+        self.lease: Any = None
+        self.shared = 0
 
-    def frames(self) -> list[Any]:
-        f = self.future
-        msg = wire.Message("req", f.id, self.rank, self.method, f.deadline, body=self.body)
+    def frames(self, body: list[Any] | None = None, info: dict | None = None) -> list[Any]:
+        f, body = self.future, self.body if body is None else body
+        msg = wire.Message("req", f.id, self.rank, self.method, f.deadline, info=info, body=body)
         return wire.pack(msg)
 
 
@@ -82,6 +91,7 @@ class ProxyLink:
     def __init__(self, address: str, given: int, context: zmq.Context, max_bytes: int):
         self.address, self.given = address, given
         self.reported: int | None = None
+        self.node: str | None = None  # shm.node_key() of its workers' host, from its pongs
         self.up, self.answering, self.seen, self.pinged = False, True, time.monotonic(), 0.0
         self.expecting: float | None = None  # since when we wait for an answer
         self.inflight: set[int] = set()
@@ -99,6 +109,7 @@ class ProxyLink:
             zmq.EVENT_HANDSHAKE_SUCCEEDED | zmq.EVENT_DISCONNECTED
         )
         self.sock.connect(address)
+        self.fd = self.sock.getsockopt(zmq.FD)  # readable when the socket may have news
 
     def weight(self) -> int:
         if not (self.up and self.answering):

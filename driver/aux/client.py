@@ -4,9 +4,15 @@
     emb = client.call("encode", {"tokens": tokens})["emb"]          # numpy array
     future = client.submit("encode", {"tokens": tokens}); ...; future.result()
 
-Thread-safe: any thread may call or submit; one I/O thread owns the sockets (a DEALER per
-proxy). Requests go to the proxies by smooth weighted round robin, weight = the proxy's
-live worker count (the given count until its first pong reports one). A proxy whose
+Thread-safe: any thread may call or submit. The sockets (a DEALER per proxy) and the
+request state are guarded by one lock and used by whichever thread holds it: `submit`
+sends from the caller's thread, a caller waiting in `result()` reads the sockets itself (one
+such "leader" at a time; others wait for it to settle their futures), and a background
+thread keeps time (deadlines, pings, connection events) and reads replies nobody waits on.
+A call thus crosses no thread of ours on its way out or back.
+
+Requests go to the proxies by smooth weighted round robin, weight = the proxy's live worker
+count (the given count until its first pong reports one). A proxy whose
 connection drops, or that answers nothing (not even a ping) for `proxy_timeout_s`, gets
 weight 0 and its in-flight requests are re-sent to another proxy (up to `retries` re-sends,
 within the deadline) or fail with AuxUnavailable; it gets its weight back when it answers.
@@ -20,15 +26,18 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import os
+import select
 import threading
 import time
 from collections import deque
 from typing import Any
 
 import zmq
+from zmq.backend import Socket as _RawSocket
 from zmq.utils.monitor import recv_monitor_message
 
-from driver.aux import wire
+from driver.aux import shm, wire
 from driver.aux.calls import AuxFuture, Pending, ProxyLink
 from driver.aux.errors import (
     AuxError,
@@ -38,6 +47,9 @@ from driver.aux.errors import (
     from_code,
 )
 from driver.aux.routing import SmoothWeightedRoundRobin
+
+_EVENTS, _POLLIN = int(zmq.EVENTS), int(zmq.POLLIN)
+_events = _RawSocket.get
 
 TICK_S = 0.02
 EVENT_S = 0.01  # how often the proxies' connection monitors are read
@@ -59,6 +71,7 @@ class AuxClient:
         heartbeat_s: float = 1.0,
         proxy_timeout_s: float = 5.0,
         torch: bool = False,
+        shm_bytes: int = 1 << 30,
         context: zmq.Context | None = None,
     ):
         self.torch = torch  # arrays sent as tensors come back as tensors
@@ -71,13 +84,14 @@ class AuxClient:
         self.context = context or zmq.Context.instance()
         self.ids = itertools.count(1)
         self.settle_lock = threading.Lock()
-        self.commands: deque[tuple[str, Any]] = deque()
-        self.wake_lock = threading.Lock()
-        self.inbox = f"inproc://aux-client-{id(self)}"
-        self.wake = self.context.socket(zmq.PUSH)
-        self.pull = self.context.socket(zmq.PULL)
-        self.pull.bind(self.inbox)
-        self.wake.connect(self.inbox)
+        self.io = threading.Lock()  # sockets and request state: held by whoever moves them
+        self.leader = False  # a caller waits in result() and reads the sockets itself
+        self.watching = False  # the background thread polls the proxies' sockets
+        self.wake_r, self.wake_w = os.pipe()
+        os.set_blocking(self.wake_r, False)
+        os.set_blocking(self.wake_w, False)
+        self.version = 0  # of the proxy set: pollers are rebuilt when it changes
+        self.lender = shm.Lender(shm_bytes)  # big arrays through shared memory on one node
         self.counts: dict[str, int] = {"sent": 0, "replies": 0, "resent": 0}
         self.errors: dict[str, int] = {}
         self.proxies: dict[str, ProxyLink] = {}
@@ -86,9 +100,10 @@ class AuxClient:
         self.parked: deque[Pending] = deque()
         self.later: list[tuple[float, int, Pending]] = []  # re-sends after a back-off
         self.deadlines: list[tuple[float, int]] = []
-        self.closed = False
-        self.sleeping = True  # the I/O thread is (about to be) in poll: wake it
-        self.thread = threading.Thread(target=self._loop, args=(dict(proxies),), daemon=True)
+        self.closed = self.shut = False
+        with self.io:
+            self._set_proxies(dict(proxies))
+        self.thread = threading.Thread(target=self._loop, daemon=True)
         self.thread.name = f"aux-client-{service}"
         self.thread.start()
 
@@ -96,10 +111,16 @@ class AuxClient:
 
     def call(self, method: str, payload: dict, deadline_s: float | None = None) -> Any:
         """Send and wait for the reply; raises an AuxError subclass."""
-        return self.submit(method, payload, deadline_s).result()
+        return self._submit(method, payload, deadline_s).result()
 
     def submit(self, method: str, payload: dict, deadline_s: float | None = None) -> AuxFuture:
         """Send without waiting; the future settles by the deadline at the latest."""
+        future = self._submit(method, payload, deadline_s)
+        if not (self.watching or self.leader):  # someone must read the reply
+            self._wake()
+        return future
+
+    def _submit(self, method: str, payload: dict, deadline_s: float | None) -> AuxFuture:
         deadline = time.time() + (self.deadline_s if deadline_s is None else deadline_s)
         future = AuxFuture(self, next(self.ids), deadline)
         try:
@@ -111,14 +132,17 @@ class AuxClient:
             raise AuxProtocolError(
                 f"request of {size} bytes over the limit {self.max_bytes}", service=self.service
             )
-        if self.closed:
-            raise AuxUnavailable("client closed", service=self.service)
-        self._command("req", Pending(future, method, body, self.rank))
+        with self.io:
+            if self.closed:
+                raise AuxUnavailable("client closed", service=self.service)
+            self._dispatch(Pending(future, method, body, self.rank))
+            self._drain_all()  # a send may have taken the signal of a reply
         return future
 
     def set_proxies(self, proxies: dict[str, int]) -> None:
         """Replace the proxy set and their weights (live worker counts)."""
         self._command("proxies", dict(proxies))
+        self._wake()  # the background thread polls the new set
 
     def stats(self) -> dict:
         proxies = list(self.proxies.values())
@@ -134,62 +158,110 @@ class AuxClient:
         """Stop; requests still pending fail with AuxUnavailable."""
         if self.closed:
             return
-        self.closed = True
-        self._command("close", None)
+        with self.io:
+            self.closed = True
+        self._wake()
         self.thread.join(5)
+        os.close(self.wake_r)
+        os.close(self.wake_w)
 
     def _command(self, kind: str, value: Any) -> None:
-        self.commands.append((kind, value))
-        if not self.sleeping:  # the I/O thread looks at the commands before it sleeps
-            return
-        with self.wake_lock:
-            if not self.wake.closed:
-                try:
-                    self.wake.send(b"", zmq.NOBLOCK)
-                except zmq.Again:
-                    pass  # the I/O thread has wake-ups queued already
+        with self.io:
+            if self.shut:
+                return
+            if kind == "cancel":
+                self._cancel(value)
+            elif kind == "proxies":
+                self._set_proxies(value)
+            self._drain_all()
 
-    # -- I/O thread --------------------------------------------------------------------------
+    def _wake(self) -> None:
+        try:
+            os.write(self.wake_w, b"x")
+        except (BlockingIOError, OSError):
+            pass  # woken already (the pipe is full), or closed
 
-    def _loop(self, proxies: dict[str, int]) -> None:
-        self.poller = zmq.Poller()
-        self.poller.register(self.pull, zmq.POLLIN)
-        self._set_proxies(proxies)
+    def wait(self, future: AuxFuture, limit_s: float) -> bool:
+        """Block until `future` settles or `limit_s` passes (False). The first waiter leads:
+        it reads the sockets itself until its own reply is in."""
+        end = time.monotonic() + limit_s
+        with self.io:
+            lead = not self.leader and not self.shut
+            self.leader = self.leader or lead
+        if not lead:
+            return future.event.wait(max(0.0, end - time.monotonic()))
+        try:
+            self._lead(future, end)
+        finally:
+            with self.io:
+                self.leader = False
+                others = bool(self.inflight or self.parked or self.later)
+            if others:  # the background thread reads their replies from now on
+                self._wake()
+        return future.event.is_set()
+
+    def _lead(self, future: AuxFuture, end: float) -> None:
+        poller, version = None, -1
+        while True:
+            with self.io:
+                if future.event.is_set() or self.shut:
+                    return
+                self._drain_all()
+                self._timers(time.time())
+                if future.event.is_set():
+                    return
+                if version != self.version:
+                    poller, version = select.poll(), self.version
+                    for proxy in self.proxies.values():
+                        poller.register(proxy.fd, select.POLLIN)
+            left = end - time.monotonic()
+            if left <= 0:
+                return
+            poller.poll(min(left, TICK_S) * 1000)
+
+    # -- background thread -------------------------------------------------------------------
+
+    def _loop(self) -> None:
+        poller, version, watching = None, -1, None
         next_beat = next_events = 0.0
         try:
-            while not self._run_commands():
-                self.sleeping = True
-                timeout = 0 if self.commands else TICK_S * 1000
-                for sock, _ in self.poller.poll(timeout):
-                    self._drain(sock)
-                self.sleeping = False
-                now = time.time()
-                self._timers(now)
-                if time.monotonic() >= next_events:  # monitors are not polled: see proxy.py
-                    self._events()
-                    next_events = time.monotonic() + EVENT_S
-                if time.monotonic() >= next_beat:
-                    self._heartbeat()
-                    next_beat = time.monotonic() + 0.05
-        finally:
-            self._shutdown()
-
-    def _drain(self, sock: zmq.Socket) -> None:
-        if sock is self.pull:
             while True:
+                with self.io:
+                    if self.closed:
+                        return
+                    self._drain_all()
+                    self._timers(time.time())
+                    if time.monotonic() >= next_events:  # monitors are not polled: see proxy.py
+                        self._events()
+                        next_events = time.monotonic() + EVENT_S
+                    if time.monotonic() >= next_beat:
+                        self._heartbeat()
+                        next_beat = time.monotonic() + 0.05
+                    self._drain_all()  # pings may have taken the signal of a reply
+                    self.watching = not self.leader
+                    if (version, watching) != (self.version, self.watching):
+                        version, watching, poller = self.version, self.watching, select.poll()
+                        poller.register(self.wake_r, select.POLLIN)
+                        for proxy in self.proxies.values() if watching else ():
+                            poller.register(proxy.fd, select.POLLIN)
+                poller.poll(TICK_S * 1000)
                 try:
-                    sock.recv(zmq.NOBLOCK)
-                except zmq.Again:
-                    return
-        proxy = self.by_socket.get(sock)
-        if proxy is None:
-            return
-        for _ in range(1024):
-            try:
-                frames = wire.recv_frames(sock)
-            except zmq.Again:
-                return
-            self._on_message(proxy, frames)
+                    os.read(self.wake_r, 4096)
+                except BlockingIOError:
+                    pass
+        finally:
+            with self.io:
+                self.watching = False
+                self._shutdown()
+
+    def _drain_all(self) -> None:
+        """Read every message waiting at any proxy's socket (ZMQ_EVENTS says which)."""
+        for proxy in self.proxies.values():
+            sock = proxy.sock
+            for _ in range(1024):
+                if not _events(sock, _EVENTS) & _POLLIN:
+                    break
+                self._on_message(proxy, wire.recv_frames(sock))
 
     def _events(self) -> None:
         """Connections to the proxies made or lost (read every EVENT_S, not polled)."""
@@ -197,32 +269,17 @@ class AuxClient:
             while proxy.monitor.poll(0):
                 self._on_event(proxy, recv_monitor_message(proxy.monitor, zmq.NOBLOCK))
 
-    def _run_commands(self) -> bool:
-        while self.commands:
-            kind, value = self.commands.popleft()
-            if kind == "req":
-                self._dispatch(value)
-            elif kind == "cancel":
-                self._cancel(value)
-            elif kind == "proxies":
-                self._set_proxies(value)
-            elif kind == "close":
-                return True
-        return False
-
     def _set_proxies(self, proxies: dict[str, int]) -> None:
         for address in [a for a in self.proxies if a not in proxies]:
             proxy = self.proxies.pop(address)
             self._proxy_down(proxy, "removed")
-            self.poller.unregister(proxy.sock)
             proxy.close()
         for address, weight in proxies.items():
             if address in self.proxies:
                 self.proxies[address].given = weight
             else:
                 self.proxies[address] = ProxyLink(address, weight, self.context, self.max_bytes)
-                self.poller.register(self.proxies[address].sock, zmq.POLLIN)
-        self.by_socket = {p.sock: p for p in self.proxies.values()}
+        self.version += 1
         self._reweigh()
 
     def _reweigh(self) -> None:
@@ -249,8 +306,9 @@ class AuxClient:
                 self.parked.append(pending)
                 return
             proxy = self.proxies[address]
+            body, info = self.lender.body(pending, self.lender.local(proxy.node))
             try:
-                wire.send_frames(proxy.sock, pending.frames(), wire.NOBLOCK)
+                wire.send_frames(proxy.sock, pending.frames(body, info), wire.NOBLOCK)
             except zmq.Again:  # send queue full (a lost connection comes as an event)
                 busy.add(address)
                 continue
@@ -277,6 +335,7 @@ class AuxClient:
             self.errors["bad_reply"] = self.errors.get("bad_reply", 0) + 1
             return
         if msg.kind == "pong":
+            proxy.node = (msg.info or {}).get("node")
             live = (msg.info or {}).get("live")
             if isinstance(live, int) and live != proxy.reported:
                 proxy.reported = live
@@ -288,10 +347,12 @@ class AuxClient:
         proxy.inflight.discard(msg.id)
         if msg.kind == "rep":
             try:
-                value = wire.decode(msg.body, torch=self.torch)
+                value = wire.decode(msg.body, torch=self.torch, shm=self.lender.reader(pending))
             except wire.WireError as err:
                 self._fail(pending, AuxProtocolError(f"reply: {err}"))
                 return
+            self.lender.learn(pending, msg.body)
+            self.lender.settle(pending, msg.info or {})
             self.counts["replies"] += 1
             pending.future._settle(value=value)
         elif msg.code == "unavailable" and pending.tries < self.retries:
@@ -372,11 +433,14 @@ class AuxClient:
 
     def _cancel(self, rid: int) -> None:
         pending = self.inflight.pop(rid, None)
+        if pending is not None:
+            self.lender.settle(pending, None)
         if pending is not None and pending.proxy in self.proxies:
             self.proxies[pending.proxy].inflight.discard(rid)
             self.proxies[pending.proxy].cancel(rid, self.rank)
 
     def _fail(self, pending: Pending, error: AuxError) -> None:
+        self.lender.settle(pending, None)
         if not error.service:
             error.service = self.service
             error.args = (f"{self.service}: {error}",)
@@ -384,18 +448,16 @@ class AuxClient:
             self.errors[error.code] = self.errors.get(error.code, 0) + 1
 
     def _shutdown(self) -> None:
+        self.shut = True
         closing = AuxUnavailable("client closed")
         for pending in [*self.inflight.values(), *self.parked, *(p for *_, p in self.later)]:
             self._fail(pending, closing)
-        while self.commands:
-            kind, value = self.commands.popleft()
-            if kind == "req":
-                self._fail(value, closing)
+        self.inflight.clear()
+        self.parked.clear()
+        self.later.clear()
         for proxy in self.proxies.values():
             proxy.close()
-        with self.wake_lock:
-            self.wake.close(0)
-        self.pull.close(0)
+        self.lender.close()
 
 
 __all__ = ["AuxClient", "AuxFuture"]

@@ -33,7 +33,7 @@ from typing import Any
 import zmq
 from zmq.utils.monitor import recv_monitor_message
 
-from driver.aux import wire
+from driver.aux import shm, wire
 from driver.aux.routing import RoundRobin, pick_worker
 
 LOSS_POLICIES = ("retry", "error")
@@ -48,6 +48,7 @@ COUNTERS = (
     "worker_up",
     "worker_lost",
     "rank_disconnects",
+    "unroutable",
 )
 HWM = 100_000  # messages queued per peer before a send would block
 EVENT_S = 0.01  # how often the monitor sockets are read
@@ -81,6 +82,8 @@ class ProxyServer:
         )
         self.context = context or zmq.Context.instance()
         self.workers: dict[str, Worker] = {}
+        self.by_id: dict[bytes, Worker] = {}  # the same workers by routing id
+        self.live: list[Worker] = []  # live workers, in round robin order
         self.rr = RoundRobin()
         self.wanted: list[str] | None = list(workers)
         self.lock = threading.Lock()
@@ -92,6 +95,7 @@ class ProxyServer:
         self.refused: dict[str, int] = defaultdict(int)
         self.thread: threading.Thread | None = None
         self.address = ""
+        self.node = shm.node_key()
 
     def start(self) -> str:
         """Bind the ranks' socket, connect the workers, start the loop; "tcp://host:port"."""
@@ -194,13 +198,16 @@ class ProxyServer:
         if wanted is None:
             return
         for address in [a for a in self.workers if a not in wanted]:
-            self._lose(self.workers.pop(address), "removed")
+            worker = self.workers.pop(address)
+            del self.by_id[worker.id]
+            self._lose(worker, "removed")
             self.back.disconnect(address)
         for address in [a for a in wanted if a not in self.workers]:
-            self.workers[address] = Worker(address)
+            self.workers[address] = self.by_id[address.encode()] = Worker(address)
             self.back.setsockopt(zmq.CONNECT_ROUTING_ID, address.encode())
             self.back.connect(address)
         self.rr.set_keys(wanted)
+        self._relive()
 
     def _on_event(self, event: dict[str, Any]) -> None:
         worker = self.workers.get(event["endpoint"].decode())
@@ -232,7 +239,7 @@ class ProxyServer:
 
     def _ping(self, worker: Worker) -> None:
         try:
-            frames = [worker.address.encode(), b"", *wire.pack(wire.Message("ping"))]
+            frames = [worker.id, b"", *wire.pack(wire.Message("ping"))]
             self.back.send_multipart(frames, zmq.NOBLOCK)
         except zmq.ZMQError:
             pass  # not connected (yet): the next beat or handshake event pings again
@@ -268,20 +275,26 @@ class ProxyServer:
             self._answer(client, msg.id, "protocol", f"unexpected {msg.kind} from a rank")
 
     def _from_worker(self, frames: list[Any]) -> None:
-        worker = self.workers.get(frames[0].bytes.decode(errors="replace"))
+        worker = self.by_id.get(frames[0].bytes)
         if worker is None or len(frames) < 3:
             return
         worker.seen = time.monotonic()
+        client = frames[1].bytes
+        if not client:  # a pong for the proxy itself: where the worker runs
+            try:
+                worker.node = (wire.parse(frames[2:], self.max_bytes).info or {}).get("node")
+            except wire.WireError:
+                self.refused["from_worker"] += 1
         if not worker.live:
             worker.live = True
+            self._relive()
             self.counts["worker_up"] += 1
             self._announce()
             waiting, self.waiting = self.waiting, deque()
             for entry in waiting:
                 if (entry.client, entry.id) in self.inflight:
                     self._dispatch(entry)
-        client = frames[1].bytes
-        if not client:  # a pong for the proxy itself
+        if not client:
             return
         try:
             rid = wire.reply_id(frames[2:])
@@ -292,13 +305,23 @@ class ProxyServer:
         if entry is not None and entry.worker is not None:
             entry.worker.inflight.discard((client, rid))
         self.counts["replied"] += 1
-        wire.send_frames(self.front, frames[1:])
+        try:
+            wire.send_frames(self.front, frames[1:], wire.NOBLOCK)
+        except zmq.ZMQError:
+            self.counts["unroutable"] += 1  # the rank is gone, or its queue is full
 
     def _dispatch(self, entry: Entry) -> None:
+        if len(self.live) == 1:  # the common case on small nodes: no choice to make
+            worker = self.live[0]
+            if self._send_worker(worker, [entry.client, *entry.frames]):
+                entry.worker = worker
+                worker.inflight.add((entry.client, entry.id))
+                self.counts["forwarded"] += 1
+                return
         tried: set[str] = set()
         while True:
-            live = {a: len(w.inflight) for a, w in self.workers.items() if w.live}
-            address = pick_worker(self.rr, {a: n for a, n in live.items() if a not in tried}, SKEW)
+            live = {w.address: len(w.inflight) for w in self.live if w.address not in tried}
+            address = pick_worker(self.rr, live, SKEW)
             if address is None:  # wait for a worker to come (back), up to the deadline
                 entry.worker = None
                 self.waiting.append(entry)
@@ -314,7 +337,7 @@ class ProxyServer:
 
     def _send_worker(self, worker: Worker, frames: list[Any]) -> bool:
         try:
-            wire.send_frames(self.back, [worker.address.encode(), *frames], wire.NOBLOCK)
+            wire.send_frames(self.back, [worker.id, *frames], wire.NOBLOCK)
             return True
         except zmq.Again:
             return False  # its queue is full: try another
@@ -325,6 +348,7 @@ class ProxyServer:
     def _lose(self, worker: Worker, why: str) -> None:
         if worker.live:
             worker.live = False
+            self._relive()
             self.counts["worker_lost"] += 1
             self._announce()
         keys, worker.inflight = worker.inflight, set()
@@ -343,8 +367,13 @@ class ProxyServer:
                 text = f"worker {worker.address} {why} with the request in flight"
                 self._answer(entry.client, entry.id, "unavailable", text)
 
+    def _relive(self) -> None:
+        self.live = [w for w in self.workers.values() if w.live]
+
     def _pong(self, request_id: int = 0) -> list[bytes]:
-        info = {"live": self.live_workers(), "service": self.service}
+        # ranks with the same node key pass big arrays to our workers in shared memory
+        same = bool(self.live) and all(w.node == self.node for w in self.live)
+        info = {"live": self.live_workers(), "service": self.service, "node": self.node * same}
         return wire.pack(wire.Message("pong", request_id, info=info))
 
     def _announce(self) -> None:
@@ -371,6 +400,8 @@ class Worker:
 
     def __init__(self, address: str):
         self.address, self.live, self.seen = address, False, time.monotonic()
+        self.id = address.encode()  # its routing id at the proxy's worker socket
+        self.node: str | None = None  # shm.node_key() of its host, from its pongs
         self.inflight: set[tuple[bytes, int]] = set()
 
 

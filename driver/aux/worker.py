@@ -28,12 +28,15 @@ from collections import defaultdict, deque
 from typing import Any
 
 import zmq
+from zmq.backend import Socket as _RawSocket
 
-from driver.aux import wire
+from driver.aux import shm, wire
 from driver.aux.handler import Handler, RequestContext
 from driver.aux.routing import FairQueues, admit
 
 DRAIN = 10_000  # messages taken in at most between two handler calls
+_EVENTS, _POLLIN = int(zmq.EVENTS), int(zmq.POLLIN)
+_events = _RawSocket.get
 COUNTERS = (
     "served",
     "errors",
@@ -77,6 +80,8 @@ class WorkerServer:
         self.per_rank: dict[int, int] = defaultdict(int)
         self.wait_s = self.process_s = 0.0
         self.running_key: tuple[bytes, int] | None = None
+        self.attached = shm.Attached()  # ranks' segments mapped here (shm.py)
+        self.node = shm.node_key()
 
     def start(self) -> str:
         """Bind, start the I/O and handler threads; returns the bound address."""
@@ -117,19 +122,22 @@ class WorkerServer:
 
     def _loop(self) -> None:
         # One socket: an idle worker blocks in recv (up to RCVTIMEO) rather than in zmq_poll,
-        # which would check the socket's mailbox twice per wake-up.
+        # which would check the socket's mailbox twice per wake-up; whether more has arrived
+        # is read from ZMQ_EVENTS (a failed non-blocking recv costs an exception).
+        sock, recv, queues = self.router, wire.recv_frames, self.queues
         next_sweep = time.monotonic()
         try:
             while self.running.is_set():
-                flags = wire.NOBLOCK if len(self.queues) else 0
-                for _ in range(DRAIN):  # every rank's arrivals queued before a pick
+                if not queues.size:
                     try:
-                        frames = wire.recv_frames(self.router, flags)
+                        self._receive(recv(sock, 0))
                     except zmq.Again:
+                        pass  # RCVTIMEO: look at the clock and the running flag
+                for _ in range(DRAIN):  # every rank's arrivals queued before a pick
+                    if not _events(sock, _EVENTS) & _POLLIN:
                         break
-                    flags = wire.NOBLOCK
-                    self._receive(frames)
-                if time.monotonic() >= next_sweep:
+                    self._receive(recv(sock, wire.NOBLOCK))
+                if self.held and time.monotonic() >= next_sweep:
                     self._expire_held()
                     next_sweep = time.monotonic() + 0.05
                 item = self._next()
@@ -137,6 +145,7 @@ class WorkerServer:
                     self._reply(item.route, self._serve(item))
         finally:
             self.router.close(0)
+            self.attached.close()
 
     def _receive(self, frames: list[Any]) -> None:
         if len(frames) < 3:
@@ -150,7 +159,8 @@ class WorkerServer:
             self._reply(route, _error(wire.peek_id(frames[2:]), "protocol", str(err)))
             return
         if msg.kind == "ping":
-            self._reply(route, wire.Message("pong", msg.id, info={"pending": len(self.queues)}))
+            info = {"pending": len(self.queues), "node": self.node}
+            self._reply(route, wire.Message("pong", msg.id, info=info))
         elif msg.kind == "cancel":
             self._cancel(route[1].bytes, msg)
         elif msg.kind == "req":
@@ -232,15 +242,21 @@ class WorkerServer:
         if start >= msg.deadline:
             self.counters["expired_in_queue"] += 1
             return _error(msg.id, "timeout", "deadline passed in queue")
+        shared = shm.Borrowed(self.attached)  # the rank's shared memory, if it sent any
         try:
-            payload = wire.decode(msg.body, torch=self.torch)
+            payload = wire.decode(msg.body, torch=self.torch, shm=shared.read)
             ctx = RequestContext(msg.rank, msg.id, msg.deadline)
             result = self.handler.handle(msg.method, payload, ctx)
             body = wire.encode(result)
+            del payload, result  # so that `kept` sees only what the handler holds
+            offer = msg.info.get("rs") if msg.info else None
+            if offer is not None:
+                body = shared.reply(body, offer)
             size = sum(wire._nbytes(frame) for frame in body)
             if size > self.max_bytes:  # the caller would drop its connection on it
                 raise ValueError(f"reply of {size} bytes over the limit {self.max_bytes}")
-            reply = wire.Message("rep", msg.id, body=body)
+            info = {"kept": 1} if shared.kept() else None
+            reply = wire.Message("rep", msg.id, body=body, info=info)
             self.counters["served"] += 1
             self.per_rank[msg.rank] += 1
         except wire.WireError as err:

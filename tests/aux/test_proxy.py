@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import json
 import random
 
 import pytest
@@ -11,7 +10,7 @@ import zmq
 
 from driver.aux import wire
 from driver.aux.client import AuxClient
-from tests.aux.transport import stack
+from tests.aux.transport import envelope, stack
 
 LIMIT = 1 << 16
 
@@ -40,10 +39,6 @@ def exchange(sock, frames):
             return reply
 
 
-def envelope(**fields):
-    return json.dumps({"v": 1, "k": "req", "id": 9, "r": 0, "m": "echo", "d": 4e9, **fields})
-
-
 def still_serves(address):
     client = AuxClient("echo", 0, {address: 1}, deadline_s=10)
     try:
@@ -57,11 +52,12 @@ def still_serves(address):
     [
         ([b"\x00garbage"], "garbage"),
         ([b""], "garbage"),
-        ([b'{"v": 1, "k": "req"', b"x"], "garbage"),  # cut mid-envelope
-        ([envelope(s=[2, 10]).encode(), b"{}"], "truncated"),  # a frame missing
-        ([envelope(s=[10]).encode(), b"{}"], "truncated"),  # a frame cut short
-        ([envelope(s=[LIMIT + 1]).encode(), b"{}"], "oversized"),  # declared too big
-        ([envelope(s=[2] * (wire.MAX_FRAMES + 1)).encode()], "garbage"),
+        ([b'{"v": 1, "k": "req"', b"x"], "garbage"),  # a version 1 (JSON) envelope
+        ([envelope(sizes=(1,))[:30], b"x"], "garbage"),  # cut mid-envelope
+        ([envelope(sizes=(2, 10)), b"{}"], "truncated"),  # a frame missing
+        ([envelope(sizes=(10,)), b"{}"], "truncated"),  # a frame cut short
+        ([envelope(sizes=(LIMIT + 1,)), b"{}"], "oversized"),  # declared too big
+        ([envelope(count=wire.MAX_FRAMES + 1)], "garbage"),
     ],
 )
 def test_bad_messages_get_an_error_reply_and_are_counted(proxy, raw, frames, reason):
@@ -73,20 +69,20 @@ def test_bad_messages_get_an_error_reply_and_are_counted(proxy, raw, frames, rea
 
 
 def test_a_refusal_names_the_request_id_when_it_can(proxy, raw):
-    reply = exchange(raw, [envelope(s=[10]).encode(), b"{}"])
+    reply = exchange(raw, [envelope(sizes=(10,)), b"{}"])
     assert reply.id == 9
 
 
 def test_a_garbage_body_is_refused_by_the_worker(proxy, raw):
     address, _, workers = proxy
-    reply = exchange(raw, [envelope(s=[6]).encode(), b"not{js"])
+    reply = exchange(raw, [envelope(sizes=(6,)), b"not{js"])
     assert reply.kind == "err" and reply.code == "protocol" and reply.id == 9
     assert workers[0].stats()["refused_garbage"] == 1 and still_serves(address)
 
 
 def test_a_frame_over_the_limit_is_cut_off_before_it_is_read(proxy, raw):
     address, server, _ = proxy
-    raw.send_multipart([envelope(s=[4 * LIMIT]).encode(), b"x" * (4 * LIMIT)])
+    raw.send_multipart([envelope(sizes=(4 * LIMIT,)), b"x" * (4 * LIMIT)])
     with pytest.raises(zmq.Again):  # no reply: the connection is dropped by ZeroMQ
         raw.setsockopt(zmq.RCVTIMEO, 1000)
         raw.recv_multipart()
@@ -96,7 +92,7 @@ def test_a_frame_over_the_limit_is_cut_off_before_it_is_read(proxy, raw):
 
 def test_a_rank_cannot_send_replies_or_pongs(proxy, raw):
     _, server, _ = proxy
-    reply = exchange(raw, [json.dumps({"v": 1, "k": "rep", "id": 3, "s": [2]}).encode(), b"{}"])
+    reply = exchange(raw, [envelope(2, 3, sizes=(2,)), b"{}"])
     assert reply.code == "protocol" and reply.id == 3 and server.stats()["refused"] == {"kind": 1}
 
 

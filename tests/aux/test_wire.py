@@ -11,6 +11,7 @@ import zmq
 
 from driver.aux import wire
 from driver.aux.errors import AuxCancelled, AuxError, AuxQueueFull, AuxTimeout, from_code
+from tests.aux.transport import envelope
 
 MAX = 1 << 20
 
@@ -85,9 +86,8 @@ def test_unsendable_payloads_name_the_field(payload, match):
         wire.encode(payload)
 
 
-def req(**env):
-    base = {"v": 1, "k": "req", "id": 1, "r": 0, "m": "m", "d": 1.0, "s": [2]}
-    return [json.dumps({**base, **env}).encode(), b"{}"]
+def req(sizes=(2,), kind=1, deadline=1.0, **over):
+    return [envelope(kind, 1, 0, b"m", deadline, sizes, **over), b"{}"]
 
 
 @pytest.mark.parametrize(
@@ -95,24 +95,33 @@ def req(**env):
     [
         ([], "truncated"),
         ([b"\xff\xfe garbage"], "garbage"),
-        ([b"[1, 2]"], "garbage"),
-        (req(v=2), "garbage"),
-        (req(k="nope"), "garbage"),
-        (req(id="7"), "garbage"),
-        (req(d="soon"), "garbage"),
-        (req(s=[-1]), "garbage"),
-        (req(s="2"), "garbage"),
-        (req(s=[2, 3]), "truncated"),  # a frame missing
-        (req(s=[5]), "truncated"),  # a frame shorter than declared
-        (req(s=[MAX + 1]), "oversized"),
+        ([b'{"v": 1, "k": "req", "id": 1}'], "garbage"),  # a version 1 (JSON) envelope
+        (req(version=1), "garbage"),
+        (req(kind=0), "garbage"),
+        (req(kind=7), "garbage"),
+        (req(lengths=(9, 0, 0, 0)), "garbage"),  # lengths past its end
+        (req(count=3), "garbage"),  # more sizes declared than present
+        (req(count=wire.MAX_FRAMES + 1), "garbage"),
+        (req(text=b"\xff\xfe"), "garbage"),  # error text not UTF-8
+        (req(text=b"[1]", lengths=(1, 0, 0, 3)), "garbage"),  # info not an object
+        (req(deadline=float("nan")), "garbage"),
+        (req((2, 3)), "truncated"),  # a frame missing
+        (req((5,)), "truncated"),  # a frame shorter than declared
+        (req((MAX + 1,)), "oversized"),
         ([b" " * (wire.MAX_ENVELOPE_BYTES + 1)], "oversized"),
-        ([json.dumps({"v": 1, "k": "req", "id": 1}).encode()], "truncated"),  # no body
+        ([envelope(1, 1, 0, b"m", 1.0, ())], "truncated"),  # a request without a body
     ],
 )
 def test_bad_messages_are_refused_with_a_reason(frames, reason):
     with pytest.raises(wire.WireError) as caught:
         wire.parse(frames, MAX)
     assert caught.value.reason == reason
+
+
+def test_envelope_fields_round_trip_and_read_from_zmq_frames():
+    msg = wire.Message("err", 2**63, -3, "", 0.0, "remote", "ValueError: é", {"live": 2})
+    frames = [zmq.Frame(f) for f in wire.pack(msg)]
+    assert wire.parse(frames, MAX) == msg and wire.reply_id(frames) == 2**63
 
 
 @pytest.mark.parametrize(
@@ -141,13 +150,11 @@ def test_error_codes_map_to_typed_errors():
 @pytest.mark.parametrize(
     "frames, expected",
     [
-        ([b'{"v":1,"k":"rep","id":7,"s":[2]}', b"{}"], 7),
-        ([b'{"v":1,"k":"err","id":0,"c":"remote","e":"x"}'], 0),
-        ([b'{"v":1,"k":"rep","id":-1}'], "garbage"),
-        ([b'{"v":1,"k":"rep","id":true}'], "garbage"),
-        ([b'{"v":2,"k":"rep","id":3}'], "garbage"),
-        ([b'{"v":1,"k":"rep"}'], "garbage"),
-        ([b"[1]"], "garbage"),
+        ([envelope(2, 7, sizes=(2,)), b"{}"], 7),
+        ([envelope(3, 0, method=b"", text=b"remotex", lengths=(0, 6, 1, 0))], 0),
+        ([envelope(2, 3, version=1)], "garbage"),
+        ([envelope(2, 3)[:12]], "garbage"),
+        ([b'{"v":1,"k":"rep","id":7}'], "garbage"),
         ([b"not json"], "garbage"),
         ([], "garbage"),
     ],

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import struct
 import time
 from collections.abc import Iterator
 
@@ -101,3 +102,16 @@ def serve_proxy(workers: list[str], addresses, stop_path: str, bind: str | None 
     addresses.put(proxy.start())
     wait_for_file(stop_path)
     proxy.stop()
+
+
+def envelope(kind=1, rid=9, rank=0, method=b"echo", deadline=4e9, sizes=(), **over) -> bytes:
+    """A raw binary envelope (wire.py's layout) whose fields may lie: `over` replaces
+    "version", "kind", "count" (frames declared), "lengths" (method, code, error, info) or
+    appends "text" (code + error + info bytes)."""
+    text = over.get("text", b"")
+    lengths = over.get("lengths", (len(method), 0, len(text), 0))
+    head = struct.pack(
+        "<BBHIQqdHII", over.get("version", 2), kind, lengths[0], over.get("count", len(sizes)),
+        rid, rank, deadline, *lengths[1:],
+    )  # fmt: skip
+    return head + method + text + struct.pack(f"<{len(sizes)}Q", *sizes)
