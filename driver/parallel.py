@@ -3,6 +3,7 @@ device set-up and model wrapping every training worker uses.
 
     topo = Topology.from_config(cfg.parallelism, world=8)   # fsdp_size 2, groups of 4
     topo.group_of(5), topo.groups, topo.lowest_rank(1), topo.replica_of(5)  # 1, 2, 4, 2
+    topo.is_writer(4, position=0)     # True: group 1 is the lowest live group (group 0 lost)
     device = setup_device(cfg, ctx, logger)
     model = wrap(model, cfg, device, world)                 # DDP, or FSDP2/HSDP
 
@@ -11,7 +12,9 @@ Three levels: a *shard group* (`fsdp_size` workers holding one sharded model cop
 (`replica_group_size` workers, a whole number of shard groups: the unit capacity planning
 rounds to and, under torchft, the unit that fails and heals together, with its own
 process group). Capacity planning, the checkpoint layer and torchft ask this object; none
-works it out again. Importing this module does not import torch.
+works it out again. It also holds the one rule for which rank writes the run's records
+(the full metrics rows; under torchft, the checkpoints): `is_writer`. Importing this module
+does not import torch.
 """
 
 from __future__ import annotations
@@ -67,6 +70,14 @@ class Topology:
     def replica_of(self, rank: int) -> int:
         """The data-parallel model copy a rank holds a part of (`rank // fsdp_size`)."""
         return rank // self.shard_size
+
+    def is_writer(self, rank: int, position: int | None = None) -> bool:
+        """Whether `rank` writes the run's records (the full metrics rows, and under torchft
+        the checkpoints): the lowest rank of the lowest live replica group. `position`: the
+        place of the rank's group among the live groups (torchft's participating rank);
+        None when every group is live (then rank 0 writes)."""
+        place = self.group_of(rank) if position is None else position
+        return place == 0 and self.group_rank(rank) == 0
 
     def replicas_per_group(self) -> int:
         """Model copies inside one replica group (the HSDP replicate dimension)."""

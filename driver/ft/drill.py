@@ -14,6 +14,12 @@ and ckpt_interval (checkpoints through driver.checkpoint; the lowest live group 
 step_sleep_s (simulated extra compute per micro-batch), hold_step and hold_file (wait
 before that step until a joining group wrote ready_file). A run that stops below
 `ft.min_replicas` prints the one-line reason and exits 3.
+
+A group started again (a joiner, or every group with `resume`) reads its checkpoint as the
+training loop does: not up front, only if its first quorum has no live group ahead
+(`FtReplica.restore`); each row says how many checkpoints it read (`ckpt_loads`). Each
+committed step also appends the metrics row the group's rank would send
+(`driver.metrics.rank.rank_row`, the full row when `Topology.is_writer`) to `out`.metrics.
 """
 
 from __future__ import annotations
@@ -132,12 +138,16 @@ def run_ft(spec: dict) -> int:
     from driver.checkpoint import TrainState
     from driver.ft.config import FtConfig
     from driver.ft.replica import FtReplica, FtStopped
+    from driver.metrics.rank import rank_row
+    from driver.parallel import Topology
 
     job, groups, accum = Job(spec), spec["groups"], spec.get("grad_accum", 1)
+    topo, group = Topology(groups), spec["group"]
     cfg = FtConfig.from_dict({"enabled": True, **spec.get("ft", {})})
     state = TrainState(model=job.model, optimizer=job.optimizer)
+    joiner = bool(spec.get("ready_file"))
     # group 0 of a fresh start writes first (and cleans stale writes); a joiner never cleans
-    ckpt = checkpointer(spec, 0, 1, spec["group"] if not spec.get("ready_file") else 1)
+    ckpt = checkpointer(spec, 0, 1, group if not joiner else 1)
     ft = FtReplica(
         cfg,
         spec["group"],
@@ -147,10 +157,13 @@ def run_ft(spec: dict) -> int:
         accum,
         gate=spec.get("gate"),
     )
-    if ckpt and spec.get("resume"):
-        ref = ckpt.resume(state, restarted=True)
-        if ref:
-            ft.manager.load_state_dict({"step": ref.step, "batches_committed": 0})
+    if ckpt and (spec.get("resume") or joiner):  # started again: heal, or read if alone
+
+        def restore() -> int:
+            ref = ckpt.resume(state, restarted=True)
+            return ref.step if ref else 0
+
+        ft.restore = restore
     real = ft.manager._pg.allreduce
 
     def allreduce(*args, **kwargs):  # the `during` kill: the allreduce is already issued
@@ -161,7 +174,7 @@ def run_ft(spec: dict) -> int:
     ft.manager._pg.allreduce = allreduce
     if spec.get("ready_file"):  # a (re)joining group: heartbeating, about to ask for a quorum
         open(spec["ready_file"], "w").close()
-    with open(spec["out"], "a") as out:
+    with open(spec["out"], "a") as out, open(spec["out"] + ".metrics", "a") as metrics:
         try:
             while ft.step < spec["steps"]:
                 hold(spec, ft.step)
@@ -175,6 +188,7 @@ def run_ft(spec: dict) -> int:
                     local += loss.item()
                 total = ft.reduce(job.model.parameters(), local)
                 if ft.commit(job.optimizer):
+                    writer = topo.is_writer(group, plan.position)
                     row = {
                         "step": ft.step,
                         "live": plan.live,
@@ -183,14 +197,19 @@ def run_ft(spec: dict) -> int:
                         "loss": total,
                         "digest": digest(job.model),
                         "time": time.time(),
-                        "lowest": ft.lowest_live,
+                        "lowest": writer,
                         "finite": finite(job.model),
+                        "ckpt_loads": ckpt.counters["loads"] if ckpt else 0,
                         **ft.metrics(),
                     }
                     out.write(json.dumps(row) + "\n")
                     out.flush()
+                    sent = {"loss": total, "step_time": 0.0, "time": row["time"], **ft.metrics()}
+                    sent = rank_row({**sent, "step": ft.step}, group, int(joiner), writer)
+                    metrics.write(json.dumps(sent) + "\n")
+                    metrics.flush()
                     if ckpt:
-                        ckpt.set_writer(ft.lowest_live)
+                        ckpt.set_writer(writer)
                         if ckpt.due(ft.step):
                             ckpt.save(ft.step, state)
                 kill_now(spec, plan.step, "after", plan.live)

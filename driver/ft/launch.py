@@ -12,6 +12,9 @@
 - the start gate: a TCPStore in the driver with `ft/expected` = the workers at start
   (driver.ft.lighthouse.pass_gate), its `host:port` in `loop_config["ft_gate"]`. The store
   lives as long as the driver process.
+- `driver.ft.stop.FtStopCallback` among Ray Train's controller callbacks: below
+  `ft.min_replicas` the run ends at once instead of being retried; `stop_reason(err)` gives
+  the one-line reason from `fit`'s error.
 """
 
 from __future__ import annotations
@@ -39,7 +42,10 @@ def trainer_parts(cfg, world: int, backend: str = "gloo") -> tuple:
     from ray.train.v2.torch.torchft_config import TorchftConfig
     from torch.distributed import TCPStore
 
+    from driver.ft.stop import install
+
     check_world(cfg, world)
+    install()
     host = ray.util.get_node_ip_address()
     gate = TCPStore(host, 0, is_master=True, wait_for_workers=False)
     gate.set("ft/expected", str(world))

@@ -6,9 +6,17 @@ Per step: `ft.begin_step()` (quorum; a group that is behind heals from a live pe
 from driver.ft.source.SlotSource by (step, slot)) -> `ft.reduce` (gradients and loss
 SUMmed across the live groups) -> clipping -> `ft.commit` (all-or-nothing). A failed commit
 is not a step: no row, no checkpoint, the same step runs again with the next quorum. The
-lowest live group writes checkpoints. Each committed step's row carries `ft.metrics()`.
-When a group finishes the last step it marks the run done in the start gate's store, so a
-replacement that arrives after the end does not train alone from step 0.
+lowest rank of the lowest live group (`driver.parallel.Topology.is_writer`) writes the
+checkpoints and sends the step's full metrics row. Each committed step's row carries
+`ft.metrics()`. When a group finishes the last step it marks the run done in the start
+gate's store, so a replacement that arrives after the end does not train alone from step 0.
+
+A group started again (attempt > 0) reads no checkpoint up front: it heals from a live
+group at its first quorum, and reads the newest checkpoint only when no group is ahead (a
+full restart; `FtReplica.restore`). Below `ft.min_replicas` FtStopped ends the worker with
+the one-line reason (a staged checkpoint may still commit; no final save, which would be
+labelled with the last step); Ray Train's controller then stops the run at once
+(driver.ft.stop) instead of retrying it.
 """
 
 from __future__ import annotations
@@ -66,35 +74,41 @@ def run_ft(cfg, sink, logger, control=None, attempt: int = 0, gate: str | None =
             model=model, optimizer=optimizer, lr_scheduler=scheduler, dataloader=source
         )
         session = FtCheckpointSession(cfg, state, group, control)
-        start = session.resume()
-        if start:
-            ft.manager.load_state_dict({"step": start, "batches_committed": start * topo.groups})
+        if session.attempt == 0:  # the first start follows checkpoint.resume
+            start = session.resume()
+            if start:
+                batches = start * topo.groups
+                ft.manager.load_state_dict({"step": start, "batches_committed": batches})
+        else:  # started again: heal from a live group; the checkpoint only if none is ahead
+            ft.restore = session.resume
     logger.info("replica group %d/%d on %s starts at step %d", group, topo.groups, device, ft.step)
     stepper = FtStep(cfg, model, work, optimizer, scheduler, device, source)
     reporter = RankReporter(sink, rank, attempt, device)
     done = gate_store(gate)
     row: dict = {}
-    stopped = None
     try:
-        row, stopped = train_steps_ft(cfg, ft, stepper, session, reporter, logger, rank, done)
-    except BaseException:
+        row = train_steps_ft(
+            cfg, ft, stepper, session, reporter, logger, rank, done,
+            writer=lambda: topo.is_writer(rank, ft.plan.position),
+        )  # fmt: skip
+    except BaseException:  # FtStopped too: no final save (it would be labelled `steps`)
         if session:
             session.abandon()
         raise
     finally:
         ft.close()
     final = {"final_loss": row.get("loss"), "steps": cfg.train.steps, **ft.metrics()}
-    if stopped:
-        final["ft_stopped"] = stopped
     return {**final, **(session.finish() if session else {})}
 
 
-def train_steps_ft(cfg, ft, stepper, session, reporter, logger, rank, done=None):
-    """Commit steps until `train.steps` (or FtStopped: below `ft.min_replicas`); returns
-    (the last row, the stop reason or None)."""
+def train_steps_ft(cfg, ft, stepper, session, reporter, logger, rank, done=None, writer=None):
+    """Commit steps until `train.steps`; returns the last row. Below `ft.min_replicas`
+    FtStopped propagates (logged, with this worker's rows flushed). `writer()`: whether this
+    rank writes the step's checkpoint and full metrics row (default: `ft.lowest_live`)."""
     from driver.ft.replica import FtStopped
     from driver.loop import inject_failure
 
+    writes = writer or (lambda: ft.lowest_live)
     row: dict = {}
     try:
         while ft.step < cfg.train.steps:
@@ -107,17 +121,18 @@ def train_steps_ft(cfg, ft, stepper, session, reporter, logger, rank, done=None)
                 new = stepper.step(ft)
             except FtStopped as err:
                 logger.error("%s", err)
-                return row, str(err)
+                raise
             if new is None:  # the commit vote failed: the same step runs again
                 continue
             row = new
             logger.info(
                 "step %d loss %.4f (%d groups)", row["step"], row["loss"], row["ft_quorum_size"]
             )
+            full = writes()
             if session:
-                session.ckpt.set_writer(ft.lowest_live)
+                session.ckpt.set_writer(full)
                 session.after_step(row["step"], row)
-            reporter.add(row)
+            reporter.add(row, full=full)
             inject_failure(cfg, row["step"] - 1, rank)
             if session and session.should_stop(row["step"]):
                 break
@@ -125,7 +140,7 @@ def train_steps_ft(cfg, ft, stepper, session, reporter, logger, rank, done=None)
             done.set(DONE_KEY, str(ft.step))
     finally:
         reporter.flush()
-    return row, None
+    return row
 
 
 def gate_store(gate: str | None):

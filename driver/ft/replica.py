@@ -18,6 +18,13 @@ therefore the slot plan, are known before the forward pass. A failed collective 
 peer makes `commit` return False on every live group; the next `begin_step` forms a
 quorum without the lost group and the same step runs again. Below `ft.min_replicas` no
 quorum forms: `begin_step` raises FtStopped with one line giving the reason.
+
+A group started again (Ray Train replaced it, or restarted the whole worker group) reads
+no checkpoint before its first quorum: `ft.restore = read_newest` defers the read. When the
+first quorum has a live group ahead, torchft heals this group from it (weights, optimizer
+and step, over driver.ft.transport) and `restore` is never called; only when no group is
+ahead (a full restart: every group is back at step 0) does `begin_step` call it and train on
+from the checkpoint's step.
 """
 
 from __future__ import annotations
@@ -55,6 +62,11 @@ class StepPlan:
     """Divide each micro-batch's mean loss by this before backward."""
     lr_scale: float
     """Multiplier on the scheduled learning rate for this step."""
+
+
+RUN_COUNTERS = ("ft_failures_survived", "ft_steps_degraded")
+"""Counters of the run, not of one group: a healing group receives them with the state."""
+RUN_KEY = "ft_run"
 
 
 def replica_id(group: int) -> str:
@@ -113,12 +125,16 @@ class FtReplica:
         if gate:
             pass_gate(gate, cfg.start_timeout_s)
         self.plan: StepPlan | None = None
+        self.restore: Callable[[], int] | None = None
+        """Set on a group started again: reads the newest checkpoint, returns its step (0:
+        none). Called at the first quorum only if no live group is ahead to heal from."""
         self._last_live: int | None = None
         self.counters = {
             "ft_quorum_size": 0,
             "ft_failures_survived": 0,
             "ft_steps_degraded": 0,
             "ft_heals": 0,
+            "ft_restores": 0,
             "ft_failed_commits": 0,
             "ft_quorum_s": 0.0,
             "ft_reduce_s": 0.0,
@@ -128,11 +144,13 @@ class FtReplica:
     # ---- state for healing ------------------------------------------------------------
 
     def _state_dict(self) -> dict:
-        return {name: obj.state_dict() for name, obj in self.state.items()}
+        sd = {name: obj.state_dict() for name, obj in self.state.items()}
+        return {**sd, RUN_KEY: {k: self.counters[k] for k in RUN_COUNTERS}}
 
     def _load(self, sd: dict) -> None:
         for name, obj in self.state.items():
             obj.load_state_dict(sd[name])
+        self.counters.update(sd.get(RUN_KEY, {}))  # the run's counts go on in this group
         self.counters["ft_heals"] += 1
         log.warning("ft: group %d healed from a live peer at step %d", self.group, self.step)
 
@@ -152,6 +170,8 @@ class FtReplica:
         except Exception as err:  # no quorum: too few groups left, or the Lighthouse is gone
             raise FtStopped(self._stop_reason(err)) from None
         self.counters["ft_quorum_s"] += time.perf_counter() - started
+        if self.restore is not None:
+            self._restore_if_alone()
         self._note_quorum(live, position)
         constant = self.cfg.constant_batch
         own = position if constant else self.group
@@ -167,6 +187,21 @@ class FtReplica:
             lr_scale(live, self.start_groups, self.cfg.lr_scaling, constant),
         )
         return self.plan
+
+    def _restore_if_alone(self) -> None:
+        """After a started-again group's first quorum: a live group ahead has healed it
+        (its step moved); else every group is new, so all read the same newest checkpoint."""
+        if self.manager.errored():  # healing failed: this step fails, the next quorum decides
+            return
+        restore, self.restore = self.restore, None
+        if self.step > 0:
+            return
+        start = restore()
+        if start:
+            batches = start * self.start_groups
+            self.manager.load_state_dict({"step": start, "batches_committed": batches})
+            self.counters["ft_restores"] += 1
+            log.warning("ft: group %d: no live group ahead, resumed at step %d", self.group, start)
 
     def _stop_reason(self, err: BaseException) -> str:
         first = str(err).strip().splitlines()[0][:200] if str(err).strip() else type(err).__name__

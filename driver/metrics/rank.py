@@ -5,11 +5,16 @@
     reporter.flush()         # at the end and when the attempt fails: waits for the sink
 
 Every rank sends `names.PER_RANK_KEYS` (step time, data wait, forward/backward and
-optimizer time, throughput, memory); rank 0 sends its whole row (loss, lr, checkpoint and
-auxiliary-service fields too). Rows are tagged with `rank` and `attempt`. Sending is one
-fire-and-forget actor call per batch from a small thread, so a step never waits on the
-driver, and a rank stuck in a collective (a peer failed) still sends its last rows; `flush`
-waits (bounded), so the last rows of a failing rank reach the sink before it re-raises.
+optimizer time, throughput, memory); the writer rank sends its whole row (loss, lr,
+checkpoint, ft and auxiliary-service fields too): rank 0, or under torchft the lowest rank of
+the lowest live replica group (`driver.parallel.Topology.is_writer`; `add(row, full=...)`),
+so while rank 0's group is lost another group's rows carry the loss. Rows are tagged with
+`rank` and `attempt`. The full row is the step's row of record (one per committed step);
+`of_record` tells it from the per-rank rows, for metrics.jsonl and the progress display.
+Sending is one fire-and-forget actor call per batch from a small thread, so a step never
+waits on the driver, and a rank stuck in a collective (a peer failed) still sends its last
+rows; `flush` waits (bounded), so the last rows of a failing rank reach the sink before it
+re-raises.
 Memory: RSS from /proc/self/statm (one small read), CUDA's peak allocation from the
 caching allocator's counters (no device sync).
 """
@@ -51,15 +56,23 @@ def memory(device) -> dict:
     return out
 
 
-def rank_row(row: dict, rank: int, attempt: int) -> dict:
-    """The row a rank sends: all of rank 0's, the per-rank fields of the others."""
-    if rank == 0:
+def rank_row(row: dict, rank: int, attempt: int, full: bool | None = None) -> dict:
+    """The row a rank sends: the whole row from the writer (`full`; None: rank 0, the
+    writer while every replica group is live), the per-rank fields from the others."""
+    full = rank == 0 if full is None else full
+    if full:
         out = dict(row)
     else:
         out = {k: v for k, v in row.items() if k in PER_RANK_KEYS}
         out.update(step=row["step"], time=row["time"])
     out.update(rank=rank, attempt=attempt)
     return out
+
+
+def of_record(row: dict) -> bool:
+    """Whether a drained row is its step's row of record: the writer's full row, the only
+    one with the loss (`names.PER_RANK_KEYS` leaves it out of the others)."""
+    return "loss" in row
 
 
 class RankReporter:
@@ -84,8 +97,10 @@ class RankReporter:
         """Whether the batch is due (rank 0 then adds the aux services' figures)."""
         return time.monotonic() - self.pushed >= self.every_s
 
-    def add(self, row: dict) -> None:
-        row = rank_row(row, self.rank, self.attempt)
+    def add(self, row: dict, full: bool | None = None) -> None:
+        """Queue a step's row; `full`: whether this rank writes the step's row of record
+        (None: rank 0)."""
+        row = rank_row(row, self.rank, self.attempt, full)
         row.update(memory(self.device))
         with self._lock:
             self.pending.append(row)

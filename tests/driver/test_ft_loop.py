@@ -1,13 +1,16 @@
 """driver.ft.loop.train_steps_ft's bookkeeping around the engine: a failed commit is not a
-step (no row, no checkpoint, the same step again), the lowest live group writes, below the
-minimum the loop ends with the one-line reason, and a group that arrives after the run's
-done mark stops at once. The engine itself is tested with real processes in tests/ft."""
+step (no row, no checkpoint, the same step again), the writer (lowest live group) writes
+the checkpoint and the full row, below the minimum FtStopped ends the loop with the
+one-line reason (rows flushed), and a group that arrives after the run's done mark stops
+at once. The engine itself is tested with real processes in tests/ft."""
 
 from __future__ import annotations
 
 import logging
 from datetime import timedelta
 from types import SimpleNamespace
+
+import pytest
 
 from driver.ft.loop import DONE_KEY, train_steps_ft
 from driver.ft.replica import FtStopped
@@ -38,10 +41,11 @@ class Stepper:
 
 class Reporter:
     def __init__(self):
-        self.rows, self.flushed = [], False
+        self.rows, self.full, self.flushed = [], [], False
 
-    def add(self, row):
+    def add(self, row, full=None):
         self.rows.append(row)
+        self.full.append(full)
 
     def flush(self):
         self.flushed = True
@@ -70,18 +74,27 @@ LOG = logging.getLogger("test")
 
 def test_failed_commits_are_not_steps_and_the_lowest_live_group_writes():
     reporter, session = Reporter(), Session()
-    row, stopped = train_steps_ft(
+    row = train_steps_ft(
         cfg(3), Engine(), Stepper([True, False, False, True, True]), session, reporter, LOG, 0
     )
     assert [r["step"] for r in reporter.rows] == [1, 2, 3] == session.saved
-    assert row["step"] == 3 and stopped is None and reporter.flushed and session.writer is True
+    assert row["step"] == 3 and reporter.flushed and session.writer is True
+    assert reporter.full == [True] * 3
+
+
+def test_the_writer_rule_decides_the_checkpoint_and_the_full_row():
+    reporter, session = Reporter(), Session()
+    writes = iter([False, True])
+    train_steps_ft(cfg(2), Engine(), Stepper([True, True]), session, reporter, LOG, 1,
+                   writer=lambda: next(writes))  # fmt: skip
+    assert reporter.full == [False, True] and session.writer is True
 
 
 def test_below_the_minimum_the_loop_ends_with_the_reason():
     reporter = Reporter()
-    row, stopped = train_steps_ft(cfg(5), Engine(), Stepper([True, "stop"]), None, reporter, LOG, 0)
-    assert row["step"] == 1 and stopped.startswith("ft: no quorum of ft.min_replicas=2")
-    assert reporter.flushed
+    with pytest.raises(FtStopped, match="^ft: no quorum of ft.min_replicas=2"):
+        train_steps_ft(cfg(5), Engine(), Stepper([True, "stop"]), None, reporter, LOG, 0)
+    assert [r["step"] for r in reporter.rows] == [1] and reporter.flushed
 
 
 def test_the_last_step_marks_the_run_done_and_a_late_group_stops_at_once():
@@ -92,5 +105,5 @@ def test_the_last_step_marks_the_run_done_and_a_late_group_stops_at_once():
     train_steps_ft(cfg(2), Engine(), Stepper([True, True]), None, Reporter(), LOG, 0, client)
     assert store.get(DONE_KEY) == b"2"
     late = Reporter()
-    row, stopped = train_steps_ft(cfg(2), Engine(), Stepper([]), None, late, LOG, 1, client)
-    assert row == {} and stopped is None and late.rows == []
+    row = train_steps_ft(cfg(2), Engine(), Stepper([]), None, late, LOG, 1, client)
+    assert row == {} and late.rows == []

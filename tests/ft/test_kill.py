@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
@@ -63,31 +64,58 @@ def check_constant_batch(result, spec: dict, groups: int, accum: int) -> None:
     assert got == pytest.approx(want, rel=1e-4, abs=1e-6)
 
 
-def drill(tmp_path, kills, rejoin=None, steps=10, groups=3, accum=2, **ft):
-    spec = {"grad_accum": accum, "micro_batch": 8, "ft": {**FT, **ft}}
+def drill(tmp_path, kills, rejoin=None, steps=10, groups=3, accum=2, extra=None, **ft):
+    spec = {"grad_accum": accum, "micro_batch": 8, "ft": {**FT, **ft}, **(extra or {})}
     result = Drill(tmp_path, groups, steps, kills, rejoin or {}, spec).run()
     return result, spec
 
 
-def test_kill_during_allreduce_then_rejoin_and_heal(tmp_path):
-    """Group 2 dies inside step 3's allreduce; 0 and 1 go on from the same step with the
-    whole global batch; a fresh group 2 joins after step 6 and heals from a live peer."""
-    result, spec = drill(tmp_path, {2: (3, "during")}, rejoin={2: 6}, steps=12)
-    assert result.codes["g2"] == -9
-    check_survivors(result, ["g0", "g1"], 12)
+def records(folder) -> list[dict]:
+    """The metrics rows the groups' ranks sent that are their step's row of record."""
+    from driver.metrics.rank import of_record
+
+    rows = []
+    for path in sorted(folder.glob("g*.jsonl.metrics")):
+        rows += [json.loads(line) for line in path.read_text().splitlines()]
+    return [row for row in rows if of_record(row)]
+
+
+def test_kill_rank0_group_during_allreduce_then_rejoin_and_heal(tmp_path):
+    """Group 0 (rank 0, the checkpoint and metrics writer) dies inside step 3's allreduce;
+    1 and 2 go on from the same step with the whole global batch, group 1 now writing the
+    checkpoints and the full metrics rows; a fresh group 0 joins after step 6 and heals from
+    a live peer without reading a checkpoint, then writes again."""
+    ckpt = {"ckpt_root": str(tmp_path / "ckpt"), "ckpt_interval": 2}
+    result, spec = drill(tmp_path, {0: (3, "during")}, rejoin={0: 6}, steps=12, extra=ckpt)
+    assert result.codes["g0"] == -9
+    check_survivors(result, ["g1", "g2"], 12)
     check_constant_batch(result, spec, 3, 2)
-    lives = [r["live"] for r in result.rows["g0"]]
+    lives = [r["live"] for r in result.rows["g1"]]
     assert lives[:3] == [3, 3, 3] and 2 in lives[3:]  # step 4 commits with 2, or with 3
-    # when group 2's part of the allreduce was through before it died
-    assert result.rows["g0"][-1]["ft_failures_survived"] == 1
-    assert result.rows["g0"][-1]["ft_steps_degraded"] >= 1
-    healed = result.rows["g2b"]
-    assert healed, result.stderr["g2b"][-2000:]
-    assert healed[0]["ft_heals"] == 1
+    # when group 0's part of the allreduce was through before it died
+    assert result.rows["g1"][-1]["ft_failures_survived"] == 1
+    assert result.rows["g1"][-1]["ft_steps_degraded"] >= 1
+    healed = result.rows["g0b"]
+    assert healed, result.stderr["g0b"][-2000:]
+    assert healed[0]["ft_heals"] == 1 and healed[0]["ft_restores"] == 0
+    assert all(r["ckpt_loads"] == 0 for r in healed)  # no checkpoint read: a live peer healed it
     first = healed[0]["step"]
-    assert healed[0]["digest"] == committed(result, ["g0", "g1"])[first][0]["digest"]
+    assert healed[0]["digest"] == committed(result, ["g1", "g2"])[first][0]["digest"]
     assert [r["step"] for r in healed] == list(range(first, 13))
-    assert result.rows["g0"][-1]["live"] == 3
+    assert result.rows["g1"][-1]["live"] == 3
+    # the lowest live group writes: group 1 while group 0 is missing, group 0 once back
+    assert any(r["lowest"] for r in result.rows["g1"]) and healed[-1]["lowest"]
+    # the full metrics rows: at most one per committed step, with the loss, whoever wrote it;
+    # all but step 4 when group 0's share got through and the survivors committed step 4
+    # with group 0 still in its quorum (the writer of record died inside that step)
+    rows = records(tmp_path)
+    steps = sorted(r["step"] for r in rows)
+    assert len(steps) == len(set(steps)) and set(range(1, 13)) - set(steps) <= {4}
+    assert all(math.isfinite(r["loss"]) for r in rows)
+    assert {r["rank"] for r in rows} >= {0, 1}
+    by_step = {r["step"]: r for r in rows}
+    assert [by_step[s]["ft_quorum_size"] for s in (1, 12)] == [3, 3]
+    assert by_step[12]["ft_failures_survived"] == 1 and by_step[12]["ft_steps_degraded"] >= 1
 
 
 @pytest.mark.slow
@@ -125,6 +153,9 @@ def test_below_the_minimum_stops_with_the_reason_and_the_checkpoint_resumes(tmp_
     assert [r["lowest"] for r in first.rows["g1"]] == [False] * 3 + [True] * 4
     resumed = Drill(tmp_path / "b", 3, 10, {}, {}, {**spec, "resume": True}).run()
     check_survivors_from(resumed, ["g0", "g1", "g2"], 7, 10)
+    # no live group ahead (a full restart): each group read the newest checkpoint once
+    assert all(resumed.rows[g][0]["ckpt_loads"] == 1 for g in ("g0", "g1", "g2"))
+    assert all(resumed.rows[g][0]["ft_restores"] == 1 for g in ("g0", "g1", "g2"))
     want = reference_losses({**spec, "groups": 3, "steps": 10})
     got = [r["loss"] for r in resumed.rows["g0"]]
     assert got == pytest.approx(want[6:], rel=1e-4, abs=1e-6)

@@ -32,3 +32,32 @@ def test_topology(world, fsdp, group, rank, expected):
 def test_bad_topology(world, shard, group):
     with pytest.raises(ValueError):
         Topology(world, shard, group)
+
+
+@pytest.mark.parametrize(
+    ("world", "group", "rank", "position", "writes"),
+    # position: the rank's group's place among the live groups (None: every group live)
+    [
+        (4, 1, 0, None, True),
+        (4, 1, 1, None, False),
+        (4, 1, 1, 0, True),  # group 0 lost: group 1 is the lowest live group
+        (4, 1, 2, 1, False),
+        (8, 4, 4, 0, True),  # the lowest rank of the lowest live group
+        (8, 4, 5, 0, False),
+        (8, 4, 0, 0, True),
+    ],
+)
+def test_the_writer_is_the_lowest_rank_of_the_lowest_live_group(
+    world, group, rank, position, writes
+):
+    assert Topology(world, 1, group).is_writer(rank, position) is writes
+
+
+def test_the_writers_row_is_the_row_of_record():
+    from driver.metrics.rank import of_record, rank_row
+
+    row = {"step": 3, "loss": 1.5, "lr": 0.1, "step_time": 0.2, "time": 1.0, "ft_heals": 0}
+    assert of_record(rank_row(row, 0, 0)) and not of_record(rank_row(row, 1, 0))
+    sent = rank_row(row, 1, 0, full=True)  # rank 1 writes while rank 0's group is lost
+    assert of_record(sent) and sent["loss"] == 1.5 and sent["rank"] == 1
+    assert not of_record(rank_row(row, 0, 0, full=False))
