@@ -13,7 +13,7 @@ from driver.aux.worker import WorkerServer
 
 
 class Echo:
-    """Test service: echo, sleep, boom (raises), pid, zeros (n bytes)."""
+    """Test service: echo, sleep, boom (raises), pid, zeros (n bytes), keep (the payload)."""
 
     def __init__(self, delay_s: float = 0.0):
         self.delay_s = delay_s
@@ -32,6 +32,9 @@ class Echo:
             return {"pid": os.getpid(), "rank": ctx.rank}
         if method == "zeros":
             return {"x": bytes(payload["n"])}
+        if method == "keep":  # holds on to the request's arrays
+            self.kept = payload
+            return {"ok": True}
         return payload
 
 
