@@ -10,7 +10,14 @@ fill, each wake-up takes CPU from training. A Ray cluster (a RayJob) keeps Ray's
   does not use: the dataset callback (its DatasetManager actor serves Ray Data shards; the
   driver feeds its own data) and the placement-group cleaner (an actor that asks the GCS
   every second whether the controller is alive, to free the workers' placement group if it
-  died; an embedded Ray ends with the driver, and everything it holds with it).
+  died; an embedded Ray ends with the driver, and everything it holds with it); and with a
+  fixed-size scaling policy that starts no AutoscalingCoordinator actor (one machine never
+  grows: driver/embedded_train.py). Each actor is a process that would start, and import
+  Ray Train or Ray Data, while the training workers start.
+- The controller without a runtime environment (`started_ray` records the environment
+  the embedded Ray started with, which every Ray process of it inherits; when it holds
+  every variable Ray Train would hand the controller, none is needed): it then starts in
+  one of the worker processes Ray starts with itself instead of a new one.
 - `quiet_token_notice()`: token authentication stays on (Ray turns it on for a new local
   cluster), without Ray's start-up warning saying so, which asks nothing of the user.
 - `supervise(run)`: the run (and so the embedded Ray it starts) goes in a child process
@@ -41,7 +48,31 @@ LOCAL_ENV = {
     "RAY_event_stats": "0",
     "RAY_raylet_report_resources_period_milliseconds": "1000",
     "RAY_task_events_report_interval_ms": "5000",
+    "RAY_WARN_BLOCKING_GET_INSIDE_ASYNC": "0",  # Ray Train's value for its controller
 }
+
+STARTED: tuple[str, dict[str, str]] | None = None
+"""(node ID, environment) of the embedded Ray this process started (`started_ray`): every
+Ray process of it inherits that environment."""
+
+
+def started_ray(environ: dict[str, str]) -> None:
+    """Record, just after ray.init, the environment the embedded Ray was started with."""
+    import ray
+
+    global STARTED
+    STARTED = (ray.get_runtime_context().get_node_id(), dict(environ))
+
+
+def inherited_env() -> dict[str, str] | None:
+    """The environment every process of the connected Ray inherited, when this process
+    started that Ray (`started_ray`); None otherwise."""
+    import ray
+
+    if STARTED is None or STARTED[0] != ray.get_runtime_context().get_node_id():
+        return None
+    return STARTED[1]
+
 
 TOKEN_LOGGER = "ray._private.authentication.authentication_token_setup"
 TOKEN_NOTICE = "Token authentication is enabled for this Ray cluster"
@@ -74,13 +105,22 @@ def keep_callback(callback: object) -> bool:
 def lean_trainer(base: type) -> type:
     """A subclass of Ray Train's TorchTrainer `base` without the callbacks in UNUSED_LOCALLY.
 
-    Ray Train builds its default callbacks in `_create_default_callbacks` (ray 2.60, pinned
-    in pyproject.toml); if a later Ray renames it, the trainer keeps Ray's defaults (a
-    test fails, so the upgrade gets looked at)."""
+    Ray Train builds its default callbacks in `_create_default_callbacks` and passes the
+    scaling policy to `_initialize_and_run_controller` (ray 2.60, pinned in pyproject.toml);
+    if a later Ray renames either, the trainer keeps Ray's defaults (a test fails, so the
+    upgrade gets looked at)."""
 
     class LeanTorchTrainer(base):
         def _create_default_callbacks(self):
             return [cb for cb in super()._create_default_callbacks() if keep_callback(cb)]
+
+        def _initialize_and_run_controller(self, **controller_init_kwargs):
+            from driver import embedded_train
+
+            kwargs = embedded_train.lean_kwargs(controller_init_kwargs)
+            if embedded_train.env_inherited(inherited_env()):
+                return embedded_train.run_controller(self, kwargs)
+            return super()._initialize_and_run_controller(**kwargs)
 
     return LeanTorchTrainer
 

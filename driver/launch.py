@@ -10,6 +10,7 @@ Workers: one per GPU with nccl, or one per CPU slot with gloo.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import os
 import threading
@@ -20,7 +21,12 @@ from catalog.errors import InputError
 from driver import capacity
 from driver.aux.config import check_run
 from driver.config import check_batch
-from driver.embedded import LOCAL_ENV, lean_trainer, quiet_token_notice
+from driver.embedded import (
+    LOCAL_ENV,
+    lean_trainer,
+    quiet_token_notice,
+    started_ray,
+)
 
 # Ray Train's controller polls every worker each health-check interval, and a
 # ray.train.report call waits for the next poll. Per-step metrics bypass report (the metrics
@@ -90,8 +96,9 @@ def connect(cfg) -> bool:
     from driver.aux.coordinator import local_cpus
 
     quiet_token_notice()
-    preload_torch()  # while ray.init waits on its daemons
+    preload(PRELOAD)  # while ray.init waits on its daemons
     cpus = cfg.run.local_cpus or local_cpus(cfg, cfg.parallelism.workers or 2)
+    environ = dict(os.environ)  # what every Ray process inherits (driver/embedded_train.py)
     ray.init(
         num_cpus=cpus,
         include_dashboard=bool(cfg.run.local_dashboard),
@@ -99,14 +106,27 @@ def connect(cfg) -> bool:
         log_to_driver=False,
         logging_level="WARNING",
     )
+    started_ray(environ)
     return True
 
 
-def preload_torch() -> threading.Thread:
-    """Import torch in a background thread: the driver needs it (Ray Train's TorchTrainer)
-    only after `ray.init`, which spends most of its seconds waiting for Ray's daemons to
-    start. torch imports nothing of Ray, so the two imports never wait on each other."""
-    thread = threading.Thread(target=importlib.import_module, args=("torch",), daemon=True)
+PRELOAD = ("torch", "ray.train.torch", "driver.embedded_train", "driver.loop")
+"""What the driver imports after `ray.init` to build the trainer (torch, Ray Train with
+pandas and Ray Data: seconds), imported while `ray.init` waits for Ray's daemons."""
+
+
+def preload(modules: tuple[str, ...]) -> threading.Thread:
+    """Import `modules` in a background thread, in order: the driver needs them only after
+    `ray.init`, which spends most of its seconds waiting for Ray's daemons to start. The
+    import system's module locks keep the two threads apart; a failure here is left to the
+    driver's own import of the module, which then raises it."""
+
+    def run() -> None:
+        for name in modules:
+            with contextlib.suppress(Exception):
+                importlib.import_module(name)
+
+    thread = threading.Thread(target=run, name="preload", daemon=True)
     thread.start()
     return thread
 

@@ -50,3 +50,55 @@ def test_lean_trainer_drops_only_the_callbacks_a_local_run_does_not_use():
     assert set(UNUSED_LOCALLY) <= set(full)  # a Ray upgrade that renames them fails here
     assert [type(cb).__name__ for cb in lean] == [n for n in full if n not in UNUSED_LOCALLY]
     assert "BackendSetupCallback" in full  # the process group is still set up
+
+
+def test_an_embedded_run_starts_no_autoscaling_coordinator():
+    from ray.train import ScalingConfig
+    from ray.train.v2._internal.execution.scaling_policy import create_scaling_policy
+    from ray.train.v2._internal.execution.scaling_policy.elastic import ElasticScalingPolicy
+
+    from driver.embedded_train import LocalFixedScalingPolicy, lean_kwargs
+
+    fixed = create_scaling_policy(ScalingConfig(num_workers=2))
+    lean = lean_kwargs({"scaling_policy": fixed, "other": 1})
+    policy = lean["scaling_policy"]
+    assert type(policy) is LocalFixedScalingPolicy and lean["other"] == 1
+    assert policy.scaling_config is fixed.scaling_config
+    policy.after_controller_start(type("Ctx", (), {"run_id": "r"})())  # no actor, no client
+    assert policy._coordinator_client is None
+    assert policy.make_decision_for_non_running_worker_group().num_workers == 2
+    elastic = ElasticScalingPolicy.__new__(ElasticScalingPolicy)  # it asks the coordinator
+    assert lean_kwargs({"scaling_policy": elastic})["scaling_policy"] is elastic
+
+
+def test_ray_train_still_passes_the_policy_where_the_lean_trainer_takes_it():
+    import inspect
+
+    from ray.train.v2.api.data_parallel_trainer import DataParallelTrainer
+
+    fit = inspect.getsource(DataParallelTrainer.fit)  # a Ray upgrade that moves it fails here
+    assert "self._initialize_and_run_controller(" in fit and "scaling_policy=" in fit
+    run = inspect.getsource(DataParallelTrainer._initialize_and_run_controller)
+    assert 'runtime_env={"env_vars": env_vars}' in run and "TrainController" in run
+
+
+@pytest.mark.parametrize(
+    ("started", "inherited"),
+    [
+        (None, False),  # a Ray this process did not start: Ray Train's runtime environment
+        ({}, False),  # a variable Ray Train hands the controller is missing
+        ({"RAY_WARN_BLOCKING_GET_INSIDE_ASYNC": "0", "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": "2"},
+         True),
+        ({"RAY_WARN_BLOCKING_GET_INSIDE_ASYNC": "0", "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": "9"},
+         False),  # a value changed since Ray started
+    ],
+)  # fmt: skip
+def test_the_controller_needs_no_runtime_env_when_ray_inherited_it(monkeypatch, started, inherited):
+    from ray.train.v2._internal.constants import ENV_VARS_TO_PROPAGATE
+
+    from driver.embedded_train import env_inherited
+
+    for key in ENV_VARS_TO_PROPAGATE:
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", "2")
+    assert env_inherited(started) is inherited
