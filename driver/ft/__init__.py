@@ -7,6 +7,8 @@
 - `shrink`: the request the lowest live group sends after a group is dropped.
 - `target`: the shrink request's RayCluster worker group and Warden, from the pod env.
 - `launch.trainer_parts`: the driver's TorchftConfig, FailureConfig and start gate.
+- `stop`: below `ft.min_replicas` the run ends at once (a Ray Train controller callback),
+  `stop_reason` gives the one-line reason.
 - `loop.run_ft`: the training loop of one worker under torchft (`ft.enabled`), fed by
   `source.SlotSource` (batches by step and slot), checkpointing through
   `session.FtCheckpointSession` (the lowest live group writes).

@@ -2,14 +2,14 @@
 live group (`set_writer` before each step's save).
 
     session = FtCheckpointSession(cfg, state, group=2, control=control)
-    start = session.resume()        # then the torchft Manager's step is set to `start`
+    start = session.resume()        # first start; then the Manager's step is set to `start`
+    ft.restore = session.resume     # started again: read only if no live group is ahead
 
 Each group checkpoints as a world of one (rank 0 of 1, `replica_group` 0 only for group 0
 of the first start, which cleans stale writes; a replacement never cleans). Resuming is
 CheckpointSession's: the first start follows `checkpoint.resume`; a started-again group
-(its control-actor attempt > 0) loads the newest committed checkpoint. That is what a full
-worker-group restart needs (every group at the same step); a replacement for one group is
-then still behind the live groups at its first quorum and heals from them.
+(its control-actor attempt > 0) hands `resume` to `FtReplica.restore`, which calls it only
+when the group's first quorum has no live group ahead to heal from (a full restart).
 """
 
 from __future__ import annotations
