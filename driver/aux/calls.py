@@ -25,14 +25,15 @@ class AuxFuture:
 
     def __init__(self, client: AuxClient, request_id: int, deadline: float):
         self.client, self.id, self.deadline = client, request_id, deadline
-        self.event = threading.Event()
+        self.settled = False
+        self.event: threading.Event | None = None  # made for a waiter that is not the leader
         self.value: Any = None
         self.error: AuxError | None = None
 
     def result(self, timeout: float | None = None) -> Any:
         """The reply payload, or raise its AuxError; AuxTimeout if `timeout` passes first."""
         limit = self.deadline - time.time() + 5.0 if timeout is None else timeout
-        if not self.event.is_set() and not self.client.wait(self, max(0.0, limit)):
+        if not self.settled and not self.client.wait(self, max(0.0, limit)):
             raise AuxTimeout(
                 f"request {self.id}: no result within {limit:.3g} s", service=self.client.service
             )
@@ -41,7 +42,16 @@ class AuxFuture:
         return self.value
 
     def done(self) -> bool:
-        return self.event.is_set()
+        return self.settled
+
+    def wait(self, timeout: float) -> bool:
+        """Block until settled (by another thread) or `timeout` passes."""
+        with self.client.settle_lock:
+            if self.settled:
+                return True
+            if self.event is None:
+                self.event = threading.Event()
+        return self.event.wait(timeout)
 
     def cancel(self) -> bool:
         """Give up on the request (the worker drops it if it has not started it)."""
@@ -52,11 +62,13 @@ class AuxFuture:
 
     def _settle(self, value: Any = None, error: AuxError | None = None) -> bool:
         with self.client.settle_lock:
-            if self.event.is_set():
+            if self.settled:
                 return False
-            self.value, self.error = value, error
-            self.event.set()
-            return True
+            self.value, self.error, self.settled = value, error, True
+            event = self.event
+        if event is not None:
+            event.set()
+        return True
 
 
 class Pending:

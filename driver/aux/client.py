@@ -101,6 +101,7 @@ class AuxClient:
         self.later: list[tuple[float, int, Pending]] = []  # re-sends after a back-off
         self.deadlines: list[tuple[float, int]] = []
         self.closed = self.shut = False
+        self.only: str | None = None  # the one proxy with a weight, when there is one
         with self.io:
             self._set_proxies(dict(proxies))
         self.thread = threading.Thread(target=self._loop, daemon=True)
@@ -189,7 +190,7 @@ class AuxClient:
             lead = not self.leader and not self.shut
             self.leader = self.leader or lead
         if not lead:
-            return future.event.wait(max(0.0, end - time.monotonic()))
+            return future.wait(max(0.0, end - time.monotonic()))
         try:
             self._lead(future, end)
         finally:
@@ -198,17 +199,17 @@ class AuxClient:
                 others = bool(self.inflight or self.parked or self.later)
             if others:  # the background thread reads their replies from now on
                 self._wake()
-        return future.event.is_set()
+        return future.settled
 
     def _lead(self, future: AuxFuture, end: float) -> None:
         poller, version = None, -1
         while True:
             with self.io:
-                if future.event.is_set() or self.shut:
+                if future.settled or self.shut:
                     return
                 self._drain_all()
                 self._timers(time.time())
-                if future.event.is_set():
+                if future.settled:
                     return
                 if version != self.version:
                     poller, version = select.poll(), self.version
@@ -283,7 +284,7 @@ class AuxClient:
         self._reweigh()
 
     def _reweigh(self) -> None:
-        self.wrr.set_weights({a: p.weight() for a, p in self.proxies.items()})
+        self._reweigh_only()
         self._unpark()
 
     def _unpark(self) -> None:
@@ -301,7 +302,9 @@ class AuxClient:
             return
         busy: set[str] = set()
         while True:
-            address = self.wrr.next(exclude=pending.avoid | busy) or self.wrr.next(exclude=busy)
+            address = self.only if not busy else None  # the one proxy with a weight, if so
+            address = address or self.wrr.next(exclude=pending.avoid | busy)
+            address = address or self.wrr.next(exclude=busy)
             if address is None:  # no proxy now, or all their send queues are full
                 self.parked.append(pending)
                 return
@@ -322,6 +325,8 @@ class AuxClient:
 
     def _reweigh_only(self) -> None:
         self.wrr.set_weights({a: p.weight() for a, p in self.proxies.items()})
+        weighted = [a for a, w in self.wrr.weights.items() if w > 0]
+        self.only = weighted[0] if len(weighted) == 1 else None
 
     def _on_message(self, proxy: ProxyLink, frames: list[Any]) -> None:
         proxy.seen = time.monotonic()

@@ -31,6 +31,7 @@ from collections import defaultdict, deque
 from typing import Any
 
 import zmq
+from zmq.backend import Socket as _RawSocket
 from zmq.utils.monitor import recv_monitor_message
 
 from driver.aux import shm, wire
@@ -52,6 +53,8 @@ COUNTERS = (
 )
 HWM = 100_000  # messages queued per peer before a send would block
 EVENT_S = 0.01  # how often the monitor sockets are read
+_EVENTS, _POLLIN = int(zmq.EVENTS), int(zmq.POLLIN)
+_events = _RawSocket.get
 SKEW = 4  # round robin skips a worker holding this many more requests than the least busy
 
 
@@ -165,12 +168,10 @@ class ProxyServer:
                 self._apply_workers()
                 for sock, _ in poller.poll(timeout):
                     handle = self._from_rank if sock is self.front else self._from_worker
-                    for _ in range(256):
-                        try:
-                            frames = wire.recv_frames(sock)
-                        except zmq.Again:
+                    for _ in range(256):  # ZMQ_EVENTS: a failed recv costs an exception
+                        handle(wire.recv_frames(sock))
+                        if not _events(sock, _EVENTS) & _POLLIN:
                             break
-                        handle(frames)
                 now = time.monotonic()
                 if now >= next_events:
                     self._events()
