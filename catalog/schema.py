@@ -303,6 +303,28 @@ class Network(Strict):
         return self
 
 
+class CrossRegion(Strict):
+    """Teams allowed DiLoCo experiments whose synchronizer runs in this cluster and whose
+    learners run in `peers` (docs/diloco.md). Off unless listed: the generated team objects
+    then hold a quota of internal load balancers and a NetworkPolicy admitting `port` from
+    the peers' pod ranges to the team's synchronizer pods only."""
+
+    teams: list[str] = Field(min_length=1, description="teams of this cluster opted in")
+    peers: list[str] = Field(min_length=1, description="clusters whose learners dial in")
+    port: int = Field(default=5555, ge=1024, le=65535, description="the synchronizers' port")
+    load_balancers: int = Field(default=2, ge=1, le=20, description="per team (one a run)")
+
+    @field_validator("teams", "peers")
+    @classmethod
+    def _names(cls, value: list[str]) -> list[str]:
+        for i, name in enumerate(value):
+            if not re.match(DNS_LABEL, name):
+                raise ValueError(f"[{i}]: {name!r} is not a DNS label")
+            if name in value[:i]:
+                raise ValueError(f"[{i}]: {name!r} is listed twice")
+        return value
+
+
 class Buckets(Strict):
     checkpoints: str = Field(description="GCS bucket for checkpoints: <bucket>/<team>/<run>/")
     bundles: str = Field(description="GCS bucket for run bundles and crash bundles")
@@ -334,6 +356,9 @@ class Cluster(Strict):
     buckets: Buckets
     registry: Registry
     teams: list[str] = Field(min_length=1, description="team namespaces runs may target")
+    cross_region: CrossRegion | None = Field(
+        default=None, description="teams opted in to cross-cluster DiLoCo synchronizers here"
+    )
 
     @field_validator("teams")
     @classmethod
@@ -353,6 +378,12 @@ class Cluster(Strict):
             raise ValueError(
                 f"gke_version: {self.gke_version} is not a {self.kubernetes_version} version"
             )
+        cross = self.cross_region
+        for i, team in enumerate(cross.teams if cross else []):
+            if team not in self.teams:
+                raise ValueError(f"cross_region.teams[{i}]: {team!r} is not one of teams")
+        if cross and self.name in cross.peers:
+            raise ValueError(f"cross_region.peers: {self.name!r} is this cluster")
         names = [p.name for p in self.gpu_pools]
         if len(set(names)) != len(names):
             raise ValueError(f"gpu_pools: pool names repeat: {names}")

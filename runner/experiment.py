@@ -327,6 +327,7 @@ def render_synchronizer(exp: Experiment) -> Part:
     s = exp.synchronizer
     cluster = load_cluster(s.cluster, source=exp._origin, field="synchronizer.cluster")
     team = exp.team or exp.namespace
+    check_cross_region(exp, cluster, team)
     state = s.state or f"gs://{cluster.buckets.checkpoints}/{team}/{exp.name}/synchronizer"
     try:
         spec = build_spec(sync_data(exp, state), exp._origin)
@@ -348,6 +349,26 @@ def render_synchronizer(exp: Experiment) -> Part:
     add_identity(manifests, {EXPERIMENT_LABEL: exp.name, LEARNER_LABEL: SYNC_ROLE})
     validate_manifests(manifests, plan.cluster.kubernetes_version, exp._origin)
     return Part(SYNC_ROLE, s.cluster, manifests, plan.totals())
+
+
+def check_cross_region(exp: Experiment, cluster, team: str) -> None:
+    """Learners in other clusters need the synchronizer's cluster to have opted the team in
+    (its catalog's `cross_region`: the quota of internal load balancers and the policy
+    that admits the peers' pods on the port); InputError naming the field otherwise."""
+    remote = sorted({ln.cluster for ln in exp.learners} - {cluster.name})
+    if not remote:
+        return
+    cross, where = cluster.cross_region, f"clusters/{cluster.name}/cluster.yaml cross_region"
+    if cross is None or team not in cross.teams:
+        message = f"team {team!r} is not opted in to cross-region experiments in {cluster.name}"
+        raise InputError(exp._origin, "synchronizer.cluster", f"{message} ({where}.teams)")
+    strangers = [c for c in remote if c not in cross.peers]
+    if strangers:
+        message = f"{cluster.name} admits learners from {cross.peers} only, not {strangers}"
+        raise InputError(exp._origin, "learners", f"{message} ({where}.peers)")
+    if exp.synchronizer.port != cross.port:
+        message = f"{exp.synchronizer.port}: {cluster.name} opens {cross.port} only"
+        raise InputError(exp._origin, "synchronizer.port", f"{message} ({where}.port)")
 
 
 def render_parts(exp: Experiment) -> list[Part]:

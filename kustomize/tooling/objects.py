@@ -7,7 +7,7 @@ init containers are facts of `clusters/<name>/cluster.yaml`, `catalog/accelerato
 
 from __future__ import annotations
 
-from catalog import Cluster, accelerator
+from catalog import Cluster, accelerator, load_cluster
 from catalog import labels as names
 
 Obj = dict
@@ -29,6 +29,10 @@ WORKLOAD_IDENTITY = "iam.gke.io/gcp-service-account"
 RUN_POD_CLIENTS = {"kuberay-system": [8265], "gmp-system": [8080]}
 TEAM_POLICY = "team-isolation"
 NAMESPACE_NAME = "kubernetes.io/metadata.name"
+# Cross-region DiLoCo (the cluster's `cross_region`): the synchronizer pods' labels (as
+# runner.experiment renders them: LEARNER_LABEL = SYNC_ROLE) and the policy admitting peers.
+SYNCHRONIZER_POD = {names.LEARNER: "synchronizer"}
+SYNC_POLICY = "cross-region-synchronizer"
 # LocalQueue.spec.clusterQueue is immutable: Argo CD recreates the queue when it changes.
 RECREATE = {"argocd.argoproj.io/sync-options": "Force=true,Replace=true"}
 
@@ -190,10 +194,54 @@ def team_network_policy(team: str) -> Obj:
             "metadata": {"name": TEAM_POLICY, "namespace": team}, "spec": spec}  # fmt: skip
 
 
-def team_objects(cluster: Cluster, team: str) -> list[Obj]:
-    """A team namespace: its queue, its training service account, RBAC and a quota."""
-    meta = {"name": team, "labels": {names.TEAM: team, names.CLUSTER: cluster.name}}
+def peer_pod_ranges(cluster: Cluster) -> dict[str, str]:
+    """Pod ranges of the clusters whose learners may dial this cluster's synchronizers
+    (`cross_region.peers`, each from its own catalog file); {} when none."""
+    if cluster.cross_region is None:
+        return {}
+    source = f"clusters/{cluster.name}/cluster.yaml"
+    return {
+        peer: load_cluster(peer, source=source, field=f"cross_region.peers[{i}]").network.pods_cidr
+        for i, peer in enumerate(cluster.cross_region.peers)
+    }
+
+
+def synchronizer_policy(team: str, port: int, ranges: dict[str, str]) -> Obj:
+    """Ingress to a team's DiLoCo synchronizer pods from the peer clusters' pods, on the
+    synchronizer port only (in addition to team-isolation; NetworkPolicies add up)."""
+    ingress = [{"from": [{"ipBlock": {"cidr": cidr}} for cidr in ranges.values()],
+                "ports": [{"port": port, "protocol": "TCP"}]}]  # fmt: skip
+    spec = {"podSelector": {"matchLabels": dict(SYNCHRONIZER_POD)},
+            "policyTypes": ["Ingress"], "ingress": ingress}  # fmt: skip
+    return {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+            "metadata": {"name": SYNC_POLICY, "namespace": team}, "spec": spec}  # fmt: skip
+
+
+def team_quota(cluster: Cluster, team: str) -> Obj:
+    """GPUs up to the cluster's; no load balancers or node ports, except for a team opted in
+    to cross-region experiments: `cross_region.load_balancers` internal load balancers (one
+    per synchronizer; each takes a node port too unless the Service turns them off)."""
     gpus = sum(gpu_capacity(cluster, k) for k in cluster.accelerators())
+    cross = cluster.cross_region
+    lbs = cross.load_balancers if cross and team in cross.teams else 0
+    hard = {"requests.nvidia.com/gpu": str(gpus), "services.loadbalancers": str(lbs),
+            "services.nodeports": str(lbs)}  # fmt: skip
+    return {"apiVersion": "v1", "kind": "ResourceQuota",
+            "metadata": {"name": "team", "namespace": team}, "spec": {"hard": hard}}  # fmt: skip
+
+
+def cross_region_objects(cluster: Cluster, team: str) -> list[Obj]:
+    """The synchronizer policy of a team opted in to cross-region experiments, else []."""
+    cross = cluster.cross_region
+    if cross is None or team not in cross.teams:
+        return []
+    return [synchronizer_policy(team, cross.port, peer_pod_ranges(cluster))]
+
+
+def team_objects(cluster: Cluster, team: str) -> list[Obj]:
+    """A team namespace: its queue, its training service account, RBAC, a quota, its
+    network policy (and the cross-region synchronizer policy when opted in)."""
+    meta = {"name": team, "labels": {names.TEAM: team, names.CLUSTER: cluster.name}}
     return [
         {"apiVersion": "v1", "kind": "Namespace", "metadata": meta},
         {"apiVersion": KUEUE_API, "kind": "LocalQueue",
@@ -208,9 +256,7 @@ def team_objects(cluster: Cluster, team: str) -> list[Obj]:
                      "name": RESEARCHER_ROLE},
          "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group",
                        "name": f"{team}-researchers@{GROUP_DOMAIN}"}]},
-        {"apiVersion": "v1", "kind": "ResourceQuota",
-         "metadata": {"name": "team", "namespace": team},
-         "spec": {"hard": {"requests.nvidia.com/gpu": str(gpus), "services.loadbalancers": "0",
-                           "services.nodeports": "0"}}},
+        team_quota(cluster, team),
         team_network_policy(team),
+        *cross_region_objects(cluster, team),
     ]  # fmt: skip
