@@ -13,11 +13,16 @@ with the same echo method. Same payloads on both sides:
 2. Pipelined requests/s, `--window` requests in flight, ours ÷ an async Ray actor's calls
    submitted the same way (goal >= 4).
 3. A 16 MiB float32 array round trip (sent and echoed back): ours ÷ Ray passing it through
-   its object store as the argument and the return value (goal <= 0.5).
+   its object store as the argument and the return value (goal <= 0.5). On one node ours
+   goes through shared memory (driver/aux/shm.py); two warm-up calls on each side.
 4. Scale: one proxy and `--workers` workers under `--ranks` (10,000) simulated ranks, each
    keeping one request outstanding; served per rank over `--seconds` after a warm-up in
    which every rank is served once: max/min (goal <= 1.2) and ranks never served (goal 0).
    The issue's figure is over a minute (`--seconds 60`); the default is shorter.
+
+Also printed, for scale: the same 1 KiB round trip through a bare chain of the same three
+processes (a DEALER, a ROUTER -> ROUTER forwarder in a Python poll loop, a ROUTER echo; no
+checks, no state): what ZeroMQ and the process layout cost before any of our code.
 """
 
 from __future__ import annotations
@@ -57,6 +62,8 @@ def serve(role: str, address: str, workers: list[str]) -> None:
     from driver.aux.proxy import ProxyServer
     from driver.aux.worker import WorkerServer
 
+    if role.startswith("floor"):
+        return floor_serve(role, address, workers)
     if role == "worker":
         server = WorkerServer(Echo(), address, queue_bound=64)
     else:
@@ -66,13 +73,54 @@ def serve(role: str, address: str, workers: list[str]) -> None:
     server.stop()
 
 
-class Service:
-    """A proxy and its workers in child processes."""
+def floor_serve(role: str, address: str, workers: list[str]) -> None:
+    """The floor's processes: a bare ROUTER echo, or a bare ROUTER -> ROUTER forwarder
+    (no checks, no routing decisions, no state): ZeroMQ and the process layout alone."""
+    import threading
 
-    def __init__(self, folder: str, workers: int):
+    context = zmq.Context.instance()
+    if role == "floor-worker":
+        sock = context.socket(zmq.ROUTER)
+        sock.bind(address)
+        print(address, flush=True)
+
+        def loop() -> None:
+            while True:
+                sock.send_multipart(sock.recv_multipart(copy=False), copy=False)
+
+    else:
+        front, back = context.socket(zmq.ROUTER), context.socket(zmq.ROUTER)
+        front.bind("tcp://127.0.0.1:*")
+        back.setsockopt(zmq.CONNECT_ROUTING_ID, b"w")
+        back.connect(workers[0])
+        print(front.getsockopt(zmq.LAST_ENDPOINT).decode(), flush=True)
+
+        def loop() -> None:
+            poller = zmq.Poller()
+            poller.register(front, zmq.POLLIN)
+            poller.register(back, zmq.POLLIN)
+            while True:
+                for sock, _ in poller.poll():
+                    frames = sock.recv_multipart(copy=False)
+                    if sock is front:
+                        back.send_multipart([b"w", *frames], copy=False)
+                    else:
+                        front.send_multipart(frames[1:], copy=False)
+
+    threading.Thread(target=loop, daemon=True).start()
+    sys.stdin.read()
+
+
+class Service:
+    """A proxy and its workers in child processes (`floor`: the bare ZeroMQ ones)."""
+
+    def __init__(self, folder: str, workers: int, floor: bool = False):
         self.procs: list[subprocess.Popen] = []
-        addresses = [self._start("worker", f"ipc://{folder}/w{i}.sock") for i in range(workers)]
-        self.address = self._start("proxy", "", addresses)
+        kind = "floor-" if floor else ""
+        addresses = [
+            self._start(f"{kind}worker", f"ipc://{folder}/{kind}w{i}.sock") for i in range(workers)
+        ]
+        self.address = self._start(f"{kind}proxy", "", addresses)
 
     def _start(self, role: str, address: str, workers: list[str] | None = None) -> str:
         cmd = [sys.executable, __file__, "--role", role, "--address", address]
@@ -124,11 +172,29 @@ def ours(address: str, args: argparse.Namespace, small: dict, big: np.ndarray) -
             args.pipelined,
             args.window,
         )
-        assert np.array_equal(client.call("echo", {"x": big})["x"], big)
+        for _ in range(2):  # the first sets up the shared-memory segments, on each side
+            assert np.array_equal(client.call("echo", {"x": big})["x"], big)
         tensor = timed(lambda: client.call("echo", {"x": big}), args.big_calls)
     finally:
         client.close()
     return {"latency": latency, "rate": rate, "big": float(np.median(tensor))}
+
+
+def floor(address: str, args: argparse.Namespace, small: dict) -> list[float]:
+    """Round trips of the same 1 KiB through the bare chain (`floor_serve`)."""
+    sock = zmq.Context.instance().socket(zmq.DEALER)
+    sock.setsockopt(zmq.LINGER, 0)
+    sock.connect(address)
+    frames = [b"req", small["x"]]
+
+    def call() -> None:
+        sock.send_multipart(frames)
+        sock.recv_multipart()
+
+    timed(call, args.calls // 5)
+    latency = timed(call, args.calls)
+    sock.close(0)
+    return latency
 
 
 def ray_side(args: argparse.Namespace, small: dict, big: np.ndarray) -> dict:
@@ -152,7 +218,8 @@ def ray_side(args: argparse.Namespace, small: dict, big: np.ndarray) -> dict:
         timed(lambda: ray.get(actor.echo.remote(small)), args.calls // 5)
         latency = timed(lambda: ray.get(actor.echo.remote(small)), args.calls)
         rate = pipelined(lambda: aio.echo.remote(small), ray.get, args.pipelined, args.window)
-        assert np.array_equal(ray.get(actor.echo.remote({"x": big}))["x"], big)
+        for _ in range(2):
+            assert np.array_equal(ray.get(actor.echo.remote({"x": big}))["x"], big)
         tensor = timed(lambda: ray.get(actor.echo.remote({"x": big})), args.big_calls)
     finally:
         ray.shutdown()
@@ -228,8 +295,13 @@ def ratio(a: float, b: float) -> float:
 def report(mine: dict, theirs: dict | None, scaled: dict) -> None:
     p50, p99 = percentiles(mine["latency"])
     print(f"1 KiB round trip   ours p50 {p50:8.1f} us  p99 {p99:8.1f} us")
+    if mine.get("floor"):
+        f50, f99 = percentiles(mine["floor"])
+        print(f"1 KiB round trip   floor p50 {f50:8.1f} us  p99 {f99:8.1f} us (bare ZeroMQ)")
     print(f"pipelined          ours {mine['rate']:9.0f} req/s")
     print(f"16 MiB round trip  ours {mine['big'] * 1e3:8.2f} ms")
+    if mine.get("floor"):
+        print(f"ratio ours / floor  {ratio(p50, percentiles(mine['floor'])[0]):.3f} (p50)")
     if theirs is not None:
         r50, r99 = percentiles(theirs["latency"])
         print(f"1 KiB round trip   Ray  p50 {r50:8.1f} us  p99 {r99:8.1f} us")
@@ -260,7 +332,8 @@ def main(argv: list[str] | None = None) -> int:
     add("--ranks", type=int, default=10_000, help="simulated ranks in the scale case")
     add("--seconds", type=float, default=30.0, help="scale case window (the issue: 60)")
     add("--no-ray", action="store_true", help="our side only")
-    add("--role", choices=["bench", "worker", "proxy"], default="bench", help=argparse.SUPPRESS)
+    roles = ["bench", "worker", "proxy", "floor-worker", "floor-proxy"]
+    add("--role", choices=roles, default="bench", help=argparse.SUPPRESS)
     add("--address", default="", help=argparse.SUPPRESS)
     add("--worker-addresses", default="[]", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -277,6 +350,11 @@ def main(argv: list[str] | None = None) -> int:
         service = Service(folder, workers=1)
         try:
             mine = ours(service.address, args, small, big)
+        finally:
+            service.close()
+        service = Service(folder, workers=1, floor=True)
+        try:
+            mine["floor"] = floor(service.address, args, small)
         finally:
             service.close()
         theirs = None if args.no_ray else ray_side(args, small, big)
