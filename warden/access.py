@@ -63,6 +63,19 @@ def bearer(header: str | None) -> str:
     return token.strip()
 
 
+def body_length(headers, limit: int) -> int:
+    """The length of a JSON request body (`Content-Length`, at most `limit` bytes)."""
+    kind = (headers.get("Content-Type") or "").partition(";")[0].strip().lower()
+    if kind != "application/json":
+        raise Refusal(415, "Content-Type must be application/json")
+    length = headers.get("Content-Length")
+    if length is None or not length.isdigit():
+        raise Refusal(411, "Content-Length required")
+    if int(length) > limit:
+        raise Refusal(413, f"body of {length} bytes is over {limit}")
+    return int(length)
+
+
 class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
 

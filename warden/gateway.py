@@ -18,7 +18,8 @@ The caller is the service account whose projected token (audience `audience`) th
 server accepts in a TokenReview; its namespace bounds what it may touch (warden.access).
 A refusal is a status and {"error": one line}; every reply is counted by route and status
 (`counts`, and `warden_gateway_requests` on the worker's Prometheus endpoint). Bodies are
-JSON of at most MAX_BODY bytes; nothing is unpickled.
+JSON of at most MAX_BODY bytes; nothing is unpickled. At most MAX_IN_FLIGHT requests
+are served at once (429 beyond).
 """
 
 from __future__ import annotations
@@ -43,19 +44,30 @@ from warden.model import ShrinkInput
 
 log = logging.getLogger("warden.gateway")
 MAX_BODY = 64 * 1024
+MAX_IN_FLIGHT = 16  # requests served at once; more are refused (429), not queued
 READ_TIMEOUT_S = 10.0
 
 
 class Gateway:
     """The gateway's logic over a Kubernetes adapter and a Temporal client on `loop`."""
 
-    def __init__(self, kube: WardenKube, client, task_queue: str, loop: asyncio.AbstractEventLoop,
-                 *, audience: str = "warden", service_accounts: frozenset[str] = frozenset(
-                     {labels.TRAINING_KSA}), wait_s: float = 20.0, meter=None):  # fmt: skip
+    def __init__(
+        self,
+        kube: WardenKube,
+        client,
+        task_queue: str,
+        loop: asyncio.AbstractEventLoop,
+        *,
+        audience: str = "warden",
+        service_accounts: frozenset[str] = frozenset({labels.TRAINING_KSA}),
+        wait_s: float = 20.0,
+        meter=None,
+    ):
         self.kube, self.client, self.task_queue, self.loop = kube, client, task_queue, loop
         self.audience, self.service_accounts, self.wait_s = audience, service_accounts, wait_s
         self.counts: Counter[tuple[str, int]] = Counter()
         self._lock = threading.Lock()
+        self._slots = threading.BoundedSemaphore(MAX_IN_FLIGHT)
         self._meter = meter and meter.create_counter(
             "warden_gateway_requests", "gateway requests by route and reply status"
         )
@@ -67,7 +79,12 @@ class Gateway:
     def answer(self, method: str, path: str, headers: Mapping[str, str], read) -> tuple[int, dict]:
         """Status and JSON reply to one request; `read(n)` reads n bytes of its body."""
         try:
-            status, reply = self._answer(method, path, headers, read)
+            if not self._slots.acquire(blocking=False):
+                raise Refusal(429, f"more than {MAX_IN_FLIGHT} requests in flight; retry later")
+            try:
+                status, reply = self._answer(method, path, headers, read)
+            finally:
+                self._slots.release()
         except Refusal as refusal:
             status, reply = refusal.status, {"error": refusal.reason}
         except ApiError as err:  # Kubernetes failed or did not answer: not the caller's fault
@@ -94,7 +111,7 @@ class Gateway:
             raise Refusal(404, f"no route {path[:80]}")
         if method != "POST":
             raise Refusal(405, f"{path} takes POST")
-        raw = body(headers, read)
+        raw = read(access.body_length(headers, MAX_BODY))
         token = access.bearer(headers.get("Authorization"))
         status = self.kube.review_token(token, [self.audience])
         who = access.caller(status, self.audience, self.service_accounts)
@@ -155,19 +172,6 @@ class Gateway:
 
 def one_line(err: BaseException) -> str:
     return (str(err).splitlines() or [""])[0][:200]
-
-
-def body(headers: Mapping[str, str], read) -> bytes:
-    """The request body: JSON, with a Content-Length of at most MAX_BODY."""
-    kind = (headers.get("Content-Type") or "").partition(";")[0].strip().lower()
-    if kind != "application/json":
-        raise Refusal(415, "Content-Type must be application/json")
-    length = headers.get("Content-Length")
-    if length is None or not length.isdigit():
-        raise Refusal(411, "Content-Length required")
-    if int(length) > MAX_BODY:
-        raise Refusal(413, f"body of {length} bytes is over {MAX_BODY}")
-    return read(int(length))
 
 
 def handler_for(gateway: Gateway) -> type[BaseHTTPRequestHandler]:

@@ -16,7 +16,7 @@ import pytest
 
 from warden.client import GatewayError, post, start_shrink_sync
 from warden.fakefleet import FakeCluster
-from warden.gateway import MAX_BODY, Gateway
+from warden.gateway import MAX_BODY, MAX_IN_FLIGHT, Gateway
 
 NS, CLUSTER, GROUP = "research", "lm-x7", "h200"
 
@@ -176,3 +176,18 @@ def test_the_worker_serves_the_gateway_when_configured():
             server.shutdown()
 
     assert asyncio.run(main()) == (200, "")
+
+
+def test_kubernetes_trouble_and_a_flood_are_refused_not_queued(gate):
+    fleet, gateway, url, token_file = gate
+    fleet.inject("kube", "review_token", 503)
+    assert shrink_status(url, token_file())[0] == 503
+    fleet.inject("kube", "get_raycluster", "timeout")
+    status, reason = shrink_status(url, token_file())
+    assert status == 503 and reason.startswith("kubernetes: "), reason
+    for _ in range(MAX_IN_FLIGHT):
+        gateway._slots.acquire()
+    status, reason = shrink_status(url, token_file())
+    assert status == 429 and reason.startswith(f"more than {MAX_IN_FLIGHT} requests in flight")
+    assert gateway.counts[("/v1/shrink", 503)] == 2 and gateway.counts[("/v1/shrink", 429)] == 1
+    assert fleet.counts("shrink") == {}
