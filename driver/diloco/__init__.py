@@ -8,7 +8,9 @@
 - `synchronizer`: the server (`python -m driver.diloco.synchronizer --help`).
 - `config`: a learner's settings (`LearnerConfig`, also from `REVE_DILOCO_*`).
 - `learner`: the component a training loop calls after every optimizer step (`make`:
-  a `Learner`, or `Streaming` for a model synced in fragments).
+  a `Learner`, or `streaming.Streaming` for a model synced in fragments).
+- `resume`: a learner's sync state in its training checkpoint (`LearnerState`).
+- `hook`: what the driver's loop calls (`prepare`, `checkpoint_state`, `start`, ...).
 - `trainer`, `local`: a small learner process over the reference LM, and a local
   experiment (synchronizer + learners as processes on loopback).
 - `slowlink`: a slow cross-region link on one machine (namespaces, veth, tc tbf).

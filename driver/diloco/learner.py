@@ -16,8 +16,8 @@ merges when the update arrives, by `merge`:
 them (see outer.merge). The inner optimizer's state is kept across merges. A late or
 returning learner gets the shared weights whole and continues from them.
 
-With `fragments` > 1 (streaming) `make` returns `Streaming`: one Learner per fragment of
-the parameters, each on its own staggered schedule (docs/diloco.md).
+With `fragments` > 1 (streaming) `make` returns `streaming.Streaming`: one Learner per
+fragment of the parameters, each on its own staggered schedule (docs/diloco.md).
 
 In a multi-process learner (torch.distributed initialised, several ranks) rank 0 talks to
 the synchronizer and broadcasts each merge to the other ranks; every rank calls after_step.
@@ -36,7 +36,7 @@ from driver.diloco.config import ENV_PREFIX, LearnerConfig
 from driver.diloco.link import Client
 
 log = logging.getLogger("driver.diloco.learner")
-__all__ = ["ENV_PREFIX", "Learner", "LearnerConfig", "Streaming", "make"]
+__all__ = ["ENV_PREFIX", "Learner", "LearnerConfig", "make"]
 
 
 class Learner:
@@ -209,56 +209,14 @@ class Learner:
         return self.client.sent_bytes if self.client else 0
 
 
-class Streaming:
-    """Streaming sync: the model in `cfg.fragments` fragments (contiguous, of about equal
-    size), each a `Learner` with its own connection, round and staggered schedule. Same
-    methods as Learner."""
+def make(cfg: LearnerConfig, model: torch.nn.Module):
+    """The learner for a config: one Learner, or `streaming.Streaming` when `cfg.fragments`
+    > 1."""
+    if cfg.fragments > 1:
+        from driver.diloco.streaming import Streaming
 
-    def __init__(self, cfg: LearnerConfig, model: torch.nn.Module):
-        sizes = [(k, p.numel()) for k, p in model.named_parameters()]
-        parts = outer.partition(sizes, cfg.fragments)
-        self.parts = [Learner(cfg, f, names) for f, names in enumerate(parts)]
-
-    def start(self, model: torch.nn.Module) -> None:
-        for part in self.parts:
-            part.start(model)
-
-    def after_step(self, step: int, model: torch.nn.Module) -> None:
-        for part in self.parts:
-            part.after_step(step, model)
-
-    def finish(self, model: torch.nn.Module) -> None:
-        for part in self.parts:
-            part.finish(model)
-
-    def close(self) -> None:
-        for part in self.parts:
-            part.close()
-
-    @property
-    def round(self) -> int:
-        return min(part.round for part in self.parts)
-
-    @property
-    def merges(self) -> list[dict]:
-        return sorted((m for p in self.parts for m in p.merges), key=lambda m: m["step"])
-
-    @property
-    def wait_s(self) -> float:
-        return sum(part.wait_s for part in self.parts)
-
-    @property
-    def pushes(self) -> list[dict]:
-        return [push for part in self.parts for push in part.pushes]
-
-    @property
-    def sent_bytes(self) -> int:
-        return sum(part.sent_bytes for part in self.parts)
-
-
-def make(cfg: LearnerConfig, model: torch.nn.Module) -> Learner | Streaming:
-    """The learner for a config: one Learner, or Streaming when `cfg.fragments` > 1."""
-    return Streaming(cfg, model) if cfg.fragments > 1 else Learner(cfg)
+        return Streaming(cfg, model)
+    return Learner(cfg)
 
 
 def _distributed() -> bool:

@@ -92,3 +92,28 @@ def test_a_checkpoint_of_another_learner_is_refused(sync_thread, keys_dir):
         LearnerState(b, model).load_state_dict(saved)
     a.close()
     b.close()
+
+
+def test_a_streaming_learner_saves_and_restores_every_fragment(sync_thread, keys_dir):
+    from driver.diloco.learner import LearnerConfig, make
+
+    sync = sync_thread("run", expect=("a",))
+    model, opt = model_and_optimizer(0)
+    timeouts = {"barrier_timeout_s": 20.0, "join_timeout_s": 20.0}
+    cfg = LearnerConfig(sync.address, "a", keys_dir, 4, fragments=2, compression="int8", **timeouts)
+    first = make(cfg, model)
+    first.start(model)
+    for i in range(5):  # fragment 1 syncs after step 1, fragment 0 after step 3
+        step(model, opt, i)
+        first.after_step(i, model)
+    saved = LearnerState(first, model).state_dict()
+    first.close()
+    assert sorted(saved) == ["fragment0", "fragment1"]
+    second = make(cfg, model)
+    LearnerState(second, model).load_state_dict(saved)
+    for a, b in zip(first.parts, second.parts, strict=True):
+        assert (b.round, b.local_steps, b.resumed) == (a.round, a.local_steps, True)
+        assert a.round == 1 and set(b.base) == set(a.base) == set(a.residual)
+        assert all(torch.equal(a.base[k], b.base[k]) for k in a.base)
+        assert all(torch.equal(a.residual[k], b.residual[k]) for k in a.residual)
+    second.close()
