@@ -2,24 +2,16 @@
 
     gateway = Gateway(kube, temporal_client, "warden", asyncio.get_running_loop())
     server = gateway.serve("0.0.0.0:8080")   # a ThreadingHTTPServer in a daemon thread
-    ...; server.shutdown()
 
-`warden worker` serves it when `gateway.address` (WARDEN_GATEWAY_ADDRESS) is set; the
-client is `warden.client`. Routes (JSON in, JSON out, `Authorization: Bearer <token>`):
-
-- `POST /v1/shrink` {raycluster, worker_group, replicas_from, replicas_to[, namespace]}:
-  starts ShrinkWorkflow for a worker group of a RayCluster in the caller's namespace and
-  waits up to `wait_s` for it: 200 with the result, else 202 with the workflow id.
-- `POST /v1/stragglers` {findings: [...]}: persistent stragglers become ambiguous node
-  findings, only on nodes where a pod of the caller's namespace runs: 200 {started}.
-- `GET /healthz`: 200, no token (the kubelet's probe).
-
-The caller is the service account whose projected token (audience `audience`) the API
-server accepts in a TokenReview; its namespace bounds what it may touch (warden.access).
-A refusal is a status and {"error": one line}; every reply is counted by route and status
-(`counts`, and `warden_gateway_requests` on the worker's Prometheus endpoint). Bodies are
-JSON of at most MAX_BODY bytes; nothing is unpickled. At most MAX_IN_FLIGHT requests
-are served at once (429 beyond).
+`warden worker` serves it when `gateway.address` is set; its client is `warden.client`.
+`POST /v1/shrink` starts ShrinkWorkflow for a worker group of a RayCluster in the caller's
+namespace (200 with the result, or 202 while it runs past `wait_s`); `POST /v1/stragglers`
+turns persistent stragglers into ambiguous node findings, only on nodes where a pod of the
+caller's namespace runs; `GET /healthz` needs no token. The caller is the service account
+whose projected token (audience `audience`) a TokenReview accepts (warden.access). Replies
+are JSON, refusals a status and {"error": one line}, each counted by route and status
+(`counts`, `warden_gateway_requests`); bodies are JSON of at most MAX_BODY bytes, nothing
+is unpickled, at most MAX_IN_FLIGHT requests are served at once. Routes: docs/warden.md.
 """
 
 from __future__ import annotations
@@ -40,7 +32,7 @@ from warden import access, starters
 from warden.access import Caller, Refusal
 from warden.errors import ApiError, NotFound
 from warden.kube import WardenKube
-from warden.model import ShrinkInput
+from warden.model import ShrinkInput, Timings
 
 log = logging.getLogger("warden.gateway")
 MAX_BODY = 64 * 1024
@@ -61,9 +53,12 @@ class Gateway:
         audience: str = "warden",
         service_accounts: frozenset[str] = frozenset({labels.TRAINING_KSA}),
         wait_s: float = 20.0,
+        timings: Timings | None = None,
         meter=None,
     ):
+        """`timings`: those of the node workflows a finding starts (the worker's)."""
         self.kube, self.client, self.task_queue, self.loop = kube, client, task_queue, loop
+        self.timings = timings or Timings()
         self.audience, self.service_accounts, self.wait_s = audience, service_accounts, wait_s
         self.counts: Counter[tuple[str, int]] = Counter()
         self._lock = threading.Lock()
@@ -156,7 +151,7 @@ class Gateway:
         started = {}
         for node, reason in reasons.items():
             reason = f"{reason} (reported by namespace {who.namespace})"
-            coro = starters.report_node(self.client, node, reason, self.task_queue)
+            coro = starters.report_node(self.client, node, reason, self.task_queue, self.timings)
             started[node] = self._await(coro, 30.0)
         return 200, {"started": started}
 

@@ -26,7 +26,8 @@ def rendered_worker_group() -> tuple[str, str, int]:
 
 
 async def serving(h, **kwargs):
-    gateway = Gateway(h.fleet.kube, h.client, h.queue, asyncio.get_running_loop(), **kwargs)
+    loop = asyncio.get_running_loop()
+    gateway = Gateway(h.fleet.kube, h.client, h.queue, loop, timings=h.timings, **kwargs)
     server = gateway.serve("127.0.0.1:0")
     return gateway, server, f"http://127.0.0.1:{server.server_port}"
 
