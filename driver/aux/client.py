@@ -8,8 +8,9 @@ Thread-safe: any thread may call or submit. The sockets (a DEALER per proxy) and
 request state are guarded by one lock and used by whichever thread holds it: `submit`
 sends from the caller's thread, a caller waiting in `result()` reads the sockets itself (one
 such "leader" at a time; others wait for it to settle their futures), and a background
-thread keeps time (deadlines, pings, connection events) and reads replies nobody waits on.
-A call thus crosses no thread of ours on its way out or back.
+thread keeps time (deadlines, pings, connection events), reads replies nobody waits on
+(every `TICK_S`) and, between two leaders, those that other threads wait on. A call thus
+crosses no thread of ours on its way out or back, and `submit` wakes nobody.
 
 Requests go to the proxies by smooth weighted round robin, weight = the proxy's live worker
 count (the given count until its first pong reports one). A proxy whose
@@ -87,6 +88,7 @@ class AuxClient:
         self.io = threading.Lock()  # sockets and request state: held by whoever moves them
         self.leader = False  # a caller waits in result() and reads the sockets itself
         self.watching = False  # the background thread polls the proxies' sockets
+        self.waiters = 0  # threads in result() that are not the leader
         self.wake_r, self.wake_w = os.pipe()
         os.set_blocking(self.wake_r, False)
         os.set_blocking(self.wake_w, False)
@@ -112,16 +114,11 @@ class AuxClient:
 
     def call(self, method: str, payload: dict, deadline_s: float | None = None) -> Any:
         """Send and wait for the reply; raises an AuxError subclass."""
-        return self._submit(method, payload, deadline_s).result()
+        return self.submit(method, payload, deadline_s).result()
 
     def submit(self, method: str, payload: dict, deadline_s: float | None = None) -> AuxFuture:
-        """Send without waiting; the future settles by the deadline at the latest."""
-        future = self._submit(method, payload, deadline_s)
-        if not (self.watching or self.leader):  # someone must read the reply
-            self._wake()
-        return future
-
-    def _submit(self, method: str, payload: dict, deadline_s: float | None) -> AuxFuture:
+        """Send without waiting; the future settles by the deadline at the latest (its
+        reply is read by `result()`, or within `TICK_S` by the background thread)."""
         deadline = time.time() + (self.deadline_s if deadline_s is None else deadline_s)
         future = AuxFuture(self, next(self.ids), deadline)
         try:
@@ -184,22 +181,33 @@ class AuxClient:
 
     def wait(self, future: AuxFuture, limit_s: float) -> bool:
         """Block until `future` settles or `limit_s` passes (False). The first waiter leads:
-        it reads the sockets itself until its own reply is in."""
+        it reads the sockets itself until its own reply is in. Others wait for the leader
+        to settle theirs; when it leaves, the background thread reads for them until one
+        of them leads."""
         end = time.monotonic() + limit_s
-        with self.io:
-            lead = not self.leader and not self.shut
-            self.leader = self.leader or lead
-        if not lead:
-            return future.wait(max(0.0, end - time.monotonic()))
-        try:
-            self._lead(future, end)
-        finally:
+        while not future.settled:
             with self.io:
-                self.leader = False
-                others = bool(self.inflight or self.parked or self.later)
-            if others:  # the background thread reads their replies from now on
-                self._wake()
-        return future.settled
+                lead = not self.leader and not self.shut
+                self.leader = self.leader or lead
+                self.waiters += not lead
+            if lead:
+                try:
+                    self._lead(future, end)
+                finally:
+                    with self.io:
+                        self.leader = False
+                        others = self.waiters > 0
+                    if others:
+                        self._wake()
+                return future.settled
+            try:
+                left = end - time.monotonic()
+                if left <= 0 or future.wait(min(left, TICK_S)):
+                    return future.settled
+            finally:
+                with self.io:
+                    self.waiters -= 1
+        return True
 
     def _lead(self, future: AuxFuture, end: float) -> None:
         poller, version = None, -1
@@ -239,7 +247,7 @@ class AuxClient:
                         self._heartbeat()
                         next_beat = time.monotonic() + 0.05
                     self._drain_all()  # pings may have taken the signal of a reply
-                    self.watching = not self.leader
+                    self.watching = not self.leader and self.waiters > 0
                     if (version, watching) != (self.version, self.watching):
                         version, watching, poller = self.version, self.watching, select.poll()
                         poller.register(self.wake_r, select.POLLIN)
