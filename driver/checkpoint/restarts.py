@@ -3,7 +3,9 @@
 Ray Train restarts a failed worker group up to `checkpoint.max_failures` times when
 periodic checkpoints are on (without them there is nothing to restart from: 0). The
 workers of a restarted group resume from the newest committed checkpoint of the run
-(`driver.checkpoint.session`); staged or partial ones are never used.
+(`driver.checkpoint.session`); staged or partial ones are never used. Under torchft
+(`ft.enabled`, driver/ft/launch.py) Ray Train replaces only a failed replica group, which
+heals from a live group and reads the checkpoint only when no group is ahead.
 """
 
 from __future__ import annotations
