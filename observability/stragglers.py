@@ -2,7 +2,7 @@
 
     from observability import stragglers
     rows = stragglers.run_chdb(session, "straggler_ranks", team="research", run="tiny-lm",
-                               start=t0, end=t1)
+                               start=t0, end=t1)          # list of dicts (frame_chdb: pandas)
 
 Three queries, each one file (shared parts are `--@include`d): `straggler_ranks` (arrival
 skew per rank per ~30 s window), `straggler_nodes` (per node per window) and
@@ -83,6 +83,15 @@ def run_chdb(
     values = used(name, params(team, run, start, end, thresholds))
     text = session.query(sql(name), "JSONEachRow", params=values).bytes().decode()
     return [json.loads(line) for line in text.splitlines() if line]
+
+
+def frame_chdb(
+    session, name: str, team: str, run: str, start, end, thresholds: Thresholds = DEFAULT
+):
+    """`run_chdb` as a pandas DataFrame, read from chDB's columnar output (no JSON between):
+    for callers that analyse the rows further (and the benchmark, whose peer is pandas)."""
+    values = used(name, params(team, run, start, end, thresholds))
+    return session.query(sql(name), "DataFrame", params=values)
 
 
 def run_http(

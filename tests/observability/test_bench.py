@@ -16,8 +16,17 @@ def test_tiny_run_names_the_straggler(bench, chdb_session):
     lines = []
     result = bench.run(records=64 * 400, ranks=64, repeat=1, say=lines.append)
     assert result["records"] == 64 * 400
-    assert result["named"] == (result["injected"], result["injected"]) == ({21}, {21})
+    assert result["named"] == (result["injected"],) * 3 == ({21},) * 3
     assert any(line.startswith("ratio chDB / pandas") for line in lines)
+    assert any(line.startswith("before: load average") for line in lines)
+
+
+def test_memory_table_has_the_platform_columns(bench):
+    from kustomize.tooling import clickhouse
+
+    ddl = bench.memory_ddl(clickhouse.SCHEMA.read_text())
+    assert ddl.startswith(f"CREATE TABLE {bench.MEMORY}") and ddl.endswith("ENGINE = Memory")
+    assert "instance         UInt64 MATERIALIZED" in ddl and "exec_time_us" in ddl
 
 
 def test_records_must_cover_the_ranks(bench):
