@@ -162,7 +162,7 @@ class Lease:
 class Attached:
     """A worker's mappings of its ranks' segments, most recently used kept."""
 
-    def __init__(self, max_maps: int = 64, max_bytes: int = 8 << 30):
+    def __init__(self, max_maps: int = 64, max_bytes: int = 2 << 30):
         self.max_maps, self.max_bytes = max_maps, max_bytes
         self.maps: OrderedDict[str, mmap.mmap] = OrderedDict()
 
@@ -178,13 +178,13 @@ class Attached:
             self.maps.move_to_end(token)
             return found
         path = f"/proc/{pid}/fd/{fd}"
-        try:  # only our clients' segments: never another file a reference might name
-            if not os.readlink(path).startswith(f"/memfd:{PREFIX}"):
-                raise ValueError(f"{path} is not a shared-memory segment")
-            handle = os.open(path, os.O_RDWR | os.O_CLOEXEC)
+        try:
+            handle = os.open(path, os.O_RDWR | os.O_CLOEXEC | os.O_NOCTTY | os.O_NONBLOCK)
         except OSError as err:
             raise ValueError(f"shared memory of process {pid} not reachable ({err})") from None
-        try:
+        try:  # only our clients' segments (what was opened, not what the path named before)
+            if not os.readlink(f"/proc/self/fd/{handle}").startswith(f"/memfd:{PREFIX}"):
+                raise ValueError(f"{path} is not a shared-memory segment")
             if os.fstat(handle).st_ino != inode:
                 raise ValueError(f"shared memory {token} is gone")
             found = mmap.mmap(handle, os.fstat(handle).st_size, flags=_FLAGS)
