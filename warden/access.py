@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 SERVICE_ACCOUNT_PREFIX = "system:serviceaccount:"
 # DNS-1123 labels: Kubernetes namespaces, RayCluster and worker-group names, node names.
 NAME = r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$"
+STAMP = r"^[0-9A-Za-z:. +-]*$"  # a timestamp as ClickHouse prints it; no line breaks
 MAX_REPLICAS = 100_000
 MAX_FINDINGS = 256
 T = TypeVar("T", bound="Strict")
@@ -96,13 +97,13 @@ class Finding(Strict):
 
     rank: int = Field(ge=0)
     node: str = Field(pattern=NAME, max_length=253)
-    pod: str = Field(default="?", max_length=253)
+    pod: str = Field(default="?", pattern=NAME, max_length=253)
     persistent: bool
     straggler_windows: int = Field(ge=0)
     windows: int = Field(ge=0)
     delay_us: float = Field(ge=0)
-    since: str = Field(default="?", max_length=40)
-    until: str = Field(default="?", max_length=40)
+    since: str = Field(default="?", pattern=STAMP, max_length=40)
+    until: str = Field(default="?", pattern=STAMP, max_length=40)
 
 
 class StragglersBody(Strict):

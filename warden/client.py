@@ -84,7 +84,7 @@ def start_shrink_sync(url: str | None, namespace: str, name: str, group: str,
 
 def finding_row(row: dict) -> dict:
     """A straggler_findings.sql row reduced to the columns the gateway takes, typed."""
-    return {k: kind(row[k]) for k, kind in FINDING_FIELDS.items() if row.get(k) is not None}
+    return {k: kind(row[k]) for k, kind in FINDING_FIELDS.items() if row.get(k) not in (None, "")}
 
 
 def report_stragglers_sync(url: str | None, findings: Iterable[dict],

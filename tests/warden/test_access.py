@@ -71,3 +71,34 @@ def test_group_index():
     assert group_index(cluster, "h200") == 1
     with pytest.raises(Refusal, match=r"research/lm has no worker group cpu \(has: \['aux',"):
         group_index(cluster, "cpu")
+
+
+GOOD_FINDING = {"rank": 3, "node": "gke-a-1", "pod": "lm-worker-1", "persistent": True,
+                "straggler_windows": 9, "windows": 10, "delay_us": 2.5e4,
+                "since": "2026-12-01 14:19:00", "until": "2026-12-01T14:24:00Z"}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("change", "error"),
+    [
+        ({}, None),
+        ({"pod": "lm\nforged line"}, "findings.0.pod: String should match pattern"),
+        ({"since": "x\ny"}, "findings.0.since: String should match pattern"),
+        ({"node": "../etc"}, "findings.0.node: String should match pattern"),
+        ({"rank": -1}, "findings.0.rank: Input should be greater than or equal to 0"),
+        ({"persistent": 1}, "findings.0.persistent: Input should be a valid boolean"),
+        ({"extra": 1}, "findings.0.extra: Extra inputs are not permitted"),
+    ],
+)
+def test_straggler_findings_are_strict(change, error):
+    import json
+
+    from warden.access import StragglersBody, parse
+
+    raw = json.dumps({"findings": [{**GOOD_FINDING, **change}]}).encode()
+    if error is None:
+        assert parse(StragglersBody, raw).findings[0].node == "gke-a-1"
+        return
+    with pytest.raises(Refusal) as err:
+        parse(StragglersBody, raw)
+    assert err.value.status == 400 and err.value.reason.startswith(error), err.value.reason
