@@ -1,9 +1,10 @@
 """Per-step metrics into ClickHouse's `platform.run_metrics` (kustomize/bases/observability).
 
 The driver's progress thread hands every drained metrics row (every rank's, tagged with its
-`rank`) to `RunMetricsWriter.add`; each becomes one long-format row per numeric metric
-(`name` as driver.metrics.names maps it, `value`) with the run's identity (cluster, team,
-run) and the rank's pod and node. The writer signs in as the user and password in the
+`rank` and `attempt`) to `RunMetricsWriter.add`; each becomes one long-format row per numeric
+metric (`name` as driver.metrics.names maps it, `value`) with the run's label set
+(driver.metrics.writers.row_labels: cluster, team, run, learner, attempt, the rank's pod and
+node, service), built by observability.store.metric_rows as the run's chDB store's rows are. The writer signs in as the user and password in the
 environment (`USER_ENV`, `PASSWORD_ENV`: in a cluster, `runs` and the `clickhouse-runs`
 Secret's password, docs/security.md); never from the URL.
 Rows go out in one HTTP `INSERT ... FORMAT JSONEachRow` per drain (about once a second),
@@ -19,14 +20,14 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import os
 import urllib.parse
 import urllib.request
-from datetime import UTC, datetime
 
 from driver.metrics import CLICKHOUSE_ENV
-from driver.metrics.names import NOT_METRICS, metric_name
+from driver.metrics.names import metric_name
+from driver.metrics.writers import row_labels, values
+from observability import store
 
 log = logging.getLogger("driver.clickhouse")
 TABLE = "platform.run_metrics"
@@ -45,25 +46,10 @@ def auth_headers(env=os.environ) -> dict[str, str]:
 
 
 def metric_rows(row: dict, identity: dict[str, str]) -> list[dict]:
-    """The long-format rows of one metrics row: one per finite numeric field."""
-    ts = datetime.fromtimestamp(row["time"], UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
-    base = {
-        "ts": ts,
-        "cluster": identity.get("cluster", ""),
-        "team": identity.get("team", ""),
-        "run": identity.get("run", ""),
-        "rank": int(identity.get("rank", 0)),
-        "pod": identity.get("pod", ""),
-        "node": identity.get("node", ""),
-        "step": int(row["step"]),
-    }
-    out = []
-    for name, value in sorted(row.items()):
-        if name in NOT_METRICS or isinstance(value, bool) or not isinstance(value, int | float):
-            continue
-        if math.isfinite(value):
-            out.append({**base, "name": metric_name(name), "value": float(value)})
-    return out
+    """The long-format rows of one metrics row: one per finite numeric field, with the label
+    set in `identity` (catalog.labels; missing labels "", attempt 0)."""
+    rank = int(identity.get("rank") or 0)
+    return store.metric_rows(identity, rank, row["step"], row["time"], values(row))
 
 
 def insert_url(base_url: str, table: str = TABLE) -> str:
@@ -89,10 +75,9 @@ class RunMetricsWriter:
     def add(self, rows: list[dict], hosts: dict[int, dict] | None = None) -> None:
         """Queue rows; each labelled with its `rank` (default 0) and that rank's host."""
         for row in rows:
-            rank = int(row.get("rank", self.identity.get("rank", 0)))
-            host = (hosts or {}).get(rank, {})
-            identity = {**self.identity, **{k: host[k] for k in ("pod", "node") if k in host}}
-            self.pending.extend(metric_rows(row, {**identity, "rank": rank}))
+            rank = int(row.get("rank", self.identity.get("rank") or 0))
+            tags = row_labels(self.identity, hosts or {}, {**row, "rank": rank})
+            self.pending.extend(metric_rows(row, tags))
 
     def flush(self) -> bool:
         """Post what is pending; False (and the rows dropped) when ClickHouse refused."""

@@ -36,12 +36,17 @@ from collections.abc import Iterable
 from datetime import UTC, datetime
 from pathlib import Path
 
+from catalog.labels import ATTEMPT_LABEL, RANK_LABEL, TELEMETRY_LABELS
+
 STORE_DIR = "chdb"
 RUN_METRICS = "platform.run_metrics"
 NCCL_COLLECTIVES = "platform.nccl_collectives"
-METRIC_COLUMNS = ("ts", "cluster", "team", "run", "learner", "rank", "pod", "node", "step",
-                  "name", "value")  # fmt: skip
-IDENTITY = ("cluster", "team", "run", "learner", "pod", "node")
+METRIC_COLUMNS = ("ts", "cluster", "team", "run", "learner", "attempt", "rank", "pod", "node",
+                  "worker", "service", "step", "name", "value")  # fmt: skip
+"""`platform.run_metrics`' columns, in order: the telemetry label set (catalog.labels) with
+the time, step, name and value."""
+IDENTITY = tuple(k for k in TELEMETRY_LABELS if k not in (ATTEMPT_LABEL, RANK_LABEL))
+"""The string labels of a metric row (`attempt` and `rank` are numbers)."""
 _SKIP = ("status", "tmp", "user_files", "preprocessed_configs")
 TABLE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\.[A-Za-z_][A-Za-z0-9_]*$")
 _HELD: dict[str, object] = {}  # this process's open store: {"path": ..., "session": ...}
@@ -63,9 +68,12 @@ def ts_text(ts: float | datetime | str) -> str:
 
 def metric_rows(identity: dict, rank: int, step: int, ts, values: dict[str, float]) -> list[dict]:
     """`platform.run_metrics` rows of one rank's step: one per finite metric (name -> value).
-    `identity` holds cluster, team, run and optionally learner, pod and node."""
-    base = {k: str(identity.get(k, "")) for k in IDENTITY}
-    base.update(ts=ts_text(ts), rank=int(rank), step=int(step))
+    `identity` holds labels of the label set (catalog.labels.telemetry_labels: cluster, team,
+    run and optionally learner, attempt, pod, node, worker, service); missing ones are ""
+    (attempt 0)."""
+    base = {k: str(identity.get(k) or "") for k in IDENTITY}
+    base.update(ts=ts_text(ts), attempt=int(identity.get(ATTEMPT_LABEL) or 0), rank=int(rank),
+                step=int(step))  # fmt: skip
     return [
         {**base, "name": name, "value": float(v)}
         for name, v in sorted(values.items())

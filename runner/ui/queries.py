@@ -12,8 +12,20 @@ Query = Callable[[str, dict], list[dict]]
 RUN = "team = {team:String} AND run = {run:String}"
 LOSS, STEP_TIME = "train/loss", "train/step_time_s"
 
+
+def latest(where: str) -> str:
+    """The run's metric rows matching `where`, each step's newest attempt only: a restart or
+    a resume re-runs steps from its checkpoint under the next `attempt`, so a step can have a
+    row per attempt, and an average over all of them would count the step twice. One row
+    per (learner, service, worker, rank, step, name): the value of its highest attempt."""
+    return f"""(
+    SELECT learner, service, worker, rank, step, name, argMax(value, (attempt, ts)) AS value
+    FROM platform.run_metrics WHERE {RUN} AND {where}
+    GROUP BY learner, service, worker, rank, step, name)"""
+
+
 RUNS = """
-SELECT team, run, max(step) AS last_step, uniqExact(rank) AS ranks,
+SELECT team, run, max(step) AS last_step, uniqExact(rank) AS ranks, max(attempt) AS attempt,
        toUnixTimestamp64Milli(max(ts)) / 1000 AS last_time
 FROM platform.run_metrics
 WHERE ts > now() - INTERVAL {days:UInt32} DAY
@@ -21,49 +33,50 @@ GROUP BY team, run ORDER BY last_time DESC LIMIT 500"""
 
 MEMBERS = f"""
 SELECT rank, argMaxIf(pod, ts, pod != '') AS pod, argMaxIf(node, ts, node != '') AS node,
-       max(step) AS last_step,
+       max(step) AS last_step, max(attempt) AS attempt,
        toUnixTimestamp64Milli(max(ts)) / 1000 AS last_time
 FROM platform.run_metrics WHERE {RUN}
 GROUP BY rank ORDER BY rank LIMIT {{ranks:UInt32}}"""
 
-# Loss and step time per step (mean over ranks), steps bucketed to at most `points`.
+# Loss and step time per step (mean over ranks, each step's newest attempt), steps bucketed
+# to at most `points`.
 SERIES = f"""
 WITH (SELECT max(step) FROM platform.run_metrics WHERE {RUN}) AS top,
      greatest(1, intDiv(top, {{points:UInt32}}) + 1) AS bucket
 SELECT intDiv(step, bucket) * bucket AS step,
        avgIf(value, name = '{LOSS}') AS loss, avgIf(value, name = '{STEP_TIME}') AS step_time,
        avgIf(value, name LIKE 'train/%_per_s') AS throughput
-FROM platform.run_metrics
-WHERE {RUN} AND name IN ('{LOSS}', '{STEP_TIME}', 'train/tokens_per_s', 'train/samples_per_s')
+FROM {latest(f"name IN ('{LOSS}', '{STEP_TIME}', 'train/tokens_per_s', 'train/samples_per_s')")}
 GROUP BY step ORDER BY step"""
 
-# Step time per rank per bucket, for the `ranks` ranks slowest on average.
+# Step time per rank per bucket (each step's newest attempt), for the `ranks` ranks slowest
+# on average.
 RANK_STEP_TIME = f"""
 WITH (SELECT max(step) FROM platform.run_metrics WHERE {RUN}) AS top,
      greatest(1, intDiv(top, {{points:UInt32}}) + 1) AS bucket,
-     slowest AS (SELECT rank FROM platform.run_metrics
-                 WHERE {RUN} AND name = '{STEP_TIME}'
+     steps AS {latest(f"name = '{STEP_TIME}'")},
+     slowest AS (SELECT rank FROM steps
                  GROUP BY rank ORDER BY avg(value) DESC, rank LIMIT {{ranks:UInt32}})
 SELECT rank, intDiv(step, bucket) * bucket AS step, avg(value) AS step_time
-FROM platform.run_metrics
-WHERE {RUN} AND name = '{STEP_TIME}' AND rank IN (SELECT rank FROM slowest)
+FROM steps
+WHERE rank IN (SELECT rank FROM slowest)
 GROUP BY rank, step ORDER BY rank, step"""
 
-# The newest value of every aux-service field (`aux/<service>/<field>`).
+# The newest value of every aux-service field (`aux/<service>/<field>`): the newest attempt's.
 AUX = f"""
 SELECT splitByChar('/', name)[2] AS service, splitByChar('/', name)[3] AS field,
-       argMax(value, (step, ts)) AS latest, max(step) AS last_step
+       argMax(value, (attempt, step, ts)) AS latest, max(step) AS last_step
 FROM platform.run_metrics WHERE {RUN} AND startsWith(name, 'aux/')
 GROUP BY service, field ORDER BY service, field LIMIT 2000"""
 
-# Each service's queue depth per step bucket (`aux/<service>/queue_depth`).
+# Each service's queue depth per step bucket (`aux/<service>/queue_depth`, each step's newest
+# attempt).
 AUX_QUEUES = f"""
 WITH (SELECT max(step) FROM platform.run_metrics WHERE {RUN}) AS top,
      greatest(1, intDiv(top, {{points:UInt32}}) + 1) AS bucket
 SELECT splitByChar('/', name)[2] AS service, intDiv(step, bucket) * bucket AS step,
        avg(value) AS depth
-FROM platform.run_metrics
-WHERE {RUN} AND startsWith(name, 'aux/') AND endsWith(name, '/queue_depth')
+FROM {latest("startsWith(name, 'aux/') AND endsWith(name, '/queue_depth')")}
 GROUP BY service, step ORDER BY service, step LIMIT 100000"""
 
 COLLECTIVE_SPAN = f"""

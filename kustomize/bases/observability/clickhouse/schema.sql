@@ -3,12 +3,22 @@
 -- tests/kustomize/test_observability.py in chDB. Every statement is idempotent.
 -- The run identity (cluster, team, run, learner) is the same on every row as on every
 -- manifest label (catalog/labels.py) and checkpoint path.
+-- Migrations: CREATE ... IF NOT EXISTS never changes an existing table, so a column added
+-- since the first release is also added by an `ALTER TABLE ... ADD COLUMN IF NOT EXISTS`
+-- right after its table's CREATE (at the place the CREATE gives it), and a changed view's
+-- query is set again (`MODIFY QUERY`). On an up-to-date server they change nothing. They run
+-- with the rest of this file: at a server's first start, whenever a chDB store opens it, and
+-- on a running server with `clickhouse-client --multiquery < schema.sql` (docs/platform.md).
 
 CREATE DATABASE IF NOT EXISTS platform;
 
--- One scalar per (run, rank, step, name): step time, loss, throughput, aux-service queue
--- depths. Names: `train/step_time_s`, `train/loss`, `train/tokens_per_s`,
--- `aux/<service>/queue_depth`, `aux/<service>/latency_s`.
+-- One scalar per (run, attempt, rank, step, name): step time, loss, throughput, aux-service
+-- queue depths. Names: `train/step_time_s`, `train/loss`, `train/tokens_per_s`,
+-- `aux/<service>/queue_depth`, `aux/<service>/latency_s` (driver/metrics/names.py). The
+-- labels are catalog/labels.py's telemetry label set: `attempt` counts the run's attempts
+-- (a restart or a resume re-runs steps from its checkpoint under the next attempt, so a
+-- step can have a row per attempt: queries take each step's newest attempt), `worker` and
+-- `service` name an aux-service worker and its service (`train` for training ranks).
 CREATE TABLE IF NOT EXISTS platform.run_metrics
 (
     ts        DateTime64(3, 'UTC') CODEC(Delta, ZSTD),
@@ -16,9 +26,12 @@ CREATE TABLE IF NOT EXISTS platform.run_metrics
     team      LowCardinality(String),
     run       LowCardinality(String),
     learner   LowCardinality(String) DEFAULT '',
+    attempt   UInt32 DEFAULT 0,
     rank      UInt32,
     pod       String,
     node      LowCardinality(String),
+    worker    LowCardinality(String) DEFAULT '',
+    service   LowCardinality(String) DEFAULT '',
     step      UInt64,
     name      LowCardinality(String),
     value     Float64 CODEC(Gorilla, ZSTD)
@@ -27,6 +40,12 @@ ENGINE = MergeTree
 PARTITION BY toYYYYMM(ts)
 ORDER BY (team, run, name, step, rank)
 TTL toDateTime(ts) + INTERVAL 400 DAY;
+
+-- Migration (columns added since the first release).
+ALTER TABLE platform.run_metrics
+    ADD COLUMN IF NOT EXISTS attempt UInt32 DEFAULT 0 AFTER learner,
+    ADD COLUMN IF NOT EXISTS worker LowCardinality(String) DEFAULT '' AFTER node,
+    ADD COLUMN IF NOT EXISTS service LowCardinality(String) DEFAULT '' AFTER worker;
 
 -- What happened to a node: Warden's decisions, GPU XIDs, checks, reboots, repairs.
 CREATE TABLE IF NOT EXISTS platform.node_events
@@ -139,9 +158,45 @@ PARTITION BY toYYYYMMDD(ts)
 ORDER BY (team, run, comm_id, collective, seq, rank)
 TTL toDateTime(ts) + INTERVAL 90 DAY;
 
+-- Migration (columns added since the first release).
+ALTER TABLE platform.nccl_collectives
+    ADD COLUMN IF NOT EXISTS comm_name String DEFAULT '' AFTER comm_id,
+    ADD COLUMN IF NOT EXISTS pid UInt32 DEFAULT 0 AFTER comm_name,
+    ADD COLUMN IF NOT EXISTS instance UInt64
+        MATERIALIZED cityHash64(comm_id, collective, msg_size_bytes, seq) AFTER busbw_gbs,
+    ADD COLUMN IF NOT EXISTS process UInt64 MATERIALIZED cityHash64(node, pod, pid) AFTER instance;
+
 CREATE MATERIALIZED VIEW IF NOT EXISTS platform.nccl_collectives_mv
 TO platform.nccl_collectives
 AS SELECT
+    fromUnixTimestamp64Micro(JSONExtractInt(log, 'metadata', 'dump_timestamp_us'), 'UTC') AS ts,
+    JSONExtractString(kubernetes, 'labels', 'platform.reve.dev/cluster') AS cluster,
+    if(JSONExtractString(kubernetes, 'labels', 'platform.reve.dev/team') != '',
+       JSONExtractString(kubernetes, 'labels', 'platform.reve.dev/team'),
+       JSONExtractString(kubernetes, 'namespace_name')) AS team,
+    JSONExtractString(kubernetes, 'labels', 'platform.reve.dev/run') AS run,
+    JSONExtractString(kubernetes, 'namespace_name') AS namespace,
+    JSONExtractString(kubernetes, 'pod_name') AS pod,
+    if(node != '', node, JSONExtractString(log, 'metadata', 'hostname')) AS node,
+    JSONExtractString(log, 'header', 'id') AS comm_id,
+    JSONExtractString(log, 'header', 'comm_name') AS comm_name,
+    JSONExtractUInt(log, 'metadata', 'pid') AS pid,
+    JSONExtractUInt(log, 'header', 'rank') AS rank,
+    JSONExtractUInt(log, 'header', 'n_ranks') AS n_ranks,
+    JSONExtractUInt(log, 'header', 'nnodes') AS n_nodes,
+    JSONExtractString(log, 'coll_perf', 'coll') AS collective,
+    JSONExtractUInt(log, 'coll_perf', 'coll_sn') AS seq,
+    JSONExtractUInt(log, 'coll_perf', 'coll_msg_size_bytes') AS msg_size_bytes,
+    JSONExtractFloat(log, 'coll_perf', 'coll_exec_time_us') AS exec_time_us,
+    JSONExtractString(log, 'coll_perf', 'coll_timing_source') AS timing_source,
+    JSONExtractFloat(log, 'coll_perf', 'coll_algobw_gbs') AS algbw_gbs,
+    JSONExtractFloat(log, 'coll_perf', 'coll_busbw_gbs') AS busbw_gbs
+FROM platform.nccl_inspector_raw
+WHERE JSONHas(log, 'coll_perf');
+
+-- Migration: the view's query as created above (a test holds the two equal).
+ALTER TABLE platform.nccl_collectives_mv MODIFY QUERY
+SELECT
     fromUnixTimestamp64Micro(JSONExtractInt(log, 'metadata', 'dump_timestamp_us'), 'UTC') AS ts,
     JSONExtractString(kubernetes, 'labels', 'platform.reve.dev/cluster') AS cluster,
     if(JSONExtractString(kubernetes, 'labels', 'platform.reve.dev/team') != '',
