@@ -47,8 +47,11 @@ def post(path: str, body: dict, url: str | None = None, token_file: str | None =
     token_path = token_file or os.environ.get(TOKEN_ENV)
     if not base or not token_path:
         raise GatewayError(0, f"{URL_ENV} and {TOKEN_ENV} must be set in the pod")
-    with open(token_path) as f:
-        token = f.read().strip()
+    try:
+        with open(token_path) as f:
+            token = f.read().strip()
+    except OSError as err:
+        raise GatewayError(0, f"token file {token_path}: {err.strerror}") from None
     request = urllib.request.Request(
         base.rstrip("/") + path,
         data=json.dumps(body).encode(),

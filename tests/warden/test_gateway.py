@@ -138,6 +138,8 @@ def test_client_errors_are_one_line(tmp_path, monkeypatch):
     monkeypatch.delenv("WARDEN_URL", raising=False)
     with pytest.raises(GatewayError, match="WARDEN_URL and WARDEN_TOKEN_FILE must be set"):
         start_shrink_sync(None, NS, CLUSTER, GROUP, 4, 3)
+    with pytest.raises(GatewayError, match="token file /nonexistent/token: No such file"):
+        start_shrink_sync("http://127.0.0.1:9", NS, CLUSTER, GROUP, 4, 3, "/nonexistent/token")
     token = tmp_path / "token"
     token.write_text("t")
     with pytest.raises(GatewayError, match="^warden gateway: unreachable: ") as err:
