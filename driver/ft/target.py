@@ -2,12 +2,13 @@
 
     shrink = shrink_from_env(os.environ, workers_per_pod=8)   # None: local, a logged no-op
 
-With `WARDEN_ADDRESS` (Temporal frontend) set, the lowest live group asks Warden's
-ShrinkWorkflow (warden.client.start_shrink_sync) to shrink the RayCluster named in
-`RAY_CLUSTER` (KubeRay names a RayJob's cluster `<rayjob>-<suffix>`: the pod's
-`ray.io/cluster` label through the downward API), namespace `POD_NAMESPACE`, worker group
-`RAY_WORKER_GROUP` (the renderer's `worker_group`: the accelerator's name lowercased, or
-`cpu`); task queue `WARDEN_TASK_QUEUE` (default `warden`).
+With `WARDEN_URL` (Warden's gateway) set, the lowest live group asks Warden, through its
+gateway (driver.ft.shrink.gateway_shrink: the pod's projected token at `WARDEN_TOKEN_FILE`),
+to shrink the RayCluster named in `RAY_CLUSTER` (KubeRay names a RayJob's cluster
+`<rayjob>-<suffix>`: the pod's `ray.io/cluster` label through the downward API), namespace
+`POD_NAMESPACE`, worker group `RAY_WORKER_GROUP` (the renderer's `worker_group`: the
+accelerator's name lowercased, or `cpu`). The runner renders all of them into training
+pods (runner/gpupod.py).
 """
 
 from __future__ import annotations
@@ -15,12 +16,12 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping
 
-from driver.ft.shrink import ShrinkTarget, warden_shrink
+from driver.ft.shrink import ShrinkTarget, gateway_shrink
 
 log = logging.getLogger("driver.ft")
 
-ADDRESS_ENV = "WARDEN_ADDRESS"
-QUEUE_ENV = "WARDEN_TASK_QUEUE"
+ADDRESS_ENV = "WARDEN_URL"
+TOKEN_ENV = "WARDEN_TOKEN_FILE"
 TARGET_ENV = {"namespace": "POD_NAMESPACE", "name": "RAY_CLUSTER", "group": "RAY_WORKER_GROUP"}
 
 
@@ -42,7 +43,4 @@ def shrink_from_env(env: Mapping[str, str], workers_per_pod: int = 1) -> Callabl
     target = target_from_env(env, workers_per_pod)
     if target is None:
         return None
-    from warden.client import start_shrink_sync
-
-    queue = env.get(QUEUE_ENV) or "warden"
-    return warden_shrink(target, lambda **f: start_shrink_sync(address, **f, task_queue=queue))
+    return gateway_shrink(target, address, env.get(TOKEN_ENV))

@@ -136,8 +136,8 @@ def test_shrink_target_from_the_pod_environment(env, has_target):
     if target:
         assert (target.namespace, target.name, target.group) == ("research", "lm-x7", "h200")
         assert target.workers_per_pod == 8
-    assert shrink_from_env(env) is None  # no WARDEN_ADDRESS: the local, logged no-op
-    warden = shrink_from_env({**env, "WARDEN_ADDRESS": "temporal:7233"})
+    assert shrink_from_env(env) is None  # no WARDEN_URL: the local, logged no-op
+    warden = shrink_from_env({**env, "WARDEN_URL": "http://warden-gateway.warden.svc:8080"})
     assert (warden is not None) is has_target
 
 
