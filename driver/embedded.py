@@ -28,7 +28,9 @@ fill, each wake-up takes CPU from training. A Ray cluster (a RayJob) keeps Ray's
   kills whatever is left of its session; if this process is killed (even SIGKILL), the
   kernel kills the child (PR_SET_PDEATHSIG), Ray's daemons and workers follow, and a small
   reaper process in the session, which sees this process end through a pipe, kills the
-  rest (Ray's dashboard and runtime-env agents would outlive their raylet).
+  rest (Ray's dashboard and runtime-env agents would outlive their raylet). With
+  `isolate_network`, the child goes in a network namespace of its own first
+  (driver/netns.py): nothing of the run listens on the machine's interfaces.
 """
 
 from __future__ import annotations
@@ -168,10 +170,12 @@ def _die_with_parent(parent: int) -> None:
         os._exit(128 + signal.SIGKILL)
 
 
-def supervise(run: Callable[[], int]) -> int:
+def supervise(run: Callable[[], int], isolate_network: bool = False) -> int:
     """`run()` in a child process in its own session; its exit code (128 + N when a
     signal N ended it). Linux only; elsewhere `run()` runs here. Call it from a program's
-    entry point only: the child returns `run()`'s code to the caller, which must exit."""
+    entry point only: the child returns `run()`'s code to the caller, which must exit.
+    `isolate_network`: the child runs in a network namespace of its own (driver/netns.py),
+    or, where one cannot be made, on the host's network after a one-line warning."""
     if not sys.platform.startswith("linux"):
         return run()
     sys.stdout.flush()
@@ -184,6 +188,8 @@ def supervise(run: Callable[[], int]) -> int:
         os.setsid()
         _die_with_parent(parent)
         _start_reaper(alive_r)
+        if isolate_network and not _isolated():
+            return 1
         return run()
     os.close(alive_r)
     previous = {s: signal.signal(s, lambda signum, _: _forward(child, signum)) for s in FORWARDED}
@@ -195,6 +201,22 @@ def supervise(run: Callable[[], int]) -> int:
         kill_session(child)
         os.close(alive_w)
     return exit_code(status)
+
+
+def _isolated() -> bool:
+    """In the child: into a network namespace of its own (a warning when it stays on the
+    host's network); False when the namespace was made but could not be set up."""
+    from driver.netns import isolate
+
+    try:
+        reason = isolate()
+    except OSError as err:
+        print(f"error: the run's network namespace: {err}", file=sys.stderr, flush=True)
+        return False
+    if reason:
+        print(f"warning: the run's Ray listens on the host's network: {reason}",
+              file=sys.stderr, flush=True)  # fmt: skip
+    return True
 
 
 def _start_reaper(alive_r: int) -> None:

@@ -10,7 +10,9 @@ crash bundle was written; or an auxiliary service failed its start-up check, one
 naming it, before training), 2 bad config (one line naming the key), 143 stopped by
 SIGTERM and 130 by SIGINT (Ctrl-C) (after a final checkpoint when it fitted
 `checkpoint.preemption_budget_s`; run again to resume). An embedded run runs in a child
-process in its own session (driver/embedded.py): nothing of it outlives the driver.
+process in its own session (driver/embedded.py): nothing of it outlives the driver; and,
+unless it needs the network, in a network namespace of its own (driver/netns.py): nothing
+of it listens on the machine's interfaces.
 """
 
 from __future__ import annotations
@@ -128,9 +130,14 @@ def main(argv: list[str] | None = None, supervised: bool = False) -> int:
     fmt = output_format(cfg)
     print(config_text(cfg, config_yaml, output_dir, fmt, show), end="", flush=True)
     if supervised and embedded(cfg):
-        from driver.embedded import supervise
+        from dataclasses import asdict
 
-        return supervise(lambda: _run(cfg, config_yaml, output_dir, fmt, args[0]))
+        from driver.embedded import supervise
+        from driver.netns import network_reason
+
+        shared = network_reason(asdict(cfg), dict(os.environ))
+        return supervise(lambda: _run(cfg, config_yaml, output_dir, fmt, args[0]),
+                         isolate_network=shared is None)  # fmt: skip
     return _run(cfg, config_yaml, output_dir, fmt, args[0])
 
 
