@@ -1,8 +1,11 @@
 """Driver overhead: steady-state steps/s of the Ray-driven loop ÷ a plain torch.distributed
 (gloo) loop with the same model, batch, steps and number of workers, measured in one run.
 
-    .venv/bin/python scripts/bench/driver_overhead.py [--steps 300] [--skip 50] [--rounds 3]
-        [--workers 2,1] [--config runs/train/tiny-lm.yaml] [key=value ...]
+    .venv/bin/python scripts/bench/driver_overhead.py [--steps 80] [--skip 20] [--rounds 2]
+        [--workers 2] [--config runs/train/tiny-lm.yaml] [key=value ...]
+
+The defaults take about a minute and a half on an idle 2-core machine; `--workers 2,1
+--steps 300 --skip 50 --rounds 3` is the longer measurement.
 
 Each side is its own process tree, started from here, one at a time, alternating which goes
 first in each round so that load drifting on the machine hits both alike:
@@ -25,8 +28,9 @@ driver/plain (goal <= 2) and, per round, the driver's phases: the composed confi
 (Python, imports, Hydra), Ray up and the plan made, the training workers requested, the
 first step done. Goal: steady-state ratio >= 0.95.
 Each `--workers` count is measured in turn: by default 2 workers, which fill this 2-core
-machine (Ray's own processes then take CPU time from training), and 1 worker, which leaves
-a core to them, as a GPU node's many cores do for its one worker per GPU.
+machine (Ray's own processes then take CPU time from training); `--workers 2,1` adds 1
+worker, which leaves a core to them, as a GPU node's many cores do for its one worker per
+GPU.
 """
 
 from __future__ import annotations
@@ -252,10 +256,10 @@ def _sid(pid: int) -> int | None:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--config", default=str(ROOT / "runs/train/tiny-lm.yaml"))
-    parser.add_argument("--steps", type=int, default=300)
-    parser.add_argument("--skip", type=int, default=50)
-    parser.add_argument("--workers", default="2,1", help="worker counts, comma-separated")
-    parser.add_argument("--rounds", type=int, default=3, help="alternating runs of each")
+    parser.add_argument("--steps", type=int, default=80)
+    parser.add_argument("--skip", type=int, default=20)
+    parser.add_argument("--workers", default="2", help="worker counts, comma-separated")
+    parser.add_argument("--rounds", type=int, default=2, help="alternating runs of each")
     parser.add_argument("--plain", metavar="OUT", help=argparse.SUPPRESS)
     parser.add_argument("overrides", nargs="*", help="driver config overrides for both loops")
     args = parser.parse_args(argv)
@@ -316,6 +320,10 @@ def report(args, rounds: list[dict]) -> None:
           "rounds: " + ", ".join(f"{x:.3f}" for x in ratios) + ")")  # fmt: skip
     print(f"CPU per step       : {statistics.median(cpu_ratios):7.3f} plain/driver (rounds: "
           + ", ".join(f"{x:.3f}" for x in cpu_ratios) + ")")  # fmt: skip
+    phases = rounds[0]["driver"]["phases"]
+    print("driver start-up     : " + ", ".join(
+        f"{name} {statistics.median(r['driver']['phases'].get(name, 0.0) for r in rounds):.1f} s"
+        for name in phases) + " (medians: when each phase ended, from launch)")  # fmt: skip
     starts = [r["driver"]["start"] / r["plain"]["start"] for r in rounds]
     print(f"start-up           : {statistics.median(starts):7.3f} driver/plain, launch to the end "
           "of the first step (goal <= 2; rounds: " + ", ".join(f"{x:.2f}" for x in starts)
