@@ -4,8 +4,9 @@ An embedded Ray serves one training run on one machine whose CPUs the training w
 need: every Ray process wakes up periodically even when idle, and on a machine the workers
 fill, each wake-up takes CPU from training. A Ray cluster (a RayJob) keeps Ray's defaults.
 
-- `LOCAL_ENV`: no preemption watcher, no Prometheus metrics, resource reports and task
-  events at a slower pace than a shared cluster needs. A variable already set wins.
+- `LOCAL_ENV`: no preemption watcher, no Prometheus metrics, no usage stats, resource
+  reports and task events at a slower pace than a shared cluster needs. A variable already
+  set wins.
 - `lean_trainer(TorchTrainer)`: a TorchTrainer without two controller callbacks this run
   does not use: the dataset callback (its DatasetManager actor serves Ray Data shards; the
   driver feeds its own data) and the placement-group cleaner (an actor that asks the GCS
@@ -51,6 +52,7 @@ LOCAL_ENV = {
     "RAY_raylet_report_resources_period_milliseconds": "1000",
     "RAY_task_events_report_interval_ms": "5000",
     "RAY_WARN_BLOCKING_GET_INSIDE_ASYNC": "0",  # Ray Train's value for its controller
+    "RAY_USAGE_STATS_ENABLED": "0",  # nothing to report from a run with no network
 }
 
 STARTED: tuple[str, dict[str, str]] | None = None
