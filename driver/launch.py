@@ -38,11 +38,11 @@ HEALTH_CHECK_DEFAULT_S = "2"
 
 
 class RunFailed(Exception):
-    """Training failed; `bundle` is the crash bundle's folder."""
+    """Training failed; `bundle` is the crash bundle's folder, `exit_code` the driver's."""
 
-    def __init__(self, message: str, bundle: Path):
+    def __init__(self, message: str, bundle: Path, exit_code: int = 1):
         super().__init__(message)
-        self.bundle = bundle
+        self.bundle, self.exit_code = bundle, exit_code
 
 
 def cluster_shape(nodes: list[dict], device: str, cpus_per_worker: float) -> tuple[int, int, bool]:
@@ -232,7 +232,13 @@ def launch(cfg, config_yaml: str, fmt: str, say=print, stops=None) -> dict:
         progress.close()
         ranks = failed_ranks(err, ray.get(sink.get_failures.remote(), timeout=30))
         bundle = crash.write_bundle(output_dir, config_yaml, err, ranks, list(progress.lines))
-        raise RunFailed(headline(err, ranks), bundle) from err
+        message, code = headline(err, ranks), 1
+        if cfg.ft.enabled:  # below ft.min_replicas: the one-line reason, exit 3
+            from driver.ft.stop import STOPPED_EXIT, stop_reason
+
+            if reason := stop_reason(err):
+                message, code = reason, STOPPED_EXIT
+        raise RunFailed(message, bundle, code) from err
     progress.close()
     aux_summary = services_up.summary()
     services_up.stop()

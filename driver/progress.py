@@ -2,11 +2,12 @@
 
 Every drained row (every rank's) goes to driver.metrics (`RunMetrics`: metrics.jsonl, the
 run's chDB store, ClickHouse, OpenTelemetry); this module owns no output of its own. Locally
-a tqdm progress bar of rank 0's rows (loss, lr, throughput, and per auxiliary service its
+a tqdm progress bar of the rows of record (rank 0's; under torchft the writer's,
+driver.metrics.rank.of_record) (loss, lr, throughput, and per auxiliary service its
 latency and queue; the evaluator's score); in a cluster one JSON line per step and per
 driver message on stdout carrying the label set (catalog.labels), for log collectors.
 `summarize(rows)` is the pure end-of-run summary (final loss, first loss, steady-state
-steps/s) of rank 0's rows.
+steps/s) of those rows.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from pathlib import Path
 
 from catalog import labels
 from driver.metrics.hub import RunMetrics
+from driver.metrics.rank import of_record
 
 
 def summarize(rows: list[dict], skip: int = 1) -> dict:
@@ -149,7 +151,7 @@ class Progress:
         if not rows:
             return
         self.metrics.write(rows, self._hosts(rows))
-        mine = [row for row in rows if int(row.get("rank", 0)) == 0]
+        mine = [row for row in rows if of_record(row)]
         for row in mine:
             self._handle(row)
         if mine and self.fmt == "progress":

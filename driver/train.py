@@ -7,7 +7,8 @@ is one JSON line), then runs training on Ray (embedded locally, `address=auto` i
 cluster) and ends with a summary. A cluster run needs its checkpoint key
 (REVE_CHECKPOINT_KEY) and is refused without it. Exit codes: 0 done, 1 the run failed (a
 crash bundle was written; or an auxiliary service failed its start-up check, one line
-naming it, before training), 2 bad config (one line naming the key), 143 stopped by
+naming it, before training), 2 bad config (one line naming the key), 3 a torchft run
+(`ft.enabled`) stopped below `ft.min_replicas` (one line with the reason), 143 stopped by
 SIGTERM and 130 by SIGINT (Ctrl-C) (after a final checkpoint when it fitted
 `checkpoint.preemption_budget_s`; run again to resume). An embedded run runs in a child
 process in its own session (driver/embedded.py): nothing of it outlives the driver; and,
@@ -213,7 +214,7 @@ def _run(cfg, config_yaml: str, output_dir: Path, fmt: str, source: str) -> int:
         return 2
     except RunFailed as err:
         print(f"error: run failed: {err}\ncrash bundle: {err.bundle}", file=sys.stderr)
-        return 1
+        return err.exit_code
     except AuxStartError as err:  # a service failed its start-up check: nothing trained
         print(f"error: {err}", file=sys.stderr)
         return 1

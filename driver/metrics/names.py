@@ -56,6 +56,21 @@ TRAIN = (
         "peak CUDA memory allocated by the rank",
     ),  # fmt: skip
 )
+FT = tuple(  # live fault tolerance (driver.ft.replica.FtReplica.metrics, docs/ft.md)
+    _train(key, unit, f"train.ft.{key.removeprefix('ft_')}", help_)
+    for key, unit, help_ in (
+        ("ft_quorum_size", "{group}", "replica groups in the step's quorum"),
+        ("ft_failures_survived", "{group}", "replica groups lost and trained through"),
+        ("ft_steps_degraded", "{step}", "steps committed with fewer groups than at start"),
+        ("ft_heals", "1", "times this group healed from a live peer"),
+        ("ft_restores", "1", "checkpoint reads at a first quorum with no live group ahead"),
+        ("ft_failed_commits", "1", "steps whose commit vote failed in this group"),
+        ("ft_slots", "1", "micro-batches this group ran in the step"),
+        ("ft_quorum_s", "s", "time spent forming quorums, in total"),
+        ("ft_reduce_s", "s", "time spent in the cross-group allreduce, in total"),
+        ("ft_commit_s", "s", "time spent in the commit vote, in total"),
+    )
+)
 CKPT = tuple(
     Metric(f"ckpt/{key}", unit, f"ckpt.{key}", help_)
     for key, unit, help_ in (
@@ -70,7 +85,7 @@ AUX = tuple(
     Metric(f"aux/*/{field}", AUX_UNITS.get(field, "1"), f"aux.{field}", f"aux service {field}")
     for field in AUX_FIELDS
 )
-METRICS = {m.name: m for m in (*TRAIN, *CKPT, *AUX)}
+METRICS = {m.name: m for m in (*TRAIN, *FT, *CKPT, *AUX)}
 NAMES = tuple(METRICS)
 # What every rank reports; rank 0's rows also carry loss, lr, grad norm, checkpoint and
 # auxiliary-service fields (the others' would repeat or not apply).

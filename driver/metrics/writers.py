@@ -4,9 +4,11 @@ driver.clickhouse and driver.metrics.otel, ClickHouse and OpenTelemetry.
 `Writers.write(rows, hosts)` takes a drained batch of every rank's rows (driver.metrics.rank:
 tagged with `rank` and `attempt`) and the ranks' hosts (`{rank: {"pod", "node"}}`); each row
 gets the run's label set (catalog.labels) and goes to every configured writer. metrics.jsonl
-gets rank 0's rows (the run's step record, which the summary, the benchmark and `runner ui`
-without a store read), appended: a restart or a resume adds rows under a new `attempt`,
-never rewrites. A writer that fails logs once and counts its dropped rows; training goes on.
+gets each step's row of record (`driver.metrics.rank.of_record`: rank 0's, or under torchft
+the lowest live group's writer's): the run's step record, which the summary, the benchmark
+and `runner ui` without a store read, appended: a restart or a resume adds rows under a new
+`attempt`, never rewrites. A writer that fails logs once and counts its dropped rows;
+training goes on.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from pathlib import Path
 
 from catalog import labels
 from driver.metrics.names import NOT_METRICS, metric_name
+from driver.metrics.rank import of_record
 
 log = logging.getLogger("driver.metrics")
 TAIL_BYTES = 1 << 16
@@ -63,7 +66,7 @@ def next_attempt(path: Path) -> int:
 
 
 class JsonlWriter:
-    """Appends rank 0's rows, with their labels, to metrics.jsonl."""
+    """Appends the rows of record, with their labels, to metrics.jsonl."""
 
     def __init__(self, path: Path):
         self.path = path
@@ -71,7 +74,7 @@ class JsonlWriter:
 
     def write(self, rows: list[dict], labelled: list[dict]) -> None:
         for row, tags in zip(rows, labelled, strict=True):
-            if int(row.get("rank", 0)) == 0:
+            if of_record(row):
                 self.file.write(json.dumps({**tags, **row}) + "\n")
         self.file.flush()
 

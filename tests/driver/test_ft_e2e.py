@@ -67,3 +67,35 @@ def test_constant_batch_loss_curve_matches_the_failure_free_run(ray_local, tmp_p
     assert failed[-1]["ft_steps_degraded"] > 0
     for a, b in zip(clean, failed, strict=True):
         assert b["loss"] == pytest.approx(a["loss"], rel=1e-4), a["step"]
+
+
+@pytest.mark.slow
+def test_rows_of_record_keep_coming_while_rank0s_group_is_replaced(ray_local, tmp_path):
+    """Rank 0 fails after step 6: rank 1, now the lowest live group, sends the full rows
+    (with the loss) until rank 0's replacement has healed; metrics.jsonl has every step once."""
+    rows = ft_run(tmp_path, "lost0", 40, "debug.fail_at_step=5", "debug.fail_rank=0")
+    assert [r["step"] for r in rows] == list(range(1, 41))
+    assert all(math.isfinite(r["loss"]) for r in rows)
+    alone = [r for r in rows if r["ft_quorum_size"] == 1]
+    assert alone and {r["rank"] for r in alone} == {1}
+    assert rows[-1]["ft_failures_survived"] == 1 and rows[-1]["ft_steps_degraded"] == len(alone)
+
+
+@pytest.mark.slow
+def test_below_the_minimum_the_driver_stops_with_the_reason_and_the_run_resumes(
+    ray_local, tmp_path, capsys
+):
+    """Two groups, ft.min_replicas=2: rank 1 fails after step 6 and rank 0 gives up after
+    ft.quorum_timeout_s (before Ray Train's replacement can join): the driver stops at once
+    with the one-line reason and exit code 3; the same run resumes from step 6."""
+    ckpt = [f"checkpoint.root={tmp_path / 'ckpt'}", "checkpoint.interval_steps=2"]
+    common = [TINY_LM, "ft=on", "train.steps=20", "logging.format=json", "run.name=stop", *ckpt]
+    stop = ["ft.min_replicas=2", "ft.quorum_timeout_s=1", "checkpoint.max_failures=3"]
+    fail = ["debug.fail_at_step=5", "debug.fail_rank=1"]
+    out = tmp_path / "first"
+    assert main([*common, *stop, *fail, f"run.output_dir={out}"]) == 3
+    err = capsys.readouterr().err
+    line = [x for x in err.splitlines() if x.startswith("error: run failed: ft: no quorum")]
+    assert len(line) == 1 and "ft.min_replicas=2" in line[0], err[-2000:]
+    resumed = ft_run(tmp_path, "stop", 20, "checkpoint.resume=auto", *ckpt)
+    assert [r["step"] for r in resumed] == list(range(7, 21))
