@@ -117,3 +117,19 @@ def test_a_streaming_learner_saves_and_restores_every_fragment(sync_thread, keys
         assert all(torch.equal(a.base[k], b.base[k]) for k in a.base)
         assert all(torch.equal(a.residual[k], b.residual[k]) for k in a.residual)
     second.close()
+
+
+def test_the_hook_gives_the_loop_the_learners_checkpoint_entry(sync_thread, keys_dir):
+    from driver.diloco import hook
+
+    assert hook.Hook().checkpoint_state() == {}
+    sync = sync_thread("run", expect=("a",))
+    env = {"REVE_DILOCO_ADDRESS": sync.address, "REVE_DILOCO_LEARNER": "a",
+           "REVE_DILOCO_KEYS": keys_dir, "REVE_DILOCO_JOIN_TIMEOUT_S": "20"}  # fmt: skip
+    model, _ = model_and_optimizer(0)
+    diloco = hook.prepare(model, env)
+    entry = diloco.checkpoint_state()["diloco"]
+    assert isinstance(entry, LearnerState) and diloco.learner.round == -1  # not joined yet
+    diloco.start(model)
+    assert diloco.learner.round == 0
+    diloco.end(model)
