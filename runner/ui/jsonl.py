@@ -64,7 +64,19 @@ def throughput_key(rows: list[dict]) -> str:
     return "tokens_per_s" if any("tokens_per_s" in r for r in rows[:5]) else "samples_per_s"
 
 
+def newest_attempt(rows: list[dict]) -> list[dict]:
+    """One row per step, its newest attempt's (as queries.latest): a restart or a resume
+    re-runs steps under the next `attempt`, appended after the older attempt's rows."""
+    newest: dict[int, dict] = {}
+    for r in rows:
+        old = newest.get(r["step"])
+        if old is None or int(r.get("attempt") or 0) >= int(old.get("attempt") or 0):
+            newest[r["step"]] = r
+    return [newest[s] for s in sorted(newest)]
+
+
 def sections(rows: list[dict], summary: dict, points: int) -> dict:
+    rows = newest_attempt(rows)
     steps = sorted({r["step"] for r in rows})
     series: dict[str, list] = {"step": [], "loss": [], "step_time": [], "throughput": []}
     parts = {k: dict(zip(*bucketed(rows, points, src), strict=True)) for k, src in

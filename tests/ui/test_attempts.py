@@ -52,3 +52,13 @@ def test_each_step_counts_once_the_newest_attempt(tmp_path, reader):
     members = queries.members(query, TEAM, RUN, ranks=10)
     assert [(m["rank"], m["pod"], m["attempt"]) for m in members] == [
         (0, "w-0-1", 1), (1, "w-1-1", 1)]  # fmt: skip
+
+
+def test_metrics_jsonl_counts_each_step_once_the_newest_attempt():
+    from runner.ui import jsonl
+
+    rows = [{"step": s, "attempt": 0, "step_time": 1.0, "time": s} for s in range(1, 7)]
+    rows += [{"step": s, "attempt": 1, "step_time": 3.0, "time": 10 + s} for s in range(4, 9)]
+    got = jsonl.sections(rows, {"world_size": 1}, points=100)["series"]
+    assert got["step"] == list(range(1, 9))
+    assert got["step_time"] == [1.0] * 3 + [3.0] * 5
