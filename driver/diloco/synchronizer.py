@@ -6,7 +6,8 @@
 
 Requests it serves (`driver.aux.wire` messages from `link.Client`):
 - `join {learner, digest}`: the round and the shared weights (`kind: full`), or only the
-  round when the learner's weights already have the shared weights' digest (`kind: same`),
+  round when the weights the learner holds as shared (its own at a first join, its round's
+  when it resumes from its checkpoint) have the shared weights' digest (`kind: same`),
   or `kind: empty` before the first learner's `init`;
 - `init {learner, weights}`: the first learner's weights become the shared weights;
 - `push {learner, round, grad}`: a pseudo-gradient against round `round`'s weights. When
