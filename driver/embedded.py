@@ -19,6 +19,8 @@ fill, each wake-up takes CPU from training. A Ray cluster (a RayJob) keeps Ray's
   the embedded Ray started with, which every Ray process of it inherits; when it holds
   every variable Ray Train would hand the controller, none is needed): it then starts in
   one of the worker processes Ray starts with itself instead of a new one.
+- `lean_ray_start()`: no autoscaler monitor, and Ray's API server started beside the raylet
+  rather than before it (without the dashboard it serves only usage stats).
 - `quiet_token_notice()`: token authentication stays on (Ray turns it on for a new local
   cluster), without Ray's start-up warning saying so, which asks nothing of the user.
 - `supervise(run)`: the run (and so the embedded Ray it starts) goes in a child process
@@ -76,6 +78,38 @@ def inherited_env() -> dict[str, str] | None:
     if STARTED is None or STARTED[0] != ray.get_runtime_context().get_node_id():
         return None
     return STARTED[1]
+
+
+@contextlib.contextmanager
+def lean_ray_start():
+    """While an embedded `ray.init` without the dashboard runs: no autoscaler monitor (a
+    Python process that polls the GCS every second for an autoscaler an embedded Ray does
+    not have), and Ray's API server (which Ray starts even without the dashboard; it then
+    serves only usage stats) starts beside the raylet instead of before it: `ray.init`
+    waits for it, then for the raylet, which waits for its agents. Ray 2.60's
+    `Node.start_monitor` and `Node.start_api_server` (pinned in pyproject.toml; a test
+    checks they are still there); restored on leaving."""
+    import threading
+
+    from ray._private.node import Node
+
+    monitor, api_server = Node.start_monitor, Node.start_api_server
+    started: list[threading.Thread] = []
+
+    def start_api_server(self, **kwargs):
+        thread = threading.Thread(target=api_server, args=(self,), kwargs=kwargs,
+                                  name="ray-api-server", daemon=True)  # fmt: skip
+        thread.start()
+        started.append(thread)
+
+    Node.start_monitor = lambda self: None
+    Node.start_api_server = start_api_server
+    try:
+        yield
+    finally:
+        Node.start_monitor, Node.start_api_server = monitor, api_server
+        for thread in started:
+            thread.join()
 
 
 TOKEN_LOGGER = "ray._private.authentication.authentication_token_setup"

@@ -23,6 +23,7 @@ from driver.aux.config import check_run
 from driver.config import check_batch
 from driver.embedded import (
     LOCAL_ENV,
+    lean_ray_start,
     lean_trainer,
     quiet_token_notice,
     started_ray,
@@ -99,13 +100,14 @@ def connect(cfg) -> bool:
     preload(PRELOAD)  # while ray.init waits on its daemons
     cpus = cfg.run.local_cpus or local_cpus(cfg, cfg.parallelism.workers or 2)
     environ = dict(os.environ)  # what every Ray process inherits (driver/embedded_train.py)
-    ray.init(
-        num_cpus=cpus,
-        include_dashboard=bool(cfg.run.local_dashboard),
-        dashboard_host="127.0.0.1",
-        log_to_driver=False,
-        logging_level="WARNING",
-    )
+    with contextlib.nullcontext() if cfg.run.local_dashboard else lean_ray_start():
+        ray.init(
+            num_cpus=cpus,
+            include_dashboard=bool(cfg.run.local_dashboard),
+            dashboard_host="127.0.0.1",
+            log_to_driver=False,
+            logging_level="WARNING",
+        )
     started_ray(environ)
     return True
 

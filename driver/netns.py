@@ -6,8 +6,11 @@ an embedded Ray listens on every interface of the machine. A local run (`runner 
 `python -m driver.train`) goes instead in a network namespace of its own (Linux), made
 just before its Ray starts (driver/embedded.py, `supervise`): its only interface is
 loopback, carrying the address Ray picks for the machine (so Ray and gloo find it) and a
-default route through it (so Ray's address lookup needs no outside network). Every Ray
-process of the run listens there; the machine's interfaces carry none of them.
+route through it to the one address Ray's address lookup "connects" a UDP socket to (no
+packet is sent), so that lookup needs no outside network. There is no default route: a DNS
+query (e.g. a reverse lookup of the machine's address) fails at once instead of waiting
+seconds for a server it cannot reach. Every Ray process of the run listens there; the
+machine's interfaces carry none of them.
 
 `isolate()` makes the namespace: as root `unshare(CLONE_NEWNET)`, otherwise inside a new
 user namespace too (the user is root there, and only there); then `ip` (iproute2) sets up
@@ -33,6 +36,9 @@ NETWORK_ENV = "REVE_LOCAL_NETWORK"
 """`host` keeps a local run on the host's network; anything else (default) isolates it."""
 LOCAL_SCHEMES = ("file", "memory", "ipc")
 """URL schemes that stay on this machine."""
+PROBE = "8.8.8.8"
+"""Where Ray 2.60 (and `machine_address`) "connects" a UDP socket to learn the machine's
+address."""
 CLONE_NEWUSER = 0x10000000
 CLONE_NEWNET = 0x40000000
 
@@ -70,7 +76,7 @@ def machine_address() -> str:
     outside (no packet is sent), else the host name's address."""
     try:
         with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
-            probe.connect(("8.8.8.8", 53))
+            probe.connect((PROBE, 53))
             return probe.getsockname()[0]
     except OSError:
         try:
@@ -84,7 +90,7 @@ def loopback_commands(address: str) -> list[list[str]]:
     commands = [["ip", "link", "set", "lo", "up"]]
     if not address.startswith("127."):
         commands.append(["ip", "addr", "add", f"{address}/32", "dev", "lo"])
-    commands.append(["ip", "route", "add", "default", "dev", "lo", "src", address])
+    commands.append(["ip", "route", "add", f"{PROBE}/32", "dev", "lo", "src", address])
     return commands
 
 

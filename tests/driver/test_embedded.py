@@ -102,3 +102,35 @@ def test_the_controller_needs_no_runtime_env_when_ray_inherited_it(monkeypatch, 
         monkeypatch.delenv(key, raising=False)
     monkeypatch.setenv("RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", "2")
     assert env_inherited(started) is inherited
+
+
+def test_lean_ray_start_patches_only_while_ray_starts():
+    from ray._private.node import Node
+
+    from driver.embedded import lean_ray_start
+
+    monitor, api_server = Node.start_monitor, Node.start_api_server
+    calls = []
+    Node.start_api_server = lambda self, **kwargs: calls.append(kwargs)  # Ray's, stood in
+    try:
+        with lean_ray_start():
+            assert Node.start_monitor(object()) is None  # no autoscaler monitor
+            Node.start_api_server(object(), include_dashboard=False, raise_on_failure=False)
+        assert calls == [{"include_dashboard": False, "raise_on_failure": False}]  # joined
+        assert Node.start_monitor is monitor
+    finally:
+        Node.start_api_server = api_server
+
+
+def test_ray_still_has_what_lean_ray_start_replaces():
+    import inspect
+
+    from ray._private.node import Node
+
+    # a Ray upgrade that renames them fails here
+    assert list(inspect.signature(Node.start_monitor).parameters) == ["self"]
+    assert {"include_dashboard", "raise_on_failure"} <= set(
+        inspect.signature(Node.start_api_server).parameters
+    )
+    head = inspect.getsource(Node.start_head_processes)
+    assert "self.start_monitor()" in head and "self.start_api_server(" in head

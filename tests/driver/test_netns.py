@@ -38,7 +38,7 @@ def test_loopback_carries_the_machines_address():
     assert loopback_commands("10.1.2.3") == [
         ["ip", "link", "set", "lo", "up"],
         ["ip", "addr", "add", "10.1.2.3/32", "dev", "lo"],
-        ["ip", "route", "add", "default", "dev", "lo", "src", "10.1.2.3"],
+        ["ip", "route", "add", "8.8.8.8/32", "dev", "lo", "src", "10.1.2.3"],
     ]
     assert ["ip", "addr", "add", "127.0.0.1/32", "dev", "lo"] not in loopback_commands("127.0.0.1")
 
