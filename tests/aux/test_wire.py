@@ -166,3 +166,22 @@ def test_reply_id_reads_only_the_request_id(frames, expected):
         assert err.value.reason == "garbage"
     else:
         assert wire.reply_id(frames) == wire.reply_id([zmq.Frame(f) for f in frames]) == expected
+
+
+def test_small_frames_travel_inside_the_envelope_and_big_ones_apart():
+    payload = {"small": np.arange(10.0), "big": np.arange(8192), "s": "x", "b": b"\x00" * 9}
+    frames = wire.pack(wire.Message("req", 1, 0, "m", 9.0, body=wire.encode(payload)))
+    assert len(frames) == 2  # envelope + JSON + small array + bytes in one frame; the big apart
+    msg = wire.parse([zmq.Frame(f) for f in frames], MAX)
+    out = wire.decode(msg.body)
+    assert out["s"] == "x" and out["b"] == payload["b"]
+    assert np.array_equal(out["small"], payload["small"]) and out["small"].flags.writeable
+    assert np.array_equal(out["big"], payload["big"])
+
+
+def test_inline_bytes_that_fall_short_or_run_over_are_refused():
+    (env,) = wire.pack(wire.Message("rep", 1, body=wire.encode({"a": 1})))
+    for cut in (env[:-1], env + b"x"):
+        with pytest.raises(wire.WireError) as caught:
+            wire.parse([cut], MAX)
+        assert caught.value.reason == "truncated"
