@@ -1,7 +1,7 @@
 """Straggler analysis benchmark: the SQL in chDB against the pandas reference, same records.
 
     .venv/bin/python scripts/bench/straggler_bench.py [--records 10000000] [--ranks 10000]
-                                                      [--repeat 3]
+                                                      [--repeat 3] [--threads 1]
 
 Generates `--records` NCCL collective records from `--ranks` ranks (8 per node, one world
 communicator, one rank 1.3x slower; observability/synthetic.py, numpy, columnar), loads
@@ -13,10 +13,13 @@ The goal compares like with like, both sides holding the records in memory: the 
 a Memory-engine table with the columns of `platform.nccl_collectives` (its DDL from the
 schema, engine swapped; the materialized keys computed on insert). The same SQL on the
 platform's MergeTree table (compressed parts, as a server or a run's store holds them) is
-timed too and printed with its own ratio. Loading is not timed; the sides run `--repeat`
-times, alternating, and each one's best time counts (the machine may be shared: `uptime`
-is printed before and after). Prints the absolute times, chDB / pandas [goal <= 0.2] and
-checks that every side names the injected rank.
+timed too and printed with its own ratio. chDB runs one thread (`--threads`, its
+max_threads; 0 lets chDB choose, two on this machine): one core against pandas' one, and on
+a shared two-core machine also chDB's fastest (two threads wait on each other whenever the
+other processes take a core, and spend more CPU merging). Loading is not timed; the sides
+run `--repeat` times, alternating, and each one's best time counts (the machine may be
+shared: `uptime` is printed before and after). Prints the absolute times, chDB / pandas
+[goal <= 0.2] and checks that every side names the injected rank.
 """
 
 from __future__ import annotations
@@ -69,12 +72,14 @@ def on_table(name: str, table: str) -> str:
     return text.replace(TABLE, table)
 
 
-def frames(session, table: str, span) -> list:
-    """The two queries' rows (DataFrames) on `table`, as stragglers.frame_chdb reads them."""
+def frames(session, table: str, span, threads: int) -> list:
+    """The two queries' rows (DataFrames) on `table`, as stragglers.frame_chdb reads them,
+    chDB running `threads` threads (max_threads)."""
     out = []
     for name in QUERIES:
         values = stragglers.used(name, stragglers.params(TEAM, RUN, *span))
-        out.append(session.query(on_table(name, table), "DataFrame", params=values))
+        text = f"{on_table(name, table)}\nSETTINGS max_threads = {int(threads)}"
+        out.append(session.query(text, "DataFrame", params=values))
     return out
 
 
@@ -120,7 +125,7 @@ def uptime() -> str:
     return "load average: " + ", ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
-def run(records: int, ranks: int, repeat: int = 3, say=print) -> dict:
+def run(records: int, ranks: int, repeat: int = 3, say=print, threads: int = 1) -> dict:
     from chdb import session as chdb_session
 
     sc, steps = scenario(records, ranks)
@@ -134,13 +139,13 @@ def run(records: int, ranks: int, repeat: int = 3, say=print) -> dict:
     gc.collect()
     span = (0, 4_000_000_000)
     sides = {
-        "memory": lambda: frames(session, MEMORY, span),
-        "mergetree": lambda: frames(session, TABLE, span),
+        "memory": lambda: frames(session, MEMORY, span, threads),
+        "mergetree": lambda: frames(session, TABLE, span, threads),
         "pandas": lambda: [reference.straggler_ranks(frame), reference.straggler_nodes(frame)],
     }
     say(f"before: {uptime()}")
     out = best(sides, repeat)
-    say(f"after:  {uptime()}  (best of {repeat}, sides alternating)")
+    say(f"after:  {uptime()}  (best of {repeat}, sides alternating; chDB max_threads {threads})")
     session.query(f"DROP TABLE IF EXISTS {MEMORY}")
     session.query(f"DELETE FROM {TABLE} WHERE run = '{RUN}'")
     (pandas_s, pandas_cpu, _) = out["pandas"]
@@ -169,8 +174,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--records", type=int, default=10_000_000)
     parser.add_argument("--ranks", type=int, default=10_000)
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="chDB's max_threads (1: one core, as pandas; 0: chDB's own choice)",
+    )
     args = parser.parse_args(argv)
-    result = run(args.records, args.ranks, args.repeat)
+    if args.threads < 0:
+        raise SystemExit(f"error: --threads {args.threads} must be 0 or more")
+    result = run(args.records, args.ranks, args.repeat, threads=args.threads)
     return 0 if result["named"] == (result["injected"],) * 3 else 1
 
 

@@ -32,3 +32,8 @@ def test_memory_table_has_the_platform_columns(bench):
 def test_records_must_cover_the_ranks(bench):
     with pytest.raises(SystemExit, match="--records 10 must be at least 2 x --ranks 64"):
         bench.scenario(10, 64)
+
+
+def test_threads_must_not_be_negative(bench):
+    with pytest.raises(SystemExit, match="--threads -1 must be 0 or more"):
+        bench.main(["--threads", "-1"])
