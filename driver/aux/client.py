@@ -215,8 +215,8 @@ class AuxClient:
             with self.io:
                 if future.settled or self.shut:
                     return
+                self._timers(time.time())  # (may re-send: a send can take a reply's signal)
                 self._drain_all()
-                self._timers(time.time())
                 if future.settled:
                     return
                 if version != self.version:
