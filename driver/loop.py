@@ -88,7 +88,7 @@ def run(cfg, sink, logger, control=None, aux_spec=None, attempt: int = 0) -> dic
     import torch
 
     from driver import optim
-    from driver.diloco.hook import attach
+    from driver.diloco.hook import prepare
     from driver.metrics.rank import RankReporter
     from driver.step import Loop
     from driver.workloads import build
@@ -105,13 +105,16 @@ def run(cfg, sink, logger, control=None, aux_spec=None, attempt: int = 0) -> dic
     source = import_object(cfg.data.source)(
         work.dataset, cfg.train.micro_batch_size, rank, world, cfg.train.seed, **stages
     )
-    session = checkpointing(cfg, model, optimizer, scheduler, source, rank, world, control)
+    diloco = prepare(model)  # a DiLoCo learner when REVE_DILOCO_* say so, else a no-op
+    extra = diloco.checkpoint_state()  # its sync state goes into the checkpoints
+    session = checkpointing(cfg, model, optimizer, scheduler, source, rank, world, control, extra)
     start = session.resume() if session else 0
     logger.info("rank %d/%d on %s starts at step %d", rank, world, device, start)
     if not (session and session.rng_restored):  # else the checkpoint's RNG states go on
         torch.manual_seed(cfg.train.seed + 1000 * rank + start)
     loop = Loop(cfg, model, work, optimizer, scheduler, device, world)
-    loop.diloco = attach(model)  # a DiLoCo learner when REVE_DILOCO_* say so, else a no-op
+    diloco.start(model)  # join after the restore: a restored learner resumes its rounds
+    loop.diloco = diloco
     finished = False
     try:
         reporter = RankReporter(sink, rank, attempt, device)
@@ -177,12 +180,18 @@ def inject_failure(cfg, step: int, rank: int) -> None:
         raise RuntimeError(f"debug.fail_at_step={at}: injected failure on rank {rank}")
 
 
-def checkpointing(cfg, model, optimizer, scheduler, source, rank, world, control):
+def checkpointing(cfg, model, optimizer, scheduler, source, rank, world, control, extra=None):
     """The worker's CheckpointSession, or None when checkpoints are off."""
     if not cfg.checkpoint.active:
         return None
     from driver.checkpoint import TrainState
     from driver.checkpoint.session import CheckpointSession
 
-    state = TrainState(model=model, optimizer=optimizer, lr_scheduler=scheduler, dataloader=source)
+    state = TrainState(
+        model=model,
+        optimizer=optimizer,
+        lr_scheduler=scheduler,
+        dataloader=source,
+        extra=extra or {},
+    )
     return CheckpointSession(cfg, state, rank, world, control)

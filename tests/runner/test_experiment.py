@@ -113,6 +113,8 @@ def test_synchronizer_job_and_service(data):
     env = {e["name"] for e in spec["containers"][0]["env"]}
     assert {"REVE_DILOCO_SECRET_KEY", "REVE_DILOCO_ALLOWED"} <= env
     assert svc["spec"]["type"] == "LoadBalancer"
+    # the learners' pod addresses reach the pod, so the cross-region policy can match them
+    assert svc["spec"]["externalTrafficPolicy"] == "Local"
     assert svc["metadata"]["annotations"] == ex.INTERNAL_LB
     assert svc["spec"]["selector"] == {labels.RUN: "lm-diloco-sync", labels.ROLE: "job"}
     pod_labels = job["spec"]["template"]["metadata"]["labels"]
@@ -124,6 +126,7 @@ def test_all_in_one_cluster_needs_no_host_and_gets_a_cluster_ip(data):
     del data["synchronizer"]["host"]
     svc = by_kind(render(data)["ultra-usc1"], "Service")
     assert svc["spec"]["type"] == "ClusterIP" and "annotations" not in svc["metadata"]
+    assert "externalTrafficPolicy" not in svc["spec"]
 
 
 @pytest.mark.parametrize(
