@@ -18,6 +18,7 @@ ROLE = f"{DOMAIN}/role"  # head, worker, sentinel, job
 # `synchronizer`) on top of the run labels.
 EXPERIMENT = f"{DOMAIN}/experiment"
 LEARNER = f"{DOMAIN}/learner"
+SYNCHRONIZER = "synchronizer"  # the LEARNER label value of a synchronizer's objects
 MANAGED_BY = "app.kubernetes.io/managed-by"
 # Environment variable every run and check container gets from the downward API
 # (spec.nodeName): preflight reports and the driver's metric rows name the node with it.

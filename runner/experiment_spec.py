@@ -17,7 +17,7 @@ from catalog import labels
 from catalog.errors import InputError, from_validation
 
 EXPERIMENT_LABEL, LEARNER_LABEL = labels.EXPERIMENT, labels.LEARNER
-SYNC_ROLE = "synchronizer"
+SYNC_ROLE = labels.SYNCHRONIZER
 KEY_ENV = "REVE_DILOCO_"
 INTERNAL_LB = {
     "networking.gke.io/load-balancer-type": "Internal",

@@ -31,7 +31,7 @@ TEAM_POLICY = "team-isolation"
 NAMESPACE_NAME = "kubernetes.io/metadata.name"
 # Cross-region DiLoCo (the cluster's `cross_region`): the synchronizer pods' labels (as
 # runner.experiment renders them: LEARNER_LABEL = SYNC_ROLE) and the policy admitting peers.
-SYNCHRONIZER_POD = {names.LEARNER: "synchronizer"}
+SYNCHRONIZER_POD = {names.LEARNER: names.SYNCHRONIZER}
 SYNC_POLICY = "cross-region-synchronizer"
 # LocalQueue.spec.clusterQueue is immutable: Argo CD recreates the queue when it changes.
 RECREATE = {"argocd.argoproj.io/sync-options": "Force=true,Replace=true"}
