@@ -12,7 +12,8 @@ Checks (`scripts/validate` runs them on every built overlay and app-of-apps):
 - every hostPath mount is read-only, and no container is privileged, unless HOST_PATH_WRITERS
   or PRIVILEGED name it with a reason;
 - every team namespace has the NetworkPolicy `team-isolation` (ingress from its own pods
-  and the platform's run-pod clients only);
+  and the platform's run-pod clients only) and no other policy but the cross-region
+  synchronizer policy its cluster's `cross_region` opts it in to, as generated;
 - the `runs` Application belongs to a project that admits exactly RUN_KINDS into team
   namespaces.
 """
@@ -21,7 +22,7 @@ from __future__ import annotations
 
 import fnmatch
 
-from catalog import Cluster
+from catalog import Cluster, load_cluster
 from catalog import labels as names
 from kustomize.tooling import objects
 
@@ -195,19 +196,33 @@ def host_path_problems(obj: Obj) -> list[str]:
 
 
 def team_policy_problems(built: list[Obj]) -> list[str]:
-    """Every team namespace of a built overlay has the `team-isolation` NetworkPolicy."""
-    teams = [o["metadata"]["name"] for o in built if o.get("kind") == "Namespace"
-             and names.TEAM in (o["metadata"].get("labels") or {})]  # fmt: skip
+    """Every team namespace of a built overlay has the `team-isolation` NetworkPolicy, and
+    no other but the cross-region synchronizer policy its cluster's catalog opts it in to."""
+    teams = {o["metadata"]["name"]: o["metadata"]["labels"] for o in built
+             if o.get("kind") == "Namespace"
+             and names.TEAM in (o["metadata"].get("labels") or {})}  # fmt: skip
     policies = {(o["metadata"].get("namespace"), o["metadata"]["name"]): o
                 for o in built if o.get("kind") == "NetworkPolicy"}  # fmt: skip
     found = []
-    for team in teams:
-        policy = policies.get((team, objects.TEAM_POLICY))
-        if policy is None:
+    for team, team_labels in teams.items():
+        expected = {objects.TEAM_POLICY: objects.team_network_policy(team)}
+        if cluster := team_labels.get(names.CLUSTER):
+            expected |= {
+                p["metadata"]["name"]: p
+                for p in objects.cross_region_objects(load_cluster(cluster), team)
+            }
+        if (team, objects.TEAM_POLICY) not in policies:
             found.append(f"Namespace {team}: no NetworkPolicy {objects.TEAM_POLICY}")
-        elif policy.get("spec") != objects.team_network_policy(team)["spec"]:
-            found.append(f"NetworkPolicy {team}/{objects.TEAM_POLICY}: spec differs from "
-                         "kustomize.tooling.objects.team_network_policy")  # fmt: skip
+        for (namespace, name), policy in policies.items():
+            if namespace != team:
+                continue
+            if name not in expected:
+                found.append(f"NetworkPolicy {team}/{name}: not generated for a team namespace")
+            elif policy.get("spec") != expected[name]["spec"]:
+                found.append(f"NetworkPolicy {team}/{name}: spec differs from "
+                             "kustomize.tooling.objects (team_objects)")  # fmt: skip
+        if (team, objects.SYNC_POLICY) not in policies and objects.SYNC_POLICY in expected:
+            found.append(f"Namespace {team}: no NetworkPolicy {objects.SYNC_POLICY}")
     return found
 
 

@@ -152,6 +152,29 @@ def test_validate_fails_when_the_team_policy_admits_every_namespace(overlay):
     assert any("media/team-isolation" in p for p in security.team_policy_problems(objs))
 
 
+def test_validate_checks_the_cross_region_policy_of_an_opted_in_team(overlay):
+    objs = copy.deepcopy(overlay("ultra-usc1"))
+    assert security.team_policy_problems(objs) == []
+    policy = named(objs, "NetworkPolicy", objects.SYNC_POLICY, "research")
+    policy["spec"]["ingress"][0]["from"].append({"ipBlock": {"cidr": "0.0.0.0/0"}})
+    assert any("research/cross-region-synchronizer: spec differs" in p
+               for p in security.team_policy_problems(objs))  # fmt: skip
+    objs.remove(policy)
+    assert "Namespace research: no NetworkPolicy cross-region-synchronizer" in (
+        security.team_policy_problems(objs)
+    )
+
+
+def test_validate_refuses_a_policy_a_team_was_not_opted_in_to(overlay):
+    objs = copy.deepcopy(overlay("ultra-usc1"))
+    extra = copy.deepcopy(named(objs, "NetworkPolicy", objects.SYNC_POLICY, "research"))
+    extra["metadata"]["namespace"] = "media"
+    objs.append(extra)
+    assert "NetworkPolicy media/cross-region-synchronizer: not generated for a team namespace" in (
+        security.team_policy_problems(objs)
+    )
+
+
 # --- host paths and privilege ------------------------------------------------------------
 
 
