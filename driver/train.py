@@ -153,7 +153,13 @@ def config_text(cfg, config_yaml: str, output_dir: Path, fmt: str, show: bool) -
 
 
 def check_diloco() -> None:
-    """Bad `REVE_DILOCO_*` settings (a DiLoCo learner's) fail here, on one line."""
+    """Bad `REVE_DILOCO_*` settings (a DiLoCo learner's) fail here, on one line. Without any
+    such setting there is nothing to check, and the check's module (it imports torch, a
+    second before Ray starts) is not loaded."""
+    from driver.diloco.keys import ENV
+
+    if not any(key.startswith(ENV) for key in os.environ):
+        return
     from driver.diloco.hook import check_env
 
     check_env()

@@ -46,3 +46,22 @@ def test_runner_run_passes_show_config_to_the_driver(capsys):
         runner(["run", "--local", str(example), "--show-config", "--dry-run"])
     assert done.value.code == 0
     assert capsys.readouterr().err.strip().splitlines()[-1].endswith(f" {SHOW_CONFIG}")
+
+
+def test_the_checks_before_ray_load_no_torch_without_diloco_settings():
+    import os
+    import subprocess
+    import sys
+
+    code = "import sys, driver.train as t; t.check_diloco(); print('torch' in sys.modules)"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("REVE_DILOCO_")}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert out.stdout.strip() == "False", out.stderr
+
+
+def test_bad_diloco_settings_still_stop_the_driver(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("REVE_DILOCO_ADDRESS", "tcp://127.0.0.1:1")
+    monkeypatch.setenv("REVE_DILOCO_SYNC_EVERY", "ten")
+    assert main([TINY_LM, f"run.output_dir={tmp_path / 'out'}"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "REVE_DILOCO_SYNC_EVERY" in err, err
