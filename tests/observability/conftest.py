@@ -1,7 +1,8 @@
 """chDB with the platform schema, and loading synthetic records into it.
 
 chDB runs one embedded server per process: every session sees the same tables, so each test
-writes its own run name and deletes its rows when done."""
+writes its own run name and deletes its rows when done. The session is a module's and is
+closed after it, so later tests of the same process can open a run's store (a folder)."""
 
 from __future__ import annotations
 
@@ -16,13 +17,14 @@ from observability.synthetic import generate, insert_chdb
 TEAM = "obs-test"
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def chdb_session():
     from chdb import session as chdb_session
 
     s = chdb_session.Session()
     clickhouse.apply(s)
-    return s
+    yield s
+    s.close()
 
 
 @contextmanager
