@@ -4,11 +4,12 @@ The driver's progress thread hands every drained metrics row (every rank's, tagg
 `rank` and `attempt`) to `RunMetricsWriter.add`; each becomes one long-format row per numeric
 metric (`name` as driver.metrics.names maps it, `value`) with the run's label set
 (driver.metrics.writers.row_labels: cluster, team, run, learner, attempt, the rank's pod and
-node, service), built by observability.store.metric_rows as the run's chDB store's rows are. The writer signs in as the user and password in the
-environment (`USER_ENV`, `PASSWORD_ENV`: in a cluster, `runs` and the `clickhouse-runs`
-Secret's password, docs/security.md); never from the URL.
-Rows go out in one HTTP `INSERT ... FORMAT JSONEachRow` per drain (about once a second),
-with the standard library only. A failing ClickHouse never fails training: the writer logs
+node, service), built by observability.store.metric_rows as the run's chDB store's rows
+are. The writer signs in as the user and password in the environment (`USER_ENV`,
+`PASSWORD_ENV`: in a cluster, `runs` and the `clickhouse-runs` Secret's password,
+docs/security.md); never from the URL. Rows go out in one HTTP `INSERT ... FORMAT
+JSONEachRow` per drain (about once a second), with the standard library only (chDB is not
+needed). A failing ClickHouse never fails training: the writer logs
 the first error, counts the dropped rows (the driver reports them at the end) and keeps
 trying.
 
