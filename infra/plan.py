@@ -29,7 +29,12 @@ PLANS = Path(__file__).resolve().parent / "plans"
 KEY_INPUTS: dict[str, list[str]] = {
     "gcp:compute/network:Network": ["mtu", "networkProfile"],
     "gcp:compute/subnetwork:Subnetwork": ["ipCidrRange", "secondaryIpRanges"],
-    "gcp:compute/firewall:Firewall": ["sourceRanges", "allows"],
+    "gcp:compute/firewall:Firewall": ["sourceRanges", "allows", "targetServiceAccounts"],
+    "gcp:compute/networkPeering:NetworkPeering": [
+        "peerNetwork",
+        "exportCustomRoutes",
+        "importCustomRoutes",
+    ],
     "gcp:compute/routerNat:RouterNat": ["sourceSubnetworkIpRangesToNat"],
     "gcp:container/cluster:Cluster": [
         "location",

@@ -21,8 +21,10 @@ def deploy(name: str, settings: Settings, root: Path | None = None) -> dict[str,
     """Declare everything cluster `name` needs; returns the exported outputs."""
     spec = validate.check(name, root)
     validate.check_settings(spec, settings)
+    partners = validate.peers(spec, root)
     from infra.components.argocd import ArgoCD
     from infra.components.cluster import Cluster
+    from infra.components.cross_region import CrossRegion
     from infra.components.identity import Identity
     from infra.components.multinetwork import MultiNetwork
     from infra.components.network import Network
@@ -34,6 +36,8 @@ def deploy(name: str, settings: Settings, root: Path | None = None) -> dict[str,
     identity = Identity(spec, storage)
     cluster = Cluster(spec, network, settings)
     pools = NodePools(spec, cluster.gke, network, identity.nodes.email, settings)
+    if partners:
+        CrossRegion(spec, partners, network, identity.nodes.email)
     MultiNetwork(spec, cluster.provider, depends_on=[cluster.gke])
     ArgoCD(spec, cluster.provider, settings, depends_on=[pools.cpu])
     outputs = {

@@ -6,7 +6,9 @@ the rules only infra needs. Every failure is one `catalog.InputError` naming fil
 
     python -c "import infra.validate as v; v.check('mega-euw4')"
 
-`check_settings` does the same for the stack settings that name parts of the cluster.
+`check_settings` does the same for the stack settings that name parts of the cluster, and
+`peers` loads the clusters whose VPCs this one peers with (cross-region DiLoCo) and checks
+that their ranges can be peered.
 """
 
 from __future__ import annotations
@@ -15,8 +17,8 @@ import ipaddress
 from pathlib import Path
 
 from catalog import Cluster, InputError, accelerator, load_cluster
-from catalog.loader import cluster_file
-from infra import derive
+from catalog.loader import cluster_file, cluster_names
+from infra import cross_region, derive
 from infra.settings import Settings
 
 # Google service account ids are 6 to 30 characters; ours are "<cluster>-<role>".
@@ -46,6 +48,35 @@ def check_settings(cluster: Cluster, settings: Settings) -> None:
                 "awaitingDelivery",
                 f"{name!r} is not a reserved GPU pool of {cluster.name} (known: {known})",
             )
+
+
+def peers(cluster: Cluster, root: Path | None = None) -> dict[str, Cluster]:
+    """The clusters this cluster's VPC peers with (`infra.cross_region.partners`), by name.
+
+    Each of `cross_region.peers` must be a cluster of the catalog, and no two peered networks
+    may overlap: neither this one and a partner, nor two partners (both reach this VPC).
+    """
+    source = _source(cluster_file(cluster.name, root))
+    named = {
+        peer: load_cluster(peer, root, source=source, field=f"cross_region.peers[{i}]")
+        for i, peer in enumerate(cluster.cross_region.peers if cluster.cross_region else [])
+    }
+    others = {n: load_cluster(n, root) for n in cluster_names(root) if n not in named}
+    others.update(named)
+    found = {name: others[name] for name in cross_region.partners(cluster, others)}
+    for name, peer in found.items():
+        clash = cross_region.overlap(cluster, peer)
+        if clash:
+            why = "cross_region.peers" if name in named else f"{name}'s cross_region.peers"
+            raise InputError(source, clash[0], f"{clash[1]}: the VPCs are peered ({why})")
+    rows = list(found.values())
+    for i, a in enumerate(rows):
+        for b in rows[i + 1 :]:
+            clash = cross_region.overlap(a, b)
+            if clash:
+                message = f"{a.name}'s {clash[0]} {clash[1]}: both peer with {cluster.name}"
+                raise InputError(source, "cross_region.peers", message)
+    return found
 
 
 def _source(path: Path) -> str:

@@ -11,7 +11,7 @@ import pulumi
 import pulumi_gcp as gcp
 
 from catalog import Cluster
-from infra import derive
+from infra import cross_region, derive
 from infra.components import TYPE_PREFIX
 
 PODS_RANGE = "pods"
@@ -30,7 +30,7 @@ class Network(pulumi.ComponentResource):
         child = pulumi.ResourceOptions(parent=self)
         self.vpc = gcp.compute.Network(
             cluster.name,
-            name=cluster.name,
+            name=cross_region.vpc_name(cluster),  # peers derive its link from the catalog
             project=cluster.project,
             auto_create_subnetworks=False,
             routing_mode="REGIONAL",

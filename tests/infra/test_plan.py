@@ -26,6 +26,7 @@ def test_text_plan_shows_components_children_and_outputs(programs):
     assert [c.split()[0] for c in components] == [
         "reve:infra:ArgoCD",
         "reve:infra:Cluster",
+        "reve:infra:CrossRegion",
         "reve:infra:Identity",
         "reve:infra:MultiNetwork",
         "reve:infra:Network",
@@ -154,6 +155,9 @@ def test_future_reservation_delivered_gives_the_pool_its_size(tmp_path):
     folder = tmp_path / "clusters" / "ultra-usc1"
     folder.mkdir(parents=True)
     (folder / "cluster.yaml").write_text(yaml.safe_dump(data))
+    peer = tmp_path / "clusters" / "mega-euw4"  # its VPC peers with ultra-usc1's
+    peer.mkdir()
+    (peer / "cluster.yaml").write_text(load_cluster("mega-euw4").model_dump_json())
     before, after = run("ultra-usc1"), run("ultra-usc1", root=tmp_path)
     for program, count in ((before, 0), (after, 128)):
         by_name = {r.inputs["name"]: r.inputs for r in program.of_type(NODE_POOL)}

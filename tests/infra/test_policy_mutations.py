@@ -13,6 +13,7 @@ import pytest
 
 from catalog import load_cluster
 
+from . import test_cross_region as cross
 from . import test_policy as policy
 from . import test_runner_crosscheck as crosscheck
 from .conftest import NODE_POOL
@@ -108,6 +109,31 @@ def nodes_before_delivery(p):
     inputs_of(p, GPU_POOL)["nodeCount"] = 128
 
 
+SYNC_RULE = "ultra-usc1-cross-region-sync"
+FIREWALL = "gcp:compute/firewall:Firewall"
+
+
+def sync_port_and_ssh(p):
+    inputs_of(p, SYNC_RULE, FIREWALL)["allows"][0]["ports"].append("22")
+
+
+def sync_from_anywhere(p):
+    inputs_of(p, SYNC_RULE, FIREWALL)["sourceRanges"] = ["0.0.0.0/0"]
+
+
+def sync_on_every_vm(p):
+    del inputs_of(p, SYNC_RULE, FIREWALL)["targetServiceAccounts"]
+
+
+def internal_rule_admits_peer(p):
+    inputs_of(p, "ultra-usc1-internal", FIREWALL)["sourceRanges"].append("10.16.0.0/14")
+
+
+def peering_imports_custom_routes(p):
+    peering = "gcp:compute/networkPeering:NetworkPeering"
+    inputs_of(p, "mega-euw4-to-ultra-usc1", peering)["importCustomRoutes"] = True
+
+
 CASES = [
     ("ultra-usc1", nodes_before_delivery, policy.test_undelivered_reservations_hold_no_nodes),
     (
@@ -133,6 +159,31 @@ CASES = [
     ("ultra-usc1", two_zone_compact, policy.test_compact_pools_have_one_zone),
     ("ultra-usc1", no_gvnic, policy.test_gpu_pools_match_the_accelerator_catalog),
     ("mega-euw4", no_periodic_maintenance, policy.test_gpu_pools_match_the_accelerator_catalog),
+    (
+        "ultra-usc1",
+        sync_port_and_ssh,
+        cross.test_the_synchronizer_port_is_open_to_the_peers_pods_only,
+    ),
+    (
+        "ultra-usc1",
+        sync_from_anywhere,
+        cross.test_the_synchronizer_port_is_open_to_the_peers_pods_only,
+    ),
+    (
+        "ultra-usc1",
+        sync_on_every_vm,
+        cross.test_the_synchronizer_port_is_open_to_the_peers_pods_only,
+    ),
+    (
+        "ultra-usc1",
+        internal_rule_admits_peer,
+        cross.test_the_synchronizer_port_is_open_to_the_peers_pods_only,
+    ),
+    (
+        "mega-euw4",
+        peering_imports_custom_routes,
+        cross.test_peerings_exchange_only_private_subnet_routes,
+    ),
 ]
 
 
