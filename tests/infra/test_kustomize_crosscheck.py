@@ -65,3 +65,24 @@ def test_root_application_is_valid_for_the_pinned_argo_cd(program):
     assert [e.message for e in validator.iter_errors(manifest)] == []
     broken = {**manifest, "spec": {**manifest["spec"], "sourcePath": "x"}}
     assert list(validator.iter_errors(broken)), "the schema rejects unknown fields"
+
+
+def test_cross_region_firewall_and_synchronizer_policy_agree(program, spec):
+    """The VPC rule and the committed NetworkPolicy open the same port to the same ranges:
+    traffic the one admits, the other does not drop."""
+    folder = repo_root() / "kustomize" / "overlays" / spec.name / "generated"
+    policies = [
+        doc
+        for doc in yaml.safe_load_all((folder / "teams.yaml").read_text())
+        if isinstance(doc, dict) and doc["metadata"]["name"] == "cross-region-synchronizer"
+    ]
+    rules = [r.inputs for r in program.of_type("gcp:compute/firewall:Firewall")]
+    [rule] = [r for r in rules if r["name"] == f"{spec.name}-cross-region-sync"] or [None]
+    if spec.cross_region is None:
+        assert rule is None and policies == []
+        return
+    assert {p["metadata"]["namespace"] for p in policies} == set(spec.cross_region.teams)
+    for policy in policies:
+        [ingress] = policy["spec"]["ingress"]
+        assert [peer["ipBlock"]["cidr"] for peer in ingress["from"]] == rule["sourceRanges"]
+        assert [str(p["port"]) for p in ingress["ports"]] == rule["allows"][0]["ports"]
