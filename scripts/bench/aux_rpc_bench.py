@@ -8,6 +8,10 @@ Our side: the training process's AuxClient -> a ProxyServer process (TCP) -> Wor
 processes (IPC) running an echo handler. Ray's side: an actor (`ray.init` on this host)
 with the same echo method. Same payloads on both sides:
 
+Both sides are up together and every figure is taken in `--rounds` rounds (3), the sides
+taking turns, so load that drifts during a run hits both alike; latencies pool the rounds'
+samples, rates and 16 MiB times take the median.
+
 1. Round trip of a 1 KiB request, one call at a time: p50 and p99, ours ÷ `ray.get` of an
    actor method call (goal p50 ratio <= 0.25).
 2. Pipelined requests/s, `--window` requests in flight, ours ÷ an async Ray actor's calls
@@ -161,23 +165,29 @@ def pipelined(submit, wait, total: int, window: int) -> float:
     return total / (time.perf_counter() - started)
 
 
-def ours(address: str, args: argparse.Namespace, small: dict, big: np.ndarray) -> dict:
-    client = AuxClient("echo", 0, {address: 1}, deadline_s=60)
-    try:
-        timed(lambda: client.call("echo", small), args.calls // 5)  # warm-up
-        latency = timed(lambda: client.call("echo", small), args.calls)
-        rate = pipelined(
-            lambda: client.submit("echo", small),
-            lambda futures: [f.result() for f in futures],
-            args.pipelined,
-            args.window,
-        )
-        for _ in range(2):  # the first sets up the shared-memory segments, on each side
-            assert np.array_equal(client.call("echo", {"x": big})["x"], big)
-        tensor = timed(lambda: client.call("echo", {"x": big}), args.big_calls)
-    finally:
-        client.close()
-    return {"latency": latency, "rate": rate, "big": float(np.median(tensor))}
+class Ours:
+    """Our side: an AuxClient to the proxy; each method measures one figure."""
+
+    def __init__(self, address: str, args: argparse.Namespace, small: dict, big: np.ndarray):
+        self.client = AuxClient("echo", 0, {address: 1}, deadline_s=60)
+        self.args, self.small, self.big = args, small, big
+        timed(lambda: self.client.call("echo", small), args.calls // 5)  # warm-up
+        for _ in range(2):  # the first sets up the shared-memory segments
+            assert np.array_equal(self.client.call("echo", {"x": big})["x"], big)
+
+    def latency(self) -> list[float]:
+        return timed(lambda: self.client.call("echo", self.small), self.args.calls)
+
+    def rate(self) -> float:
+        submit = lambda: self.client.submit("echo", self.small)  # noqa: E731
+        wait = lambda futures: [f.result() for f in futures]  # noqa: E731
+        return pipelined(submit, wait, self.args.pipelined, self.args.window)
+
+    def tensor(self) -> list[float]:
+        return timed(lambda: self.client.call("echo", {"x": self.big}), self.args.big_calls)
+
+    def close(self) -> None:
+        self.client.close()
 
 
 def floor(address: str, args: argparse.Namespace, small: dict) -> list[float]:
@@ -197,11 +207,13 @@ def floor(address: str, args: argparse.Namespace, small: dict) -> list[float]:
     return latency
 
 
-def ray_side(args: argparse.Namespace, small: dict, big: np.ndarray) -> dict:
-    import ray
+class Theirs:
+    """Ray's side: a sync actor (`ray.get` per call) and an async one (pipelined)."""
 
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
-    try:
+    def __init__(self, args: argparse.Namespace, small: dict, big: np.ndarray):
+        import ray
+
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
 
         @ray.remote
         class EchoActor:
@@ -213,17 +225,47 @@ def ray_side(args: argparse.Namespace, small: dict, big: np.ndarray) -> dict:
             async def echo(self, payload):
                 return payload
 
-        actor, aio = EchoActor.remote(), AsyncEchoActor.options(max_concurrency=1000).remote()
-        ray.get([actor.echo.remote(small), aio.echo.remote(small)])
-        timed(lambda: ray.get(actor.echo.remote(small)), args.calls // 5)
-        latency = timed(lambda: ray.get(actor.echo.remote(small)), args.calls)
-        rate = pipelined(lambda: aio.echo.remote(small), ray.get, args.pipelined, args.window)
+        self.ray, self.args, self.small, self.big = ray, args, small, big
+        self.actor = EchoActor.remote()
+        self.aio = AsyncEchoActor.options(max_concurrency=1000).remote()
+        ray.get([self.actor.echo.remote(small), self.aio.echo.remote(small)])
+        timed(lambda: ray.get(self.actor.echo.remote(small)), args.calls // 5)
         for _ in range(2):
-            assert np.array_equal(ray.get(actor.echo.remote({"x": big}))["x"], big)
-        tensor = timed(lambda: ray.get(actor.echo.remote({"x": big})), args.big_calls)
-    finally:
-        ray.shutdown()
-    return {"latency": latency, "rate": rate, "big": float(np.median(tensor))}
+            assert np.array_equal(ray.get(self.actor.echo.remote({"x": big}))["x"], big)
+
+    def latency(self) -> list[float]:
+        get, echo = self.ray.get, self.actor.echo
+        return timed(lambda: get(echo.remote(self.small)), self.args.calls)
+
+    def rate(self) -> float:
+        echo = self.aio.echo
+        submit = lambda: echo.remote(self.small)  # noqa: E731
+        return pipelined(submit, self.ray.get, self.args.pipelined, self.args.window)
+
+    def tensor(self) -> list[float]:
+        get, echo = self.ray.get, self.actor.echo
+        return timed(lambda: get(echo.remote({"x": self.big})), self.args.big_calls)
+
+    def close(self) -> None:
+        self.ray.shutdown()
+
+
+def measure(sides: list, rounds: int) -> list[dict]:
+    """Each figure in `rounds` rounds, the sides taking turns (who goes first alternates):
+    load that drifts during the run hits both sides alike."""
+    out = [{"latency": [], "rates": [], "big": []} for _ in sides]
+    for r in range(rounds):
+        order = list(range(len(sides)))[:: 1 if r % 2 == 0 else -1]
+        for figure in ("latency", "rate", "tensor"):
+            for i in order:
+                got = getattr(sides[i], figure)()
+                if figure == "rate":
+                    out[i]["rates"].append(got)
+                else:
+                    out[i]["latency" if figure == "latency" else "big"] += got
+    for o in out:
+        o["rate"], o["big"] = float(np.median(o["rates"])), float(np.median(o["big"]))
+    return out
 
 
 def scale(address: str, ranks: int, seconds: float, sockets: int = 8) -> dict:
@@ -298,19 +340,24 @@ def report(mine: dict, theirs: dict | None, scaled: dict) -> None:
     if mine.get("floor"):
         f50, f99 = percentiles(mine["floor"])
         print(f"1 KiB round trip   floor p50 {f50:8.1f} us  p99 {f99:8.1f} us (bare ZeroMQ)")
-    print(f"pipelined          ours {mine['rate']:9.0f} req/s")
+    rates = "/".join(f"{r:.0f}" for r in mine.get("rates", []))
+    print(f"pipelined          ours {mine['rate']:9.0f} req/s (median; rounds {rates})")
     print(f"16 MiB round trip  ours {mine['big'] * 1e3:8.2f} ms")
     if mine.get("floor"):
         print(f"ratio ours / floor  {ratio(p50, percentiles(mine['floor'])[0]):.3f} (p50)")
     if theirs is not None:
         r50, r99 = percentiles(theirs["latency"])
         print(f"1 KiB round trip   Ray  p50 {r50:8.1f} us  p99 {r99:8.1f} us")
-        print(f"pipelined          Ray  {theirs['rate']:9.0f} req/s (async actor)")
+        rates = "/".join(f"{r:.0f}" for r in theirs["rates"])
+        print(f"pipelined          Ray  {theirs['rate']:9.0f} req/s (async actor; rounds {rates})")
         print(f"16 MiB round trip  Ray  {theirs['big'] * 1e3:8.2f} ms (object store)")
         print(
             f"ratio p50 latency   {ratio(p50, r50):.3f} [goal <= 0.25]  (p99 {ratio(p99, r99):.3f})"
         )
         print(f"ratio pipelined     {ratio(mine['rate'], theirs['rate']):.3f} [goal >= 4]")
+        pairs = zip(mine["rates"], theirs["rates"], strict=True)
+        rounds = " ".join(f"{ratio(a, b):.2f}" for a, b in pairs)
+        print(f"  per round         {rounds} (ours ÷ Ray; the figure is of the medians)")
         print(f"ratio 16 MiB        {ratio(mine['big'], theirs['big']):.3f} [goal <= 0.5]")
     spread = ratio(scaled["max"], scaled["min"])
     print(
@@ -324,10 +371,11 @@ def report(mine: dict, theirs: dict | None, scaled: dict) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     add = parser.add_argument
-    add("--calls", type=int, default=1000, help="sequential 1 KiB calls per side")
-    add("--pipelined", type=int, default=5000, help="pipelined calls per side")
+    add("--calls", type=int, default=1000, help="sequential 1 KiB calls per side and round")
+    add("--pipelined", type=int, default=5000, help="pipelined calls per side and round")
     add("--window", type=int, default=256, help="requests in flight when pipelining")
-    add("--big-calls", type=int, default=10, help="16 MiB round trips per side")
+    add("--big-calls", type=int, default=10, help="16 MiB round trips per side and round")
+    add("--rounds", type=int, default=3, help="rounds of every figure, the sides taking turns")
     add("--workers", type=int, default=2, help="workers behind the proxy in the scale case")
     add("--ranks", type=int, default=10_000, help="simulated ranks in the scale case")
     add("--seconds", type=float, default=30.0, help="scale case window (the issue: 60)")
@@ -347,17 +395,23 @@ def main(argv: list[str] | None = None) -> int:
     small = {"x": np.random.default_rng(0).bytes(1024)}
     big = np.random.default_rng(1).random(4 << 20, dtype=np.float32)  # 16 MiB
     with tempfile.TemporaryDirectory(prefix="aux-bench-") as folder:
-        service = Service(folder, workers=1)
-        try:
-            mine = ours(service.address, args, small, big)
-        finally:
-            service.close()
         service = Service(folder, workers=1, floor=True)
         try:
-            mine["floor"] = floor(service.address, args, small)
+            floor_latency = floor(service.address, args, small)
         finally:
             service.close()
-        theirs = None if args.no_ray else ray_side(args, small, big)
+        service, sides = Service(folder, workers=1), []
+        try:
+            sides.append(Ours(service.address, args, small, big))
+            if not args.no_ray:
+                sides.append(Theirs(args, small, big))
+            results = measure(sides, args.rounds)
+        finally:
+            for side in sides:
+                side.close()
+            service.close()
+        mine, theirs = results[0], (results[1] if len(results) > 1 else None)
+        mine["floor"] = floor_latency
         service = Service(folder, workers=args.workers)
         try:
             scaled = scale(service.address, args.ranks, args.seconds)
