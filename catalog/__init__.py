@@ -20,6 +20,7 @@ _LAZY = {
     "cluster_names": "catalog.loader",
     "load_cluster": "catalog.loader",
     "load_cluster_file": "catalog.loader",
+    "load_peer_pod_ranges": "catalog.loader",
     "repo_root": "catalog.loader",
     "sidecar_host_writes": "catalog.loader",
     "Accelerator": "catalog.schema",

@@ -144,3 +144,15 @@ def _relative(path: Path) -> str:
         return str(path.relative_to(Path.cwd()))
     except ValueError:
         return str(path)
+
+
+def load_peer_pod_ranges(cluster: Cluster) -> dict[str, str]:
+    """Pod ranges of the clusters whose learners may dial this cluster's synchronizers
+    (`cross_region.peers`, each from its own catalog file); {} when none."""
+    if cluster.cross_region is None:
+        return {}
+    source = f"clusters/{cluster.name}/cluster.yaml"
+    return {
+        peer: load_cluster(peer, source=source, field=f"cross_region.peers[{i}]").network.pods_cidr
+        for i, peer in enumerate(cluster.cross_region.peers)
+    }

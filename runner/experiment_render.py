@@ -185,7 +185,7 @@ def render_learner(exp: Experiment, index: int) -> Part:
 
 
 def render_synchronizer(exp: Experiment) -> Part:
-    from catalog.loader import load_cluster
+    from catalog.loader import load_cluster, load_peer_pod_ranges
     from runner.render import context
     from runner.resolve import resolve
     from runner.spec import build_spec
@@ -212,6 +212,8 @@ def render_synchronizer(exp: Experiment) -> Part:
         "port": s.port,
         "annotations": INTERNAL_LB if remote else {},
         "type": "LoadBalancer" if remote else "ClusterIP",
+        # the load balancer's own firewall admits only the peers' pods (like the policy)
+        "source_ranges": sorted(set(load_peer_pod_ranges(cluster).values())) if remote else [],
         "selector": {labels.RUN: sync_name(exp), labels.ROLE: "job"},
     }
     manifests = render_template("diloco-synchronizer", run=run, service=service)

@@ -7,7 +7,7 @@ init containers are facts of `clusters/<name>/cluster.yaml`, `catalog/accelerato
 
 from __future__ import annotations
 
-from catalog import Cluster, accelerator, load_cluster
+from catalog import Cluster, accelerator, load_peer_pod_ranges
 from catalog import labels as names
 
 Obj = dict
@@ -194,18 +194,6 @@ def team_network_policy(team: str) -> Obj:
             "metadata": {"name": TEAM_POLICY, "namespace": team}, "spec": spec}  # fmt: skip
 
 
-def peer_pod_ranges(cluster: Cluster) -> dict[str, str]:
-    """Pod ranges of the clusters whose learners may dial this cluster's synchronizers
-    (`cross_region.peers`, each from its own catalog file); {} when none."""
-    if cluster.cross_region is None:
-        return {}
-    source = f"clusters/{cluster.name}/cluster.yaml"
-    return {
-        peer: load_cluster(peer, source=source, field=f"cross_region.peers[{i}]").network.pods_cidr
-        for i, peer in enumerate(cluster.cross_region.peers)
-    }
-
-
 def synchronizer_policy(team: str, port: int, ranges: dict[str, str]) -> Obj:
     """Ingress to a team's DiLoCo synchronizer pods from the peer clusters' pods, on the
     synchronizer port only (in addition to team-isolation; NetworkPolicies add up)."""
@@ -235,7 +223,7 @@ def cross_region_objects(cluster: Cluster, team: str) -> list[Obj]:
     cross = cluster.cross_region
     if cross is None or team not in cross.teams:
         return []
-    return [synchronizer_policy(team, cross.port, peer_pod_ranges(cluster))]
+    return [synchronizer_policy(team, cross.port, load_peer_pod_ranges(cluster))]
 
 
 def team_objects(cluster: Cluster, team: str) -> list[Obj]:

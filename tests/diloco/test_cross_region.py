@@ -11,7 +11,7 @@ import re
 import pytest
 from pydantic import ValidationError
 
-from catalog import Cluster, load_cluster
+from catalog import Cluster, load_cluster, load_peer_pod_ranges
 from catalog.errors import InputError
 from kustomize.tooling import objects
 from runner import experiment as ex
@@ -76,7 +76,7 @@ def test_bad_opt_ins_are_refused(cross, message):
 
 def test_an_unknown_peer_is_one_line_naming_the_field():
     with pytest.raises(InputError) as err:
-        objects.peer_pod_ranges(ultra(peers=["mars-1"]))
+        load_peer_pod_ranges(ultra(peers=["mars-1"]))
     assert err.value.field == "cross_region.peers[0]" and "unknown cluster 'mars-1'" in str(
         err.value.line()
     )

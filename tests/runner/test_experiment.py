@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from catalog import labels
+from catalog import labels, load_cluster, load_peer_pod_ranges
 from catalog.errors import InputError
 from runner import experiment as ex
 from tests.runner.conftest import IMAGE, ROOT
@@ -115,6 +115,9 @@ def test_synchronizer_job_and_service(data):
     assert svc["spec"]["type"] == "LoadBalancer"
     # the learners' pod addresses reach the pod, so the cross-region policy can match them
     assert svc["spec"]["externalTrafficPolicy"] == "Local"
+    # the load balancer's firewall admits the same ranges as the cross-region policy
+    peers = load_peer_pod_ranges(load_cluster("ultra-usc1"))
+    assert svc["spec"]["loadBalancerSourceRanges"] == sorted(peers.values()) != []
     assert svc["metadata"]["annotations"] == ex.INTERNAL_LB
     assert svc["spec"]["selector"] == {labels.RUN: "lm-diloco-sync", labels.ROLE: "job"}
     pod_labels = job["spec"]["template"]["metadata"]["labels"]
