@@ -76,7 +76,7 @@ class Pending:
 
     __slots__ = (
         "future", "method", "body", "rank", "proxy", "tries", "avoid",
-        "big", "segs", "reply_seg", "lease", "shared",
+        "big", "segs", "reply_seg", "leases", "shared",
     )  # fmt: skip
 
     def __init__(self, future: AuxFuture, method: str, body: list[Any], rank: int):
@@ -88,7 +88,7 @@ class Pending:
         self.big = sum(n for n in map(wire._nbytes, body[1:]) if n >= shm.MIN_BYTES)
         self.segs: list[Any] = []
         self.reply_seg: Any = None
-        self.lease: Any = None
+        self.leases: dict[str, Any] | None = None
         self.shared = 0
 
     def frames(self, body: list[Any] | None = None, info: dict | None = None) -> list[Any]:

@@ -61,6 +61,7 @@ class Segment:
         self.map = mmap.mmap(self.fd, size, flags=_FLAGS)
         self.inode = os.fstat(self.fd).st_ino
         self.used = 0  # bytes placed by the current user
+        self.doomed = False  # retire instead of reuse when its last view is gone
 
     def ref(self, offset: int) -> list[Any]:
         return [self.token, os.getpid(), self.fd, self.inode, offset]
@@ -116,7 +117,7 @@ class Pool:
 
     def give(self, seg: Segment) -> None:
         with self.lock:
-            if self.closed:
+            if self.closed or seg.doomed:
                 self._drop(seg)
             else:
                 self.free.append(seg)
@@ -216,14 +217,25 @@ class Borrowed:
     request offers, `kept` says whether anything still holds a view of the request's."""
 
     def __init__(self, attached: Attached):
-        self.attached, self.leases = attached, {}
+        self.attached, self.leases, self.refs = attached, {}, {}
 
     def read(self, ref: Any, nbytes: int) -> memoryview:
         token = ref[0] if isinstance(ref, list) and ref else None
         lease = self.leases.get(token)
         if lease is None:
             lease = self.leases[token] = Lease(self.attached.segment(ref))
+            self.refs[token] = ref
         return lease.view(ref[4], nbytes)
+
+    def _within(self, src: np.ndarray) -> list[Any] | None:
+        """The reference of `src` if it lies in one of the request's segments (a handler
+        that answers with its input, or part of it): the rank reads it there, no copy."""
+        addr = src.__array_interface__["data"][0]
+        for token, lease in self.leases.items():
+            base = lease.base.__array_interface__["data"][0]
+            if base <= addr and addr + src.nbytes <= base + lease.base.nbytes:
+                return [*self.refs[token][:4], addr - base]
+        return None
 
     def reply(self, body: list[Any], offer: Any) -> list[Any]:
         """`body` with its big frames in the offered segment (those that fit)."""
@@ -237,6 +249,9 @@ class Borrowed:
 
         def place(frame: Any) -> list[Any] | None:
             src = np.frombuffer(frame, np.uint8)
+            there = self._within(src)
+            if there is not None:
+                return there
             start = (at[0] + 63) & ~63
             if start + src.nbytes > len(seg):
                 return None
@@ -290,33 +305,41 @@ class Lender:
         return body, {"rs": seg.ref(0)}
 
     def reader(self, pending: Any) -> Any:
-        """wire.decode's `shm` for the reply: views of the offered segment, which goes
-        back to the pool when the last of them is gone."""
-        seg, pool = pending.reply_seg, self.pool
-        if seg is None:
+        """wire.decode's `shm` for the reply: views of the offered segment (or of the
+        request's own, when the worker answered with its input), each going back to the
+        pool when the last of its views is gone."""
+        pool = self.pool
+        owned = {s.token: s for s in (*pending.segs, pending.reply_seg) if s is not None}
+        if not owned:
             return None
 
         def read(ref: Any, nbytes: int) -> memoryview:
-            if not (isinstance(ref, list) and len(ref) == 5 and ref[0] == seg.token):
-                raise ValueError(f"reply names a segment not offered: {ref!r}")
-            if pending.lease is None:
-                pending.lease = Lease(seg.map, lambda: pool.give(seg))
+            seg = owned.get(ref[0]) if isinstance(ref, list) and len(ref) == 5 else None
+            if seg is None:
+                raise ValueError(f"reply names a segment not ours: {ref!r}")
+            pending.leases = pending.leases or {}
+            lease = pending.leases.get(seg.token)
+            if lease is None:
+                lease = pending.leases[seg.token] = Lease(seg.map, lambda: pool.give(seg))
             pending.shared += nbytes
-            return pending.lease.view(ref[4], nbytes)
+            return lease.view(ref[4], nbytes)
 
         return read
 
     def settle(self, pending: Any, info: dict | None) -> None:
         """The request is answered (`info`: its reply's) or given up (None: the worker may
         still touch its segments, so they are retired)."""
-        segs, reply_seg, lease = pending.segs, pending.reply_seg, pending.lease
-        pending.segs, pending.reply_seg, pending.lease = [], None, None
+        segs, reply_seg, leased = pending.segs, pending.reply_seg, pending.leases or {}
+        pending.segs, pending.reply_seg, pending.leases = [], None, None
         if self.pool is None or not (segs or reply_seg):
             return
         keep = info is not None and not info.get("kept")
         for seg in segs:
-            (self.pool.give if keep else self.pool.retire)(seg)
-        if reply_seg is not None and lease is None:  # the reply did not use it
+            if seg.token in leased:  # the reply's arrays are views of it: back when they go
+                seg.doomed = not keep
+            else:
+                (self.pool.give if keep else self.pool.retire)(seg)
+        if reply_seg is not None and reply_seg.token not in leased:  # the reply did not use it
             (self.pool.give if info is not None else self.pool.retire)(reply_seg)
 
     def learn(self, pending: Any, body: list[Any]) -> None:

@@ -118,3 +118,24 @@ def test_references_that_are_not_our_segments_are_refused(tmp_path):
         lease.view((1 << 20) - 8, 16)
     attached.close()
     seg.close()
+
+
+def test_an_echoed_array_is_read_where_it_was_sent_and_kept_ones_are_retired(tmp_path):
+    data = np.random.default_rng(2).random(BIG // 4, dtype=np.float32)
+    with stack(tmp_path, workers=1) as (address, _, workers):
+        client = local_client(address)
+        pool = client.lender.pool
+        out = client.call("echo", {"x": data})["x"]  # no copy at the worker: a view of ours
+        assert np.array_equal(out, data) and pool.total >= 2 * BIG and len(pool.free) == 1
+        del out
+        gc.collect()
+        assert len(pool.free) == 2  # the request's segment is back once the reply is gone
+        total = pool.total
+        out = client.call("hold", {"x": data})["x"]  # the handler keeps what it echoes
+        del out
+        gc.collect()
+        assert pool.total < total  # so that segment is retired, not reused
+        for _ in range(2):
+            client.call("echo", {"x": np.zeros_like(data)})
+        assert np.array_equal(workers[0].handler.kept["x"], data)
+        client.close()

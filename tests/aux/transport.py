@@ -13,7 +13,8 @@ from driver.aux.worker import WorkerServer
 
 
 class Echo:
-    """Test service: echo, sleep, boom (raises), pid, zeros (n bytes), keep (the payload)."""
+    """Test service: echo, sleep, boom (raises), pid, zeros (n bytes), keep (the payload),
+    hold (keep it and echo it)."""
 
     def __init__(self, delay_s: float = 0.0):
         self.delay_s = delay_s
@@ -32,9 +33,9 @@ class Echo:
             return {"pid": os.getpid(), "rank": ctx.rank}
         if method == "zeros":
             return {"x": bytes(payload["n"])}
-        if method == "keep":  # holds on to the request's arrays
+        if method in ("keep", "hold"):  # holds on to the request's arrays (and echoes them)
             self.kept = payload
-            return {"ok": True}
+            return {"ok": True} if method == "keep" else payload
         return payload
 
 
