@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, fields
 
-from driver.diloco import keys, outer
+from driver.diloco import keys
 from driver.diloco.keys import ENV as ENV_PREFIX
 
 
@@ -61,6 +61,8 @@ class LearnerConfig:
         return tuple(k.encode() for k in triple)
 
     def __post_init__(self) -> None:
+        from driver.diloco import outer  # torch: only once a learner's settings are read
+
         checks = [
             (self.sync_every >= 1, "sync_every", "at least 1"),
             (self.mode in outer.MODES, "mode", f"one of {outer.MODES}"),
