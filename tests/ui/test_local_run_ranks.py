@@ -77,10 +77,18 @@ def test_every_rank_is_in_the_store_with_its_labels(run):
         )  # fmt: skip
         names = {r["name"] for r in store.query(
             "SELECT DISTINCT name FROM platform.run_metrics WHERE rank = 1")}  # fmt: skip
+        labels = store.query(
+            "SELECT rank, groupUniqArray(attempt) AS attempts, groupUniqArray(service) AS "
+            "services, groupUniqArray(worker) AS workers FROM platform.run_metrics "
+            "GROUP BY rank ORDER BY rank"
+        )
     assert [g["rank"] for g in got] == [0, 1], got
     for group in got:
         assert (group["cluster"], group["team"], group["run"]) == ("local", "research", "ranks")
         assert group["pod"] and group["node"] and group["learner"] == ""  # no DiLoCo learner
+    for group in labels:  # a restart, then a resume: three attempts; training ranks' service
+        assert sorted(group["attempts"]) == [0, 1, 2], group
+        assert group["services"] == ["train"] and group["workers"] == [""], group
     rank0, rank1 = (sorted(int(s) for s in group["steps"]) for group in got)
     # every attempt of both ranks: the failing step once per attempt (three), none lost by
     # the rank that did not fail (it was blocked in a collective when its group was torn down)
