@@ -30,7 +30,8 @@ def test_metric_rows_are_one_per_finite_number():
     assert first == {"ts": "2026-11-30 15:02:21.250", "cluster": "ultra-usc1", "team": "research",
                      "run": "tiny-lm", "rank": 0, "pod": "tiny-lm-worker-0",
                      "node": "gke-a3u-0007", "step": 7, "name": "train/loss",
-                     "value": 2.5}  # fmt: skip
+                     "value": 2.5, "learner": "", "attempt": 0, "worker": "",
+                     "service": ""}  # fmt: skip
 
 
 def test_insert_url():
