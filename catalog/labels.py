@@ -92,6 +92,8 @@ RAY_TOKEN_SECRET = ("ray-token", "auth_token")  # Ray's token auth (KubeRay auth
 CLICKHOUSE_RUNS_SECRET = ("clickhouse-runs", "password")
 CLICKHOUSE_RUNS_USER = "runs"
 CLICKHOUSE_USER_ENV, CLICKHOUSE_PASSWORD_ENV = "CLICKHOUSE_USER", "CLICKHOUSE_PASSWORD"
+# The platform's ClickHouse HTTP endpoint inside every cluster (kustomize/bases/observability).
+CLICKHOUSE_URL = "http://clickhouse.observability.svc:8123"
 
 # Kubernetes service accounts bound to Google service accounts (Workload Identity).
 TRAINING_KSA = "training"  # in every team namespace; run pods use it for bucket access

@@ -27,6 +27,7 @@ from pydantic import (
     field_validator,
 )
 
+from catalog import labels
 from catalog.errors import InputError, from_validation
 from catalog.loader import repo_root
 from runner.runfile import read_yaml_file, shown
@@ -274,6 +275,8 @@ def entrypoint(spec: RunSpec, local: bool = False) -> list[str]:
         source, label = spec.where("cluster")
         cluster = load_cluster(spec.cluster, source=source, field=label)
         words.append(f"checkpoint.root=gs://{cluster.buckets.checkpoints}")
+        # every rank's rows go to the cluster's ClickHouse; the chDB store is for local runs
+        words += [f"logging.clickhouse_url={labels.CLICKHOUSE_URL}", "logging.store=false"]
     if spec.resume:
         words.append(f"checkpoint.resume={spec.resume}")
     return words + list(spec.train_overrides)

@@ -87,6 +87,9 @@ def test_missing_and_malformed_files(tmp_path):
                 "run.team=lm",
                 "run.cluster=ultra-usc1",
                 "checkpoint.root=gs://reve-ultra-usc1-checkpoints",
+                # a cluster run's rows go to the cluster's ClickHouse, not a chDB store
+                "logging.clickhouse_url=http://clickhouse.observability.svc:8123",
+                "logging.store=false",
                 "checkpoint.resume=gs://b/lm/t-run/step-5",
                 "optim.lr=1e-3",
             ],
