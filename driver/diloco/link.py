@@ -3,8 +3,8 @@
 The synchronizer binds a ROUTER with its Curve key pair and a ZAP handler that admits only
 the public keys in the keys folder's `allowed/` (a refused key is logged with its Z85 form);
 each learner connects a DEALER with its own key pair and the synchronizer's public key.
-Messages are `driver.aux.wire` messages: a JSON envelope, a JSON body and one raw frame per
-tensor (bf16 travels as its raw 16 bits), never pickle.
+Messages are `driver.aux.wire` messages: a packed binary envelope, a JSON body and one raw
+frame per tensor (bf16 travels as its raw 16 bits), never pickle.
 
     server = Server("tcp://*:5555", keys_dir)       # .recv(timeout) -> (peer, Message) | None
     client = Client("tcp://sync:5555", keys.client_keys(keys_dir, "a"))  # .request(...) -> id
