@@ -169,14 +169,28 @@ class Part:
     totals: str
 
 
-def render_learner(exp: Experiment, index: int) -> Part:
-    from runner.render import render
+def learner_spec(exp: Experiment, index: int, train_overrides: tuple[str, ...] = ()):
+    """The RunSpec of learner `index` (`learner_data`, checked), with `train_overrides`
+    added after its own: what its RayJob runs and what `runner run --local` runs here."""
     from runner.spec import build_spec
 
     learner = exp.learners[index]
-    own = set(learner.model_extra or {})
+    data = learner_data(exp, learner)
+    data["train_overrides"] = [*data["train_overrides"], *train_overrides]
     try:
-        rendered = render(build_spec(learner_data(exp, learner), exp._origin))
+        return build_spec(data, exp._origin)
+    except InputError as err:
+        raise _relabel(err, exp, f"learners[{index}]", set(learner.model_extra or {})) from None
+
+
+def render_learner(exp: Experiment, index: int) -> Part:
+    from runner.render import render
+
+    learner = exp.learners[index]
+    own = set(learner.model_extra or {})
+    spec = learner_spec(exp, index)
+    try:
+        rendered = render(spec)
     except InputError as err:
         raise _relabel(err, exp, f"learners[{index}]", own) from None
     identity = {EXPERIMENT_LABEL: exp.name, LEARNER_LABEL: learner.name}

@@ -1,13 +1,23 @@
 """A DiLoCo experiment on this machine: a synchronizer and N learners as local processes.
 
+    python -m driver.diloco.local --plan outputs/<team>/<name>/plan.json
     python -m driver.diloco.local --learners 2 --steps 200 --sync-every 20 [--mode decoupled]
         [--out outputs/diloco-local] [trainer options: --d-model --batch --lr ...]
         [synchronizer options: --outer-lr 0.7 --outer-momentum 0.9 --no-nesterov
          --min-learners 1 --round-timeout 60]
 
-Keys are generated into `<out>/keys` (`driver.diloco.keys`), the synchronizer binds a free
-loopback port and keeps its state in `<out>/state`, each learner is
-`python -m driver.diloco.trainer` (its lines in `<out>/<learner>.jsonl`). The synchronizer
+`--plan` runs an experiment's plan, written by `runner run --local EXPERIMENT.yaml`
+(`runner.experiment_local`): its `out` folder, the synchronizer's options and each
+learner's process, the driver (`python -m driver.train ...`) with its `REVE_DILOCO_*`
+settings, to which the local synchronizer's address and keys are added. Every process's
+lines are shown with its name in front (`[us] `, `[sync] `); Ctrl-C stops them all
+(`driver.diloco.children`); exit 1 with one line naming each learner that failed, 130
+when stopped.
+
+The second form runs the reference LM's small trainer instead
+(`python -m driver.diloco.trainer`, its lines in `<out>/<learner>.jsonl`; the benchmark's
+learners). Either way keys are generated into `<out>/keys` (`driver.diloco.keys`), the
+synchronizer binds a free loopback port and keeps its state in `<out>/state`. The synchronizer
 options given are passed on (`--compression` to both sides); those left out keep the
 synchronizer's defaults. Prints each
 learner's final held-out loss and the rounds merged. Exit 0 when every process ended well.
@@ -17,12 +27,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-from driver.diloco import keys, state, trainer
+from driver.diloco import ENV, keys, state, trainer
+from driver.diloco.children import Children
 
 NAMES = "abcdefghijklmnopqrstuvwxyz"
 
@@ -31,8 +43,12 @@ def learner_names(count: int) -> list[str]:
     return [f"learner-{NAMES[i]}" for i in range(count)]
 
 
-def start_synchronizer(out: Path, extra: list[str], bind: str = "tcp://127.0.0.1:*"):
-    """Start the synchronizer process; returns (process, its bound endpoint)."""
+def start_synchronizer(
+    out: Path, extra: list[str], bind: str = "tcp://127.0.0.1:*", children: Children | None = None
+):
+    """Start the synchronizer process (one of `children`, as `sync`, when given: its lines
+    shown and in its log, out of the terminal's process group); returns (process, its
+    bound endpoint)."""
     endpoint = out / "endpoint"
     endpoint.unlink(missing_ok=True)
     cmd = [
@@ -50,7 +66,10 @@ def start_synchronizer(out: Path, extra: list[str], bind: str = "tcp://127.0.0.1
         *extra,
     ]
     log = open(out / "synchronizer.log", "a")
-    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+    if children is None:
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+    else:
+        proc = children.start("sync", cmd, dict(os.environ), log=log, start_new_session=True)
     deadline = time.time() + 120
     while not endpoint.exists():
         if proc.poll() is not None or time.time() > deadline:
@@ -96,6 +115,7 @@ def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, list[str]]:
     p = argparse.ArgumentParser(
         prog="python -m driver.diloco.local", description=__doc__.split("\n\n")[0]
     )
+    p.add_argument("--plan", help="an experiment's plan (runner run --local writes it)")
     p.add_argument("--learners", type=int, default=2)
     p.add_argument("--out", default="outputs/diloco-local")
     p.add_argument("--round-timeout", type=float, default=60.0)
@@ -105,13 +125,62 @@ def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, list[str]]:
     p.add_argument("--no-nesterov", action="store_true", help="synchronizer: plain momentum")
     p.add_argument("--min-learners", type=int, help="synchronizer's (default 1)")
     args, rest = p.parse_known_args(argv)
+    if args.plan:
+        if rest:
+            p.error(f"--plan takes no learner options: {' '.join(rest)}")
+        return args, []
     rest = [*rest, "--compression", args.compression]
     trainer.parse_args(["--out", "x", *rest])  # bad trainer options fail here, exit 2
     return args, rest
 
 
+def plan_sync_options(plan: dict) -> list[str]:
+    """The synchronizer's options of a plan: its outer settings, the learners expected."""
+    return [*plan["synchronizer"], "--expect", ",".join(run["name"] for run in plan["learners"])]
+
+
+def plan_learner_env(run: dict, address: str, keys_dir: Path) -> dict[str, str]:
+    """A learner's settings of a plan, with the local synchronizer's address and keys."""
+    return {**run["env"], f"{ENV}ADDRESS": address, f"{ENV}KEYS": str(keys_dir.resolve())}
+
+
+def run_plan(path: str) -> int:
+    """Run an experiment's plan: keys, the synchronizer, every learner's driver."""
+    try:
+        plan = json.loads(Path(path).read_text())
+        out, names = Path(plan["out"]), [run["name"] for run in plan["learners"]]
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        print(f"error: {path}: not a plan of runner run --local ({err})", file=sys.stderr)
+        return 2
+    out.mkdir(parents=True, exist_ok=True)
+    keys.generate(out / "keys", names)
+    children = Children()
+    sync, address = start_synchronizer(out, plan_sync_options(plan), children=children)
+    children.say(f"synchronizer on {address}; learners {', '.join(names)}; outputs in {out}")
+    try:
+        for run in plan["learners"]:
+            env = {**os.environ, **plan_learner_env(run, address, out / "keys")}
+            children.start(run["name"], run["command"], env)
+        codes = children.wait(names)
+    finally:
+        children.close("sync")
+        children.join()
+    rounds = state.read_rounds(out / "state")
+    print(f"rounds merged: {len(rounds)} (state and log in {out})")
+    if children.stopped:
+        print("stopped")
+        return children.stopped
+    failed = [f"{name} (exit {code}, see its [{name}] lines)" for name, code in codes.items()]
+    failed = [line for line, code in zip(failed, codes.values(), strict=True) if code]
+    if failed:
+        print(f"error: learner {'; learner '.join(failed)} failed", file=sys.stderr)
+    return 1 if failed else 0
+
+
 def main(argv: list[str] | None = None) -> int:
     args, rest = parse_args(argv)
+    if args.plan:
+        return run_plan(args.plan)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     names = learner_names(args.learners)

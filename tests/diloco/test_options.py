@@ -1,6 +1,6 @@
 """One `diloco` block, one set of settings: the rendered synchronizer Job and the local run
-(`runner run --local` -> `driver.diloco.local`) give the synchronizer and the learners the
-same values."""
+(`runner run --local` -> its plan -> `driver.diloco.local --plan`) give the synchronizer and
+the learners the same values, and a local learner runs its RayJob's driver command."""
 
 from __future__ import annotations
 
@@ -9,8 +9,10 @@ from dataclasses import replace
 
 import pytest
 
-from driver.diloco import local, synchronizer, trainer
+from driver.diloco import local, synchronizer
+from driver.diloco.config import LearnerConfig
 from runner import experiment as ex
+from runner.experiment_local import local_plan
 from tests.runner.conftest import IMAGE
 
 OUTER = {
@@ -44,12 +46,10 @@ def outer_of(sync_words: list[str]) -> synchronizer.OuterConfig:
     return synchronizer.outer_config(synchronizer.parse_args(sync_words))
 
 
-def local_run(exp: ex.Experiment) -> tuple[list[str], list[str]]:
-    """(synchronizer options, learner options) `driver.diloco.local` derives."""
-    args, rest = local.parse_args(ex.local_command(exp, steps=20)[3:])
-    names = local.learner_names(args.learners)
-    sync = ["--keys", "k", "--state", "s", *local.sync_options(args), "--expect", ",".join(names)]
-    return sync, rest
+def local_run(exp: ex.Experiment) -> tuple[list[str], list[dict]]:
+    """(synchronizer options, learner processes) of the local run of `exp`."""
+    plan = local_plan(exp, steps=20)
+    return ["--keys", "k", "--state", "s", *local.plan_sync_options(plan)], plan["learners"]
 
 
 @pytest.mark.parametrize("settings", [OUTER, {}], ids=["set", "defaults"])
@@ -57,21 +57,44 @@ def test_local_and_rendered_synchronizers_get_the_same_outer_settings(settings):
     exp = experiment(**settings)
     rendered = outer_of(ex.sync_command(exp, "gs://b/s")[3:])
     sync, _ = local_run(exp)
-    here = outer_of(sync)
-    assert replace(here, expect=()) == replace(rendered, expect=())
-    d = exp.diloco
+    assert outer_of(sync) == rendered
+    here, d = outer_of(sync), exp.diloco
     assert (here.lr, here.momentum, here.nesterov) == (d.outer_lr, d.outer_momentum, d.nesterov)
     assert (here.min_learners, here.round_timeout_s) == (d.min_learners, d.round_timeout_s)
-    assert here.compression == d.compression and here.expect == ("learner-a", "learner-b")
+    assert here.compression == d.compression and here.expect == ("us", "eu")
 
 
-def test_local_learners_get_the_learner_settings():
+def test_local_learners_get_the_rendered_learner_settings(tmp_path):
     exp = experiment(mode="decoupled", merge="replace", fragments=2, **OUTER)
-    _, rest = local_run(exp)
-    args = trainer.parse_args(["--out", "x", *rest])
-    assert (args.sync_every, args.mode, args.merge) == (10, "decoupled", "replace")
-    assert (args.compression, args.fragments, args.barrier_timeout) == ("int8", 2, 33.0)
-    assert args.steps == 20
+    _, runs = local_run(exp)
+    assert [run["name"] for run in runs] == ["us", "eu"]
+    for run, learner in zip(runs, exp.learners, strict=True):
+        env = local.plan_learner_env(run, "tcp://127.0.0.1:5", tmp_path)
+        here = LearnerConfig.from_env(env)
+        plain = {k: v for k, v in ex.learner_env(exp, learner).items() if isinstance(v, str)}
+        rendered = LearnerConfig.from_env(plain)  # without its Secret references
+        assert here == replace(rendered, address="tcp://127.0.0.1:5", keys=str(tmp_path.resolve()))
+        assert (here.sync_every, here.mode, here.merge) == (10, "decoupled", "replace")
+        assert (here.compression, here.fragments, here.barrier_timeout_s) == ("int8", 2, 33.0)
+        assert env["REVE_DILOCO_KEYS"] == str(tmp_path.resolve())
+
+
+CLUSTER_ONLY = ("checkpoint.root=", "logging.clickhouse_url=", "logging.store=")
+"""The rendered driver's words that name the cluster's services (`runner.spec.entrypoint`)."""
+
+
+def test_a_local_learner_runs_its_rayjob_driver_command():
+    exp = experiment()
+    _, runs = local_run(exp)
+    for index, run in enumerate(runs):
+        rayjob = next(m for m in ex.render_learner(exp, index).manifests if m["kind"] == "RayJob")
+        words = shlex.split(rayjob["spec"]["entrypoint"])
+        same = [w for w in words if not w.startswith(CLUSTER_ONLY)]
+        assert ["python", *run["command"][1:]] == [
+            *same,
+            "parallelism.workers=1",
+            "train.steps=20",
+        ]
 
 
 def test_the_rendered_job_runs_the_same_command():

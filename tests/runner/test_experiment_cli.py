@@ -136,21 +136,43 @@ def test_run_local_dry_run_prints_the_local_command(capsys):
     example = "runs/examples/diloco-two-regions.yaml"
     code, _, err = run_cli(["run", "--local", example, "--steps", "40", "--dry-run"], capsys)
     assert code == exitcodes.OK
-    words = local_command(load_experiment(ROOT / example), 40)
-    assert err.strip() == "$ " + " ".join([sys.executable, *words[1:]])
-    assert "--sync-every 20" in err and err.strip().endswith("--steps 40")
+    words = local_command(load_experiment(ROOT / example))
+    lines = err.strip().splitlines()
+    assert lines[0] == "$ " + " ".join([sys.executable, *words[1:]])
+    assert lines[1].startswith("  synchronizer: --outer-lr 0.7 ") and "--expect us,eu" in lines[1]
+    learners = [("us", "ultra-usc1"), ("eu", "mega-euw4")]
+    for line, (name, cluster) in zip(lines[2:], learners, strict=True):
+        assert line.startswith(f"  learner {name}: ") and f"REVE_DILOCO_LEARNER={name} " in line
+        assert "REVE_DILOCO_SYNC_EVERY=20 " in line and "REVE_DILOCO_ADDRESS" not in line
+        driver = (
+            f"{sys.executable} -m driver.train runs/train/tiny-lm.yaml run.name=lm-diloco-{name}"
+        )
+        assert f" {driver} " in line and f"run.cluster={cluster}" in line
+        assert line.endswith(" parallelism.workers=1 train.steps=40")
+    assert len(lines) == 4  # nothing more, and nothing written
     code, _, err = run_cli(["run", "--local", example, "--set", "a=b"], capsys)
     assert code == exitcodes.USAGE and "is an experiment: use --steps only" in err
 
 
+def test_run_local_refuses_a_bad_learner_on_one_line(tmp_path, exp, capsys):
+    exp["learners"][1]["pods"] = 0
+    path = write_run(tmp_path, exp, "exp.yaml")
+    code, _, err = run_cli(["run", "--local", str(path), "--dry-run"], capsys)
+    assert code == exitcodes.USAGE and err.count("\n") == 1
+    assert err.startswith("error: ") and ": learners[1].pods: " in err, err
+
+
+@pytest.mark.slow
 def test_run_local_trains_two_learners_that_sync(tmp_path):
-    """A tiny two-learner experiment through `runner run --local`, as real processes."""
+    """A tiny two-learner experiment through `runner run --local`: each learner is the
+    driver (`python -m driver.train`, one worker), the synchronizer a process, on loopback."""
     name = f"diloco-test-{tmp_path.name[-12:]}".lower().replace("_", "-")
     exp = {
         "name": name,
         "namespace": "research",
         "image": IMAGE,
         "train_config": "runs/train/tiny-lm.yaml",
+        "train_overrides": ["data.size=1024", "optimizer.warmup_steps=2"],
         "diloco": {"sync_every": 5, "round_timeout_s": 60, "compression": "fp32"},
         "synchronizer": {"cluster": "ultra-usc1"},
         "learners": [
@@ -159,18 +181,28 @@ def test_run_local_trains_two_learners_that_sync(tmp_path):
         ],
     }
     path = write_run(tmp_path, exp, "exp.yaml")
-    out = ROOT / "outputs" / "research" / name
+    made = [ROOT / "outputs" / "research" / f"{name}{end}" for end in ("", "-a", "-b")]
+    made += [ROOT / "outputs" / "checkpoints" / "research" / f"{name}-{ln}" for ln in "ab"]
     runner = [sys.executable, "-c", "from runner.cli import main; main()"]
     try:
         done = subprocess.run(
             [*runner, "run", "--local", str(path), "--steps", "10"],
-            cwd=tmp_path, capture_output=True, text=True, timeout=300,
+            cwd=tmp_path, capture_output=True, text=True, timeout=400,
         )  # fmt: skip
-        assert done.returncode == 0, done.stdout + done.stderr
-        assert "rounds merged: 2" in done.stdout, done.stdout
-        rounds = [json.loads(x) for x in (out / "state" / "rounds.jsonl").read_text().splitlines()]
-        assert all(sorted(r["contributors"]) == ["learner-a", "learner-b"] for r in rounds)
+        assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
+        lines = done.stdout.splitlines()
+        assert "rounds merged: 2" in done.stdout, done.stdout[-4000:]
+        for learner in "ab":
+            assert f"[{learner}] done: 10 steps on 1 workers" in lines, done.stdout[-4000:]
+        assert any(ln.startswith("[sync] ") and "round 2 merged" in ln for ln in lines)
+        rounds = [
+            json.loads(x) for x in (made[0] / "state" / "rounds.jsonl").read_text().splitlines()
+        ]
+        assert all(sorted(r["contributors"]) == ["a", "b"] for r in rounds)
+        config = yaml.safe_load((made[1] / "config.yaml").read_text())
+        assert config["run"]["name"] == f"{name}-a" and config["parallelism"]["workers"] == 1
     finally:
         import shutil
 
-        shutil.rmtree(out, ignore_errors=True)
+        for folder in made:
+            shutil.rmtree(folder, ignore_errors=True)
