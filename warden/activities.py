@@ -40,6 +40,7 @@ from warden.model import (
     RecordInput,
 )
 from warden.prom import Prometheus
+from warden.stragglers import StragglerActivities, StragglerSweep
 from warden.telemetry import record
 
 
@@ -77,11 +78,15 @@ def _short(remediation_id: str) -> str:
     return hashlib.sha1(remediation_id.encode()).hexdigest()[:10]
 
 
-class WardenActivities(ControlActivities, DrainActivities, KeepActivities, FailureActivities):
+class WardenActivities(
+    ControlActivities, DrainActivities, KeepActivities, FailureActivities, StragglerActivities
+):
     """Activities bound to one cluster's adapters and a telemetry sink."""
 
-    def __init__(self, kube: WardenKube, gcp: WardenGcp, prom: Prometheus | None, sink, settings):
+    def __init__(self, kube: WardenKube, gcp: WardenGcp, prom: Prometheus | None, sink, settings,
+                 stragglers: StragglerSweep | None = None):  # fmt: skip
         self.kube, self.gcp, self.prom, self.sink, self.settings = kube, gcp, prom, sink, settings
+        self.stragglers = stragglers
 
     # --- helpers ---------------------------------------------------------------------------
 

@@ -20,6 +20,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from catalog import labels
 from catalog.errors import InputError, from_validation
 from catalog.loader import read_yaml
+from observability.stragglers import DEFAULT as STRAGGLER_DEFAULT
+from observability.stragglers import Thresholds
 from warden.model import Timings
 from warden.rules import RuleConfig
 
@@ -49,6 +51,26 @@ class GatewayConfig(Strict):
         default=[labels.TRAINING_KSA], description="service accounts (any namespace) it serves"
     )
     wait_s: float = Field(default=20.0, gt=0, description="how long a shrink reply waits")
+
+
+class StragglerConfig(Strict):
+    """The straggler sweep (warden.stragglers): persistent NCCL stragglers in ClickHouse start
+    their node's check. The period is `timings.straggler_period_s`."""
+
+    clickhouse_url: str = Field(
+        description="ClickHouse HTTP URL without credentials, e.g. http://clickhouse:8123"
+    )
+    user: str = Field(default="reader", description="ClickHouse user (read-only)")
+    password_env: str = Field(
+        default="CLICKHOUSE_READER_PASSWORD",
+        description="environment variable holding the user's password (a Secret by reference)",
+    )
+    lookback_s: float = Field(default=900.0, gt=0, description="window each round analyses")
+    max_runs: int = Field(default=200, gt=0, description="busiest runs analysed per round")
+    timeout_s: float = Field(default=60.0, gt=0, description="timeout of one query")
+    thresholds: Thresholds = Field(
+        default=STRAGGLER_DEFAULT, description="straggler_findings.sql thresholds"
+    )
 
 
 class JobsConfig(Strict):
@@ -88,6 +110,9 @@ class WardenConfig(Strict):
     gateway: GatewayConfig | None = Field(
         default=None, description="serve the gateway for run pods; none: no gateway"
     )
+    stragglers: StragglerConfig | None = Field(
+        default=None, description="the straggler sweep over ClickHouse; none: no sweep"
+    )
     timings: Timings = Field(default_factory=Timings, description="periods and timeouts")
     rules: RuleConfig = Field(default_factory=RuleConfig, description="detection thresholds")
 
@@ -111,6 +136,9 @@ ENVIRONMENT = {
     "WARDEN_METRICS_ADDRESS": ("metrics_address",),
     "WARDEN_GATEWAY_ADDRESS": ("gateway", "address"),
     "WARDEN_GATEWAY_AUDIENCE": ("gateway", "audience"),
+    "WARDEN_STRAGGLERS_CLICKHOUSE_URL": ("stragglers", "clickhouse_url"),
+    "WARDEN_STRAGGLERS_USER": ("stragglers", "user"),
+    "WARDEN_STRAGGLER_PERIOD_S": ("timings", "straggler_period_s"),
 }
 
 

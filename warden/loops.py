@@ -6,6 +6,9 @@
 - `KeepWorkflow` (ID `warden-keep-<cluster>`): every `keep_period_s`, keep the nodes of
   finished RayJobs that asked for it for their namespace, and release them when the time is
   up (`warden.keep`).
+- `StragglerWorkflow` (ID `warden-stragglers-<cluster>`): every `straggler_period_s`, hand
+  the nodes of persistent NCCL stragglers in ClickHouse to their node check
+  (`warden.stragglers`).
 
 A sweep or kept-nodes round an error stops is recorded (`warden.policy.report`) and the next
 one runs as usual; a failed shrink is recorded and fails the workflow, so its caller knows.
@@ -25,6 +28,8 @@ with workflow.unsafe.imports_passed_through():
         KeepResult,
         ShrinkInput,
         ShrinkResult,
+        StragglerInput,
+        StragglerResult,
         SweepInput,
         SweepResult,
         Timings,
@@ -97,3 +102,33 @@ class KeepWorkflow:
                 left = inp.rounds - total.rounds if inp.rounds else 0
                 workflow.continue_as_new(KeepInput(t, left))
             await workflow.sleep(t.keep_period_s)
+
+
+def _add(total: StragglerResult, done: StragglerResult) -> None:
+    for name in ("findings", "started", "already_running", "skipped", "unreachable"):
+        setattr(total, name, getattr(total, name) + getattr(done, name))
+    total.error = done.error
+
+
+@workflow.defn
+class StragglerWorkflow:
+    @workflow.run
+    async def run(self, inp: StragglerInput) -> StragglerResult:
+        t = inp.timings
+        total = StragglerResult()
+        while True:
+            try:
+                done = await workflow.execute_activity_method(
+                    A.sweep_stragglers, inp, **long_options(t, 300)
+                )
+                _add(total, done)
+            except FAILED as err:
+                total.failed += 1
+                await report(t, "", f"{workflow.info().run_id}-{total.rounds}", err)
+            total.rounds += 1
+            if inp.rounds and total.rounds >= inp.rounds:
+                return total
+            if total.rounds >= t.sweeps_per_run:
+                left = inp.rounds - total.rounds if inp.rounds else 0
+                workflow.continue_as_new(StragglerInput(t, inp.task_queue, left))
+            await workflow.sleep(t.straggler_period_s)

@@ -61,6 +61,9 @@ class Timings:
     keep_period_s: float = 30.0
     """period of the kept-nodes round (`keep_nodes` of a RayJob): a node is kept, or released
     when its time is up, up to this long late."""
+    straggler_period_s: float = 300.0
+    """period of the straggler sweep (`stragglers` in the config): persistent NCCL stragglers
+    in ClickHouse start their node's check up to this long after they qualify."""
 
 
 @dataclass
@@ -319,3 +322,38 @@ class KeepResult:
 
 def keep_workflow_id(cluster: str) -> str:
     return f"warden-keep-{cluster}"
+
+
+@dataclass
+class StragglerInput:
+    """The straggler sweep: a round every `timings.straggler_period_s`; `rounds` > 0 stops
+    after that many (tests)."""
+
+    timings: Timings
+    task_queue: str
+    rounds: int = 0
+
+
+@dataclass
+class StragglerResult:
+    """What one round (or a whole workflow run) of the straggler sweep did."""
+
+    rounds: int = 0
+    findings: int = 0
+    """persistent straggler ranks found."""
+    started: int = 0
+    """node workflows started (one per node)."""
+    already_running: int = 0
+    """nodes whose workflow already ran: left to it."""
+    skipped: int = 0
+    """nodes gone, cordoned or recently cleared by a node check."""
+    unreachable: int = 0
+    """rounds the store did not answer (logged; the next round asks again)."""
+    failed: int = 0
+    """rounds another error stopped (recorded; the next round runs as usual)."""
+    error: str = ""
+    """the last round's store error, if any."""
+
+
+def straggler_workflow_id(cluster: str) -> str:
+    return f"warden-stragglers-{cluster}"

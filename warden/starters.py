@@ -51,13 +51,15 @@ async def report_node(
 def straggler_reasons(findings: Iterable[dict]) -> dict[str, str]:
     """One reason per node from persistent straggler findings (rows of
     straggler_findings.sql: rank, node, pod, persistent, straggler_windows, windows,
-    delay_us, since, until); findings that are not persistent are left out."""
+    delay_us, since, until; with `team` and `run`, the reason names the run); findings that
+    are not persistent are left out."""
     per_node: dict[str, list[str]] = {}
     for f in findings:
         if not f.get("persistent"):
             continue
+        run = f" of run {f['team']}/{f['run']}" if f.get("run") else ""
         per_node.setdefault(f["node"], []).append(
-            f"rank {f['rank']} ({f.get('pod', '?')}) last in {f['straggler_windows']}/"
+            f"rank {f['rank']} ({f.get('pod', '?')}){run} last in {f['straggler_windows']}/"
             f"{f['windows']} windows, {float(f['delay_us']) / 1000:.1f} ms behind the median "
             f"rank, {f.get('since', '?')} to {f.get('until', '?')}"
         )

@@ -1,10 +1,11 @@
-"""The Warden worker: workflows and activities on one task queue, plus the periodic sweep.
+"""The Warden worker: workflows and activities on one task queue, plus the periodic loops.
 
     python -m warden.worker --config warden/local.yaml --fake /tmp/fleet.json
 
 (same as `warden worker ...`). `build_worker` is what tests use with their own client and
 adapters; `run` connects to the configured Temporal server, builds the real (or, with
-`fake`, the on-disk fake) adapters, (re)starts the sweep workflow and serves until SIGTERM.
+`fake`, the on-disk fake) adapters, (re)starts the sweep, kept-nodes and (with
+`stragglers` configured) straggler workflows and serves until SIGTERM.
 """
 
 from __future__ import annotations
@@ -23,30 +24,35 @@ from warden.config import WardenConfig
 from warden.faults import FaultInterceptor
 from warden.model import (
     KeepInput,
+    StragglerInput,
     SweepInput,
     Timings,
     keep_workflow_id,
+    straggler_workflow_id,
 )
 from warden.report import connect
 from warden.starters import request_shrink  # noqa: F401  (re-exported: tests, callers)
+from warden.stragglers import StragglerSweep, server_source
 from warden.telemetry import ClickHouseSink, JsonlSink, TeeSink
 from warden.workflows import (
     KeepWorkflow,
     NodeWorkflow,
     ShrinkWorkflow,
+    StragglerWorkflow,
     StressTestWorkflow,
     SweepWorkflow,
 )
 
 ACTIVITY_THREADS = 32
-WORKFLOWS = [NodeWorkflow, StressTestWorkflow, SweepWorkflow, ShrinkWorkflow, KeepWorkflow]
+WORKFLOWS = [NodeWorkflow, StressTestWorkflow, SweepWorkflow, ShrinkWorkflow, KeepWorkflow,
+             StragglerWorkflow]  # fmt: skip
 
 
 def activity_functions(acts: WardenActivities) -> list:
     return [
         acts.cordon, acts.uncordon, acts.start_job, acts.job_status, acts.inspect, acts.notify,
         acts.drain, acts.reboot, acts.boot_state, acts.escalate, acts.record, acts.detect,
-        acts.dispatch, acts.shrink, acts.keep_nodes, acts.report_failure,
+        acts.dispatch, acts.shrink, acts.keep_nodes, acts.report_failure, acts.sweep_stragglers,
     ]  # fmt: skip
 
 
@@ -97,6 +103,29 @@ async def start_keep(client: Client, cluster: str, task_queue: str, t: Timings, 
     )
 
 
+async def start_stragglers(client: Client, cluster: str, task_queue: str, t: Timings, rounds=0):
+    """Start the straggler sweep (one per cluster), replacing a running one: its findings
+    live in ClickHouse, its locks are the node workflows' IDs."""
+    return await client.start_workflow(
+        StragglerWorkflow.run,
+        StragglerInput(t, task_queue, rounds),
+        id=straggler_workflow_id(cluster),
+        task_queue=task_queue,
+        id_conflict_policy=WorkflowIDConflictPolicy.TERMINATE_EXISTING,
+        task_timeout=timedelta(seconds=t.workflow_task_timeout_s),
+    )
+
+
+def straggler_sweep(config: WardenConfig) -> StragglerSweep | None:
+    """The straggler sweep's ClickHouse source and settings, if configured."""
+    s = config.stragglers
+    if s is None:
+        return None
+    timeout_s = min(s.timeout_s, config.timings.activity_timeout_s)  # within its heartbeat
+    source = server_source(s.clickhouse_url, s.user, s.password_env, timeout_s)
+    return StragglerSweep(source, s.lookback_s, s.thresholds, s.max_runs)
+
+
 def activities_for(config: WardenConfig, fake: str | None = None) -> WardenActivities:
     """Activities with the real adapters, or with the on-disk fake cluster at `fake`."""
     from catalog import load_cluster
@@ -120,7 +149,8 @@ def activities_for(config: WardenConfig, fake: str | None = None) -> WardenActiv
         from warden.fakefleet import FakeCluster
 
         fleet = FakeCluster(fake)
-        return WardenActivities(fleet.kube, fleet.gcp, fleet.prom, sink, settings)
+        return WardenActivities(fleet.kube, fleet.gcp, fleet.prom, sink, settings,
+                                straggler_sweep(config))  # fmt: skip
     from warden.gcp import RealGcp
     from warden.kube import RealKube
     from warden.prom import HttpPrometheus
@@ -133,7 +163,8 @@ def activities_for(config: WardenConfig, fake: str | None = None) -> WardenActiv
         prom = HttpPrometheus(p.url, p.node_label, p.window, timeout_s)
     location = config.location or cluster.region
     gcp = RealGcp(location, cluster.name, config.repair, timeout_s=timeout_s)
-    return WardenActivities(RealKube(timeout_s=timeout_s), gcp, prom, sink, settings)
+    kube = RealKube(timeout_s=timeout_s)
+    return WardenActivities(kube, gcp, prom, sink, settings, straggler_sweep(config))
 
 
 async def serve_until_signalled(worker: Worker, gateway=None) -> None:
@@ -168,7 +199,8 @@ def start_gateway(config: WardenConfig, client: Client, acts: WardenActivities, 
 
 async def run(config: WardenConfig, fake: str | None = None, sweep: bool = True) -> None:
     """Serve until signalled: the worker, the gateway (if configured), and (once per
-    cluster) the periodic sweep and the kept-nodes rounds."""
+    cluster) the periodic sweep, the kept-nodes rounds and the straggler sweep (if
+    configured)."""
     runtime = None
     if config.metrics_address:
         from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
@@ -182,6 +214,8 @@ async def run(config: WardenConfig, fake: str | None = None, sweep: bool = True)
     if sweep:
         await start_sweep(client, config.cluster, queue, config.timings)
         await start_keep(client, config.cluster, queue, config.timings)
+        if config.stragglers is not None:
+            await start_stragglers(client, config.cluster, queue, config.timings)
     await serve_until_signalled(worker, start_gateway(config, client, acts, runtime))
 
 

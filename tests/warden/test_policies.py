@@ -14,6 +14,7 @@ from warden.model import (
     AMBIGUOUS,
     KeepInput,
     ShrinkInput,
+    StragglerInput,
     SweepInput,
     Timings,
     keep_workflow_id,
@@ -21,9 +22,9 @@ from warden.model import (
     stress_workflow_id,
 )
 from warden.worker import activity_functions, request_shrink
-from warden.workflows import KeepWorkflow, SweepWorkflow
+from warden.workflows import KeepWorkflow, StragglerWorkflow, SweepWorkflow
 
-LONG = {"detect", "dispatch", "inspect", "drain", "keep_nodes"}
+LONG = {"detect", "dispatch", "inspect", "drain", "keep_nodes", "sweep_stragglers"}
 """activities that may take long (many nodes, many pods): they heartbeat."""
 
 
@@ -55,6 +56,11 @@ def test_every_activity_has_a_timeout_and_bounded_retries(temporal_address, flee
         await h.client.execute_workflow(
             KeepWorkflow.run, KeepInput(timings, 1), id=keep, task_queue=h.queue
         )
+        stragglers = f"stragglers-{h.queue}"  # no store here: one round that finds none
+        await h.client.execute_workflow(
+            StragglerWorkflow.run, StragglerInput(timings, h.queue, 1), id=stragglers,
+            task_queue=h.queue,
+        )  # fmt: skip
         await request_shrink(h.client, h.queue, ShrinkInput("research", "lm", "gpu-workers", 4, 3))
         await asyncio.gather(
             remediate(h, n[0]),
@@ -63,7 +69,9 @@ def test_every_activity_has_a_timeout_and_bounded_retries(temporal_address, flee
             remediate(h, n[3]),
         )
         ids = [node_workflow_id(x) for x in n] + [stress_workflow_id(x) for x in (n[0], n[2])]
-        return await scheduled(h.client, [*ids, sweep, keep, "shrink-research-lm-gpu-workers-3"])
+        return await scheduled(
+            h.client, [*ids, sweep, keep, stragglers, "shrink-research-lm-gpu-workers-3"]
+        )
 
     found = harness.run(body)
     registered = {fn.__name__ for fn in activity_functions(harness.activities())}
