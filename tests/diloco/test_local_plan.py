@@ -75,7 +75,9 @@ def alive(pid: int) -> bool:
     return True
 
 
-def test_ctrl_c_stops_every_process(tmp_path):
+def two_sleepers(tmp_path: Path) -> subprocess.Popen:
+    """A local run (a session of its own) of two learners that sleep, once both started
+    (each writes a file named by its pid)."""
     where = str(tmp_path)
     sleeper = f"import os, time; open({where!r} + f'/{{os.getpid()}}', 'w'); time.sleep(300)"
     proc = run_plan(write_plan(tmp_path, {"us": sleeper, "eu": sleeper}), start_new_session=True)
@@ -83,6 +85,11 @@ def test_ctrl_c_stops_every_process(tmp_path):
     while len([p for p in tmp_path.iterdir() if p.name.isdigit()]) < 2:
         assert time.time() < deadline and proc.poll() is None, proc.communicate()
         time.sleep(0.2)
+    return proc
+
+
+def test_ctrl_c_stops_every_process(tmp_path):
+    proc = two_sleepers(tmp_path)
     os.killpg(proc.pid, signal.SIGINT)  # the terminal's Ctrl-C reaches the whole group
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, out + err
@@ -128,3 +135,15 @@ def test_a_process_left_after_the_grace_gets_sigint_again(capsys):
     children.join()
     assert codes == {"slow": 7}
     assert "still running after Ctrl-C: slow; stopping at once" in capsys.readouterr().out
+
+
+def test_sigterm_is_handed_to_every_learner(tmp_path):
+    """`runner run` hands a SIGTERM (a preemption notice) to `driver.diloco.local`, which
+    hands it to each learner (a driver saves a final checkpoint) and exits 143."""
+    proc = two_sleepers(tmp_path)
+    proc.terminate()  # to it alone, not its group
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 143, out + err
+    pids = [int(p.name) for p in tmp_path.iterdir() if p.name.isdigit()]
+    assert not any(alive(pid) for pid in pids)
+    assert not with_argument(str(tmp_path / "out" / "keys"))
