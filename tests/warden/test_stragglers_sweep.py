@@ -209,3 +209,50 @@ def test_server_source_reads_the_password_by_reference(monkeypatch):
     monkeypatch.setenv("CLICKHOUSE_PASSWORD", "writer-secret")  # the writer's: never sent
     source = server_source("http://ch:8123", "reader", "CLICKHOUSE_READER_PASSWORD", 5.0)
     assert source.headers == {"X-ClickHouse-User": "reader", "X-ClickHouse-Key": "hex"}
+
+
+def test_the_worker_wires_the_configured_sweep(tmp_path, monkeypatch):
+    from warden.config import load_config
+    from warden.fakefleet import FakeCluster
+    from warden.worker import activities_for
+
+    monkeypatch.setenv("CLICKHOUSE_READER_PASSWORD", "hex")
+    fleet_path = tmp_path / "fleet.json"
+    FakeCluster.create(str(fleet_path), nodes=1)
+    path = tmp_path / "warden.yaml"
+    path.write_text("cluster: ultra-usc1\njobs: {check_image: img}\ntelemetry_path: null\n"
+                    "timings: {activity_timeout_s: 30}\n")  # fmt: skip
+    environ = {"WARDEN_STRAGGLERS_CLICKHOUSE_URL": "http://ch:8123",
+               "WARDEN_STRAGGLER_PERIOD_S": "60"}  # fmt: skip
+    config = load_config(str(path), environ=environ)
+    assert config.timings.straggler_period_s == 60
+    sweep = activities_for(config, str(fleet_path)).stragglers
+    source = sweep.source
+    assert (source.url, source.timeout_s, sweep.lookback_s) == ("http://ch:8123", 30, 900)
+    assert source.headers == {"X-ClickHouse-User": "reader", "X-ClickHouse-Key": "hex"}
+    assert activities_for(load_config(str(path), environ={}), str(fleet_path)).stragglers is None
+
+
+def test_start_stragglers_replaces_the_running_sweep(temporal_address):
+    import asyncio
+
+    from temporalio.client import Client
+
+    from tests.warden.conftest import FAST
+    from warden.worker import start_stragglers
+
+    cluster = f"c-{uuid.uuid4().hex[:6]}"
+    slow = FAST.__class__(**{**vars(FAST), "straggler_period_s": 3600})
+
+    async def body():
+        client = await Client.connect(temporal_address)
+        first = await start_stragglers(client, cluster, "no-worker", slow)
+        second = await start_stragglers(client, cluster, "no-worker", slow)
+        described = await client.get_workflow_handle(
+            first.id, run_id=first.result_run_id
+        ).describe()
+        await second.terminate()
+        return first.id, described.status.name
+
+    workflow_id, status = asyncio.run(body())
+    assert workflow_id == f"warden-stragglers-{cluster}" and status == "TERMINATED"
