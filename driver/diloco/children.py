@@ -30,9 +30,12 @@ STOPPED = 130
 """The local run's exit code after a Ctrl-C or a SIGTERM."""
 
 
+_prctl = ctypes.CDLL(None, use_errno=True).prctl  # looked up here, not in a forked child
+
+
 def die_with_parent() -> None:
     """In a child, before exec: the kernel sends it SIGTERM when its parent ends."""
-    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+    _prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
 
 
 def echo(stream: IO[str], prefix: str, lock: threading.Lock, log: IO[str] | None = None) -> None:

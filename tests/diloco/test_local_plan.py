@@ -147,3 +147,14 @@ def test_sigterm_is_handed_to_every_learner(tmp_path):
     pids = [int(p.name) for p in tmp_path.iterdir() if p.name.isdigit()]
     assert not any(alive(pid) for pid in pids)
     assert not with_argument(str(tmp_path / "out" / "keys"))
+
+
+def test_nothing_outlives_a_killed_local_run(tmp_path):
+    proc = two_sleepers(tmp_path)
+    proc.kill()
+    proc.communicate(timeout=60)
+    pids = [int(p.name) for p in tmp_path.iterdir() if p.name.isdigit()]
+    deadline = time.time() + 30
+    while any(alive(pid) for pid in pids) or with_argument(str(tmp_path / "out" / "keys")):
+        assert time.time() < deadline, "a learner or the synchronizer outlived the local run"
+        time.sleep(0.2)
