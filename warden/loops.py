@@ -105,7 +105,7 @@ class KeepWorkflow:
 
 
 def _add(total: StragglerResult, done: StragglerResult) -> None:
-    for name in ("findings", "started", "already_running", "skipped", "unreachable"):
+    for name in ("findings", "started", "already_running", "skipped", "unreachable", "run_errors"):
         setattr(total, name, getattr(total, name) + getattr(done, name))
     total.error = done.error
 

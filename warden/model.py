@@ -349,10 +349,13 @@ class StragglerResult:
     """nodes gone, cordoned or recently cleared by a node check."""
     unreachable: int = 0
     """rounds the store did not answer (logged; the next round asks again)."""
+    run_errors: int = 0
+    """runs whose query failed, or that a round had no time left for (the next round
+    tries them again)."""
     failed: int = 0
     """rounds another error stopped (recorded; the next round runs as usual)."""
     error: str = ""
-    """the last round's store error, if any."""
+    """the last round's store errors, if any."""
 
 
 def straggler_workflow_id(cluster: str) -> str:

@@ -14,12 +14,14 @@ NCCL Inspector records reach `platform.nccl_collectives` through Fluent Bit. Eve
 ClickHouse sits behind `FindingSource` (a `query(sql, params)` method): in a cluster
 `observability.store.ServerStore` as the read-only `reader` user (`server_source`), in tests
 `observability.store.LocalStore` (chDB). A store that does not answer is logged and counted;
-the next round asks again.
+the next round asks again. A run whose query fails (or that the round has no time left for)
+is logged and counted, and the other runs go on.
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Protocol
@@ -42,6 +44,8 @@ GROUP BY team, run
 ORDER BY records DESC, team, run
 LIMIT {limit:UInt32}"""
 """The runs with NCCL records in the window (the busiest first, at most `limit`)."""
+ROUND_SHARE = 0.8
+"""share of the activity's attempt timeout a round may spend on queries."""
 
 
 class FindingSource(Protocol):
@@ -128,30 +132,55 @@ class StragglerActivities:
         kept = [f for f in findings if not verdicts[f["node"]]]
         return kept, sum(1 for why in verdicts.values() if why)
 
+    async def _findings(self, now: datetime) -> tuple[list[dict], list[str]]:
+        """Findings of the active runs, and what kept some runs out (a failed query, the
+        round's time used up: those runs wait for the next round). The store's calls block:
+        they run in threads, heartbeating between them. Raises StoreError when the list of
+        runs cannot be read."""
+        sweep, began = self.stragglers, time.monotonic()
+        budget = (activity.info().start_to_close_timeout or timedelta(0)).total_seconds()
+        start = now - timedelta(seconds=sweep.lookback_s)
+        runs = await asyncio.to_thread(active_runs, sweep, start, now)
+        findings, errors = [], []
+        for index, r in enumerate(runs):
+            activity.heartbeat(r["team"], r["run"])
+            if budget and time.monotonic() - began > budget * ROUND_SHARE:
+                errors.append(f"time up: {len(runs) - index} runs left for the next round")
+                break
+            try:
+                findings += await asyncio.to_thread(
+                    run_findings, sweep, r["team"], r["run"], start, now
+                )
+            except StoreError as err:
+                errors.append(f"run {r['team']}/{r['run']}: {err}")
+        return findings, errors
+
     @activity.defn
     async def sweep_stragglers(self, inp: StragglerInput) -> StragglerResult:
         """One round: query the store, start an ambiguous node workflow per eligible node."""
         if self.stragglers is None:
             return StragglerResult(rounds=1, unreachable=1, error="no straggler store configured")
         now = datetime.now(UTC)
-        start = now - timedelta(seconds=self.stragglers.lookback_s)
-        findings = []
-        try:  # the store's calls block: in threads, heartbeating between them
-            for r in await asyncio.to_thread(active_runs, self.stragglers, start, now):
-                activity.heartbeat(r["team"], r["run"])
-                findings += await asyncio.to_thread(
-                    run_findings, self.stragglers, r["team"], r["run"], start, now
-                )
+        try:
+            findings, errors = await self._findings(now)
         except StoreError as err:
             log.warning("straggler sweep: ClickHouse did not answer: %s", err)
-            activity.metric_meter().create_counter(
-                "warden_straggler_sweep_unreachable", "straggler rounds the store did not answer"
-            ).add(1)
+            _count("warden_straggler_sweep_unreachable", "rounds the store did not answer", 1)
             return StragglerResult(rounds=1, unreachable=1, error=str(err))
+        for error in errors:
+            log.warning("straggler sweep: %s", error)
+        _count("warden_straggler_sweep_run_errors", "runs a round could not analyse", len(errors))
         kept, skipped = await asyncio.to_thread(self._eligible, findings, now)
         started = await starters.report_stragglers(
             activity.client(), kept, inp.task_queue, inp.timings
         )
         fresh = sum(started.values())
         return StragglerResult(rounds=1, findings=len(findings), started=fresh,
-                               already_running=len(started) - fresh, skipped=skipped)  # fmt: skip
+                               already_running=len(started) - fresh, skipped=skipped,
+                               run_errors=len(errors), error="; ".join(errors)[:500])  # fmt: skip
+
+
+def _count(name: str, description: str, value: int) -> None:
+    """Add to a counter on the worker's metrics port."""
+    if value:
+        activity.metric_meter().create_counter(name, description).add(value)

@@ -15,14 +15,14 @@ from pathlib import Path
 import pytest
 
 from observability import synthetic
-from observability.store import LocalStore
+from observability.store import LocalStore, StoreError
 from observability.stragglers import Thresholds
 from tests.warden.conftest import Harness
 from warden import annotations as ann
 from warden.activities import WardenActivities
 from warden.fakeobjects import make_node
 from warden.model import NodeResult, StragglerInput, StragglerResult, node_workflow_id
-from warden.stragglers import StragglerSweep, eligible, find, server_source
+from warden.stragglers import ACTIVE_RUNS, StragglerSweep, eligible, find, server_source
 from warden.workflows import StragglerWorkflow
 
 TEAM = "warden-test"
@@ -176,6 +176,33 @@ def test_an_unreachable_clickhouse_is_counted_and_asked_again(
     assert (result.rounds, result.unreachable, result.failed, result.started) == (2, 2, 0, 0)
     assert f"127.0.0.1:{port}" in result.error and later.unreachable == 1
     assert "ClickHouse did not answer" in caplog.text
+
+
+class BrokenRun:
+    """The store, plus one active run whose findings query fails."""
+
+    def __init__(self, store: LocalStore):
+        self.store = store
+
+    def query(self, sql: str, params: dict | None = None) -> list[dict]:
+        if sql == ACTIVE_RUNS:
+            broken = {"team": TEAM, "run": "broken", "records": 10**9}
+            return [broken, *self.store.query(sql, params)]
+        if (params or {}).get("run") == "broken":
+            raise StoreError("http://ch:8123: HTTP Error 500: query timed out")
+        return self.store.query(sql, params)
+
+
+def test_a_failing_run_leaves_the_others_analysed(temporal_address, fleet, store, tmp_path):
+    nodes = [fleet.node_name(0), fleet.node_name(1)]
+    run = load(store, tmp_path, nodes, slow=True)
+    h = SweepHarness(temporal_address, fleet, StragglerSweep(BrokenRun(store), 600, FAST))
+    try:
+        result = h.run(sweep_rounds)
+    finally:
+        drop(store, run)
+    assert (result.started, result.run_errors, result.unreachable) == (1, 1, 0)
+    assert f"run {TEAM}/broken: http://ch:8123: HTTP Error 500" in result.error
 
 
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
