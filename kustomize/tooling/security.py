@@ -135,7 +135,7 @@ def secret_specs(cluster: Cluster) -> list[Obj]:
         {"namespace": "observability", "name": "clickhouse-writer", "keys": ["password"],
          "copy_to": ["warden"]},
         {"namespace": "observability", "name": "clickhouse-reader", "keys": ["password"],
-         "copy_to": teams},
+         "copy_to": ["warden", *teams]},  # Warden's straggler sweep reads
         {"namespace": "observability", "name": "clickhouse-runs", "keys": ["password"],
          "copy_to": teams},
         {"namespace": "observability", "name": "grafana-admin", "keys": ["password"]},
