@@ -88,6 +88,7 @@ def run(cfg, sink, logger, control=None, aux_spec=None, attempt: int = 0) -> dic
     import torch
 
     from driver import optim
+    from driver.diloco.config import data_shard
     from driver.diloco.hook import prepare
     from driver.metrics.rank import RankReporter
     from driver.step import Loop
@@ -102,8 +103,9 @@ def run(cfg, sink, logger, control=None, aux_spec=None, attempt: int = 0) -> dic
     model = wrap(work.model.to(device), cfg, device, world)
     optimizer, scheduler = optim.build(model, cfg.optimizer, cfg.train.steps)
     stages = {"stages": aux.stages()} if aux and cfg.data.remote_stage else {}
+    shard_rank, shard_world = data_shard(rank, world)  # a DiLoCo learner's own slice
     source = import_object(cfg.data.source)(
-        work.dataset, cfg.train.micro_batch_size, rank, world, cfg.train.seed, **stages
+        work.dataset, cfg.train.micro_batch_size, shard_rank, shard_world, cfg.train.seed, **stages
     )
     diloco = prepare(model)  # a DiLoCo learner when REVE_DILOCO_* say so, else a no-op
     extra = diloco.checkpoint_state()  # its sync state goes into the checkpoints

@@ -48,6 +48,8 @@ def learner_env(exp: Experiment, learner: Learner) -> dict[str, Any]:
         "COMPRESSION": d.compression,
         "BARRIER_TIMEOUT_S": d.barrier_timeout_s,
         "FRAGMENTS": d.fragments,
+        "INDEX": exp.learners.index(learner),  # its data shard of the experiment's learners
+        "LEARNERS": len(exp.learners),
     }
     values = {KEY_ENV + k: str(v) for k, v in env.items()}
     return {**values, **_refs(exp, learner.name, ("public-key", "secret-key", "server-key"))}

@@ -43,6 +43,11 @@ class LearnerConfig:
     """This learner's Curve secret key (Z85), when `keys` is empty."""
     server_key: str = ""
     """The synchronizer's Curve public key (Z85), when `keys` is empty."""
+    index: int = 0
+    """This learner's position among the experiment's learners: its ranks read data shard
+    `index` of `learners` (learners never train on the same samples)."""
+    learners: int = 1
+    """How many learners the experiment has."""
     fragments: int = 1
     """Streaming: the model in this many fragments, each synced every H steps on its own
     schedule (fragment f after H*f/fragments steps), so a sync point moves 1/fragments of
@@ -74,6 +79,8 @@ class LearnerConfig:
             ),
             (self.address.startswith("tcp://"), "address", "tcp://host:port"),
             (1 <= self.fragments <= min(64, self.sync_every), "fragments", "1 to min(64, H)"),
+            (self.learners >= 1, "learners", "at least 1"),
+            (0 <= self.index < self.learners, "index", f"0 to {self.learners - 1}"),
         ]
         for ok, name, want in checks:
             if not ok:
@@ -99,3 +106,13 @@ class LearnerConfig:
                         f"{ENV_PREFIX}{f.name.upper()}: {raw!r} is not {f.type}"
                     ) from None
         return cls(**values)
+
+
+def data_shard(rank: int, world: int, environ: dict | None = None) -> tuple[int, int]:
+    """The (rank, world) a rank's batch source reads with: a DiLoCo learner's ranks read
+    their learner's slice of the global order (learner `index` of `learners`), so learners
+    never see the same samples; outside an experiment, the rank's own (rank, world)."""
+    cfg = LearnerConfig.from_env(environ)
+    if cfg is None:
+        return rank, world
+    return cfg.index * world + rank, cfg.learners * world

@@ -162,10 +162,23 @@ def test_is_experiment():
 
 
 def test_local_command(data):
-    words = ex.local_command(ex.build_experiment(data, "x"), steps=30)
-    assert words[:3] == ["python", "-m", "driver.diloco.local"]
-    assert words[words.index("--learners") + 1] == "2" and words[-2:] == ["--steps", "30"]
-    assert words[words.index("--mode") + 1] == "decoupled"
+    from runner.experiment_local import local_plan
+
+    exp = ex.build_experiment(data, "x")
+    plan_file = "outputs/research/lm-diloco/plan.json"
+    assert ex.local_command(exp) == ["python", "-m", "driver.diloco.local", "--plan", plan_file]
+    plan = local_plan(exp, steps=30)
+    assert plan["out"] == "outputs/research/lm-diloco"
+    us, eu = plan["learners"]
+    assert us["command"][:4] == [sys.executable, "-m", "driver.train", "runs/train/tiny-lm.yaml"]
+    assert us["command"][-4:] == [
+        "optimizer.lr=3e-4",
+        "train.seed=1",
+        "parallelism.workers=1",
+        "train.steps=30",
+    ]
+    assert us["env"]["REVE_DILOCO_MODE"] == "decoupled" and us["env"]["WANDB_PROJECT"] == "diloco"
+    assert eu["env"]["REVE_DILOCO_LEARNER"] == "eu" and "REVE_DILOCO_ADDRESS" not in eu["env"]
 
 
 def test_renders_without_importing_torch_ray_or_zmq(data):
