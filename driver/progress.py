@@ -58,10 +58,17 @@ def aux_postfix(row: dict) -> dict[str, str]:
     return out
 
 
+POLL_S = 2.0
+"""How often the progress thread drains the sink (one actor call, one write to each writer):
+with the ranks' 1 s batches (driver.metrics.rank), a row reaches metrics.jsonl and the
+store within about 3 s; each drain costs the driver and the sink CPU time that, on a
+machine the workers fill, is taken from training."""
+
+
 class Progress:
     """Polls the sink in a thread until `close()`; keeps rank 0's rows for the summary."""
 
-    def __init__(self, cfg, sink, output_dir: Path, fmt: str, interval_s: float = 1.0):
+    def __init__(self, cfg, sink, output_dir: Path, fmt: str, interval_s: float = POLL_S):
         from driver.telemetry import where_am_i
 
         self.cfg, self.sink, self.fmt, self.interval_s = cfg, sink, fmt, interval_s

@@ -29,6 +29,7 @@ class RunMetrics:
         self.jsonl = JsonlWriter(self.path)
         self.store = StoreWriter(Path(output_dir)) if store else None
         self.clickhouse = self.otel = None
+        self._label_sets: dict[tuple, dict] = {}
         if clickhouse_url:
             from driver.clickhouse import RunMetricsWriter
 
@@ -42,7 +43,7 @@ class RunMetrics:
         if not rows:
             return
         hosts = hosts or {}
-        labelled = [row_labels(self.identity, hosts, row) for row in rows]
+        labelled = [self._labels(hosts, row) for row in rows]
         self.jsonl.write(rows, labelled)
         if self.store is not None:
             self.store.write(rows, labelled)
@@ -51,6 +52,16 @@ class RunMetrics:
             self.clickhouse.flush()
         if self.otel is not None:
             self.otel.write(rows, labelled, values)
+
+    def _labels(self, hosts: dict[int, dict], row: dict) -> dict:
+        """A row's label set, made once per rank, attempt and host (shared: writers only
+        read it)."""
+        rank = int(row.get("rank", 0))
+        host = hosts.get(rank, {})
+        key = (rank, row.get("attempt", 0), host.get("pod"), host.get("node"))
+        if key not in self._label_sets:
+            self._label_sets[key] = row_labels(self.identity, hosts, row)
+        return self._label_sets[key]
 
     def close(self) -> None:
         self.jsonl.close()

@@ -1,7 +1,7 @@
 """What each training rank reports: its step rows, batched to the run's sink actor.
 
     reporter = RankReporter(sink, rank, attempt, device)
-    reporter.add(row)        # after every step: tags, memory; a thread sends every 0.5 s
+    reporter.add(row)        # after every step: tags, memory; a thread sends every 1 s
     reporter.flush()         # at the end and when the attempt fails: waits for the sink
 
 Every rank sends `names.PER_RANK_KEYS` (step time, data wait, forward/backward and
@@ -29,7 +29,9 @@ from collections import deque
 
 from driver.metrics.names import PER_RANK_KEYS
 
-PUSH_EVERY_S = 0.5
+PUSH_EVERY_S = 1.0
+"""Each rank's batch interval: one actor call per second per rank (both the rank and the sink
+spend CPU on each call, which a small machine's training workers feel)."""
 IDLE_S = 0.2
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
