@@ -5,9 +5,9 @@ need: every Ray process wakes up periodically even when idle, and on a machine t
 fill, each wake-up takes CPU from training. A Ray cluster (a RayJob) keeps Ray's defaults.
 
 - `LOCAL_ENV`: no preemption watcher, no Prometheus metrics, no usage stats, resource
-  reports and task events at a slower pace than a shared cluster needs, and a log monitor
-  that looks for new log files once a second rather than ten times. A variable already
-  set wins.
+  reports, task events and the dashboard agent's node stats at a slower pace than a shared
+  cluster needs, and a log monitor that looks for new log files once a second rather than
+  ten times. A variable already set wins.
 - `lean_trainer(TorchTrainer)`: a TorchTrainer without two controller callbacks this run
   does not use: the dataset callback (its DatasetManager actor serves Ray Data shards; the
   driver feeds its own data) and the placement-group cleaner (an actor that asks the GCS
@@ -20,8 +20,9 @@ fill, each wake-up takes CPU from training. A Ray cluster (a RayJob) keeps Ray's
   the embedded Ray started with, which every Ray process of it inherits; when it holds
   every variable Ray Train would hand the controller, none is needed): it then starts in
   one of the worker processes Ray starts with itself instead of a new one.
-- `lean_ray_start()`: no autoscaler monitor, and Ray's API server started beside the raylet
-  rather than before it (without the dashboard it serves only usage stats).
+- `lean_ray_start()`: no autoscaler monitor, no log monitor (the driver asks Ray for no
+  worker output), and Ray's API server started beside the raylet rather than before it
+  (without the dashboard it serves only usage stats).
 - `quiet_token_notice()`: token authentication stays on (Ray turns it on for a new local
   cluster), without Ray's start-up warning saying so, which asks nothing of the user.
 - `supervise(run)`: the run (and so the embedded Ray it starts) goes in a child process
@@ -56,10 +57,15 @@ LOCAL_ENV = {
     "RAY_task_events_report_interval_ms": "5000",
     "RAY_WARN_BLOCKING_GET_INSIDE_ASYNC": "0",  # Ray Train's value for its controller
     "RAY_USAGE_STATS_ENABLED": "0",  # nothing to report from a run with no network
-    # Ray's log monitor (worker output to the terminal) lists the logs folder for new files
-    # every 1 s instead of on each 0.1 s poll; lines of known files are read as before.
+    # Ray's log monitor, where it runs (with the dashboard: `lean_ray_start`), lists the logs
+    # folder for new files every 1 s instead of on each 0.1 s poll; lines are read as before.
     "RAY_LOG_MONITOR_MANY_FILES_THRESHOLD": "0",
     "LOG_NAME_UPDATE_INTERVAL_S": "1",
+    # Ray's dashboard agent: the node's physical stats (a psutil scan of every Ray process,
+    # read only by the dashboard) every 15 s rather than 5 s, and its check that the raylet
+    # lives every 2 s rather than 0.4 s (`supervise` ends the whole session anyway).
+    "REPORTER_UPDATE_INTERVAL_MS": "15000",
+    "RAY_DASHBOARD_AGENT_CHECK_PARENT_INTERVAL_S": "2",
 }
 
 STARTED: tuple[str, dict[str, str]] | None = None
@@ -89,16 +95,20 @@ def inherited_env() -> dict[str, str] | None:
 def lean_ray_start():
     """While an embedded `ray.init` without the dashboard runs: no autoscaler monitor (a
     Python process that polls the GCS every second for an autoscaler an embedded Ray does
-    not have), and Ray's API server (which Ray starts even without the dashboard; it then
-    serves only usage stats) starts beside the raylet instead of before it: `ray.init`
-    waits for it, then for the raylet, which waits for its agents. Ray 2.60's
-    `Node.start_monitor` and `Node.start_api_server` (pinned in pyproject.toml; a test
-    checks they are still there); restored on leaving."""
+    not have), no log monitor (a Python process that polls the workers' log files ten
+    times a second to send their lines to a driver that asks for none: `log_to_driver=False`;
+    the files stay in the session's logs folder), and Ray's API server (which Ray starts
+    even without the dashboard; it then serves only usage stats) starts beside the raylet
+    instead of before it: `ray.init` waits for it, then for the raylet, which waits for its
+    agents. Ray 2.60's `Node.start_monitor`, `Node.start_log_monitor` and
+    `Node.start_api_server` (pinned in pyproject.toml; a test checks they are still there);
+    restored on leaving."""
     import threading
 
     from ray._private.node import Node
 
-    monitor, api_server = Node.start_monitor, Node.start_api_server
+    monitor, log_monitor = Node.start_monitor, Node.start_log_monitor
+    api_server = Node.start_api_server
     started: list[threading.Thread] = []
 
     def start_api_server(self, **kwargs):
@@ -107,12 +117,13 @@ def lean_ray_start():
         thread.start()
         started.append(thread)
 
-    Node.start_monitor = lambda self: None
+    Node.start_monitor = Node.start_log_monitor = lambda self: None
     Node.start_api_server = start_api_server
     try:
         yield
     finally:
-        Node.start_monitor, Node.start_api_server = monitor, api_server
+        Node.start_monitor, Node.start_log_monitor = monitor, log_monitor
+        Node.start_api_server = api_server
         for thread in started:
             thread.join()
 

@@ -110,14 +110,16 @@ def test_lean_ray_start_patches_only_while_ray_starts():
     from driver.embedded import lean_ray_start
 
     monitor, api_server = Node.start_monitor, Node.start_api_server
+    log_monitor = Node.start_log_monitor
     calls = []
     Node.start_api_server = lambda self, **kwargs: calls.append(kwargs)  # Ray's, stood in
     try:
         with lean_ray_start():
             assert Node.start_monitor(object()) is None  # no autoscaler monitor
+            assert Node.start_log_monitor(object()) is None  # no log monitor
             Node.start_api_server(object(), include_dashboard=False, raise_on_failure=False)
         assert calls == [{"include_dashboard": False, "raise_on_failure": False}]  # joined
-        assert Node.start_monitor is monitor
+        assert Node.start_monitor is monitor and Node.start_log_monitor is log_monitor
     finally:
         Node.start_api_server = api_server
 
@@ -129,6 +131,8 @@ def test_ray_still_has_what_lean_ray_start_replaces():
 
     # a Ray upgrade that renames them fails here
     assert list(inspect.signature(Node.start_monitor).parameters) == ["self"]
+    assert list(inspect.signature(Node.start_log_monitor).parameters) == ["self"]
+    assert "self.start_log_monitor()" in inspect.getsource(Node.start_ray_processes)
     assert {"include_dashboard", "raise_on_failure"} <= set(
         inspect.signature(Node.start_api_server).parameters
     )
