@@ -1,7 +1,8 @@
 """Fault-tolerance benchmark: live recovery with torchft against restarting from the newest
 checkpoint, on real processes (one per replica group), same model, data and failures.
 
-    .venv/bin/python scripts/bench/ft_bench.py [--groups 3] [--steps 90] [--interval 20]
+    .venv/bin/python scripts/bench/ft_bench.py [--groups 3] [--steps 150] [--interval 100]
+    .venv/bin/python scripts/bench/ft_bench.py --platform [--groups 3] [--steps 150] ...
 
 Four runs of driver.ft.drill (goals in brackets):
   ft-clean   torchft, no failure
@@ -20,6 +21,12 @@ Printed ratios:
   final loss ft-fail / ft-clean (constant batch)                         [within 1%]
   steps/s ft-clean / ddp-clean (between the first and last commit)              [>= 0.9]
   and where ft's per-step cost goes (quorum, gradient allreduce, commit vote).
+
+--platform measures the first figure instead through the platform's own path: two
+`python -m driver.train` runs of the tiny LM (`ft=on` against Ray Train's worker-group
+restart from the newest checkpoint), a Ray Train worker SIGKILLed at each of --kills
+(scripts/bench/ft_platform.py). It prints the ratio from the first committed step (the
+figure: the launch is the same for both and amortised over a real run) and from launch.
 """
 
 from __future__ import annotations
@@ -32,6 +39,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from driver.ft.harness import Drill, DrillResult  # noqa: E402
 
@@ -96,9 +105,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--kills", default="30,80,130", help="steps at which a group dies")
     parser.add_argument("--accum", type=int, default=2)
     parser.add_argument("--compute-ms", type=float, default=50.0, help="per micro-batch")
+    parser.add_argument(
+        "--platform", action="store_true", help="python -m driver.train runs (Ray Train)"
+    )
     args = parser.parse_args(argv)
     kills = [int(k) for k in args.kills.split(",") if k]
     g, steps = args.groups, args.steps
+    if args.platform:
+        return platform(g, steps, kills, args.interval)
     spec = {
         "grad_accum": args.accum,
         "micro_batch": 16,
@@ -119,6 +133,15 @@ def main(argv: list[str] | None = None) -> int:
         ckpt = {**spec, "ckpt_root": str(root / "ckpt"), "ckpt_interval": args.interval}
         restart_s = restart_run(root / "restart", g, steps, struck, ckpt)
     report(args, clean, ddp, fail, restart_s)
+    return 0
+
+
+def platform(groups: int, steps: int, kills: list[int], interval: int) -> int:
+    import ft_platform
+
+    with tempfile.TemporaryDirectory() as tmp:
+        result = ft_platform.measure(Path(tmp), groups, steps, kills, interval)
+    ft_platform.report(result, groups, steps, kills, interval)
     return 0
 
 

@@ -32,3 +32,15 @@ def test_ft_bench_tiny(capsys):
     out = capsys.readouterr().out
     for label in ("effective throughput", "kill -> first commit", "final loss", "steps/s"):
         assert label in out
+
+
+@pytest.mark.slow
+def test_ft_bench_platform_tiny(capsys):
+    """--platform: two `python -m driver.train` runs with a worker SIGKILLed at step 10 (a
+    run long enough that the kill strikes while the workers still train)."""
+    bench = load_bench("ft_bench")
+    argv = ["--platform", "--groups", "2", "--steps", "30", "--kills", "10", "--interval", "8"]
+    assert bench.main(argv) == 0
+    out = capsys.readouterr().out
+    assert "from first step" in out and "from launch" in out
+    assert "(ft-on 1, restart 1)" in out
