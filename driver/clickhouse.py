@@ -8,7 +8,7 @@ node, service), built by observability.store.metric_rows as the run's chDB store
 are. The writer signs in as the user and password in the environment (`USER_ENV`,
 `PASSWORD_ENV`: in a cluster, `runs` and the `clickhouse-runs` Secret's password,
 docs/security.md); never from the URL. Rows go out in one HTTP `INSERT ... FORMAT
-JSONEachRow` per drain (about once a second), with the standard library only (chDB is not
+JSONEachRow` per drain (about every 2 s), with the standard library only (chDB is not
 needed). A failing ClickHouse never fails training: the writer logs
 the first error, counts the dropped rows (the driver reports them at the end) and keeps
 trying.
