@@ -16,7 +16,10 @@ waits on the driver, and a rank stuck in a collective (a peer failed) still send
 rows; `flush` waits (bounded), so the last rows of a failing rank reach the sink before it
 re-raises.
 Memory: RSS from /proc/self/statm (one small read), CUDA's peak allocation from the
-caching allocator's counters (no device sync).
+caching allocator's counters (no device sync); sampled at most once per `MEMORY_EVERY_S`
+(a step's row carries the newest sample), so a fast step does not pay a file read.
+The sending thread sleeps until the batch is due (`next_wake`), not on a short tick: a
+thread that wakes takes the interpreter lock from the training thread.
 """
 
 from __future__ import annotations
@@ -33,6 +36,8 @@ PUSH_EVERY_S = 1.0
 """Each rank's batch interval: one actor call per second per rank (both the rank and the sink
 spend CPU on each call, which a small machine's training workers feel)."""
 IDLE_S = 0.2
+MEMORY_EVERY_S = 1.0
+"""The oldest memory sample a row may carry."""
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
 
@@ -56,6 +61,30 @@ def memory(device) -> dict:
 
         out["cuda_max_allocated_bytes"] = torch.cuda.max_memory_allocated(device)
     return out
+
+
+class MemorySampler:
+    """`memory(device)`, taken again only when the last sample is `every_s` old."""
+
+    def __init__(self, device, every_s: float = MEMORY_EVERY_S):
+        self.device, self.every_s = device, every_s
+        self.taken, self.fields = float("-inf"), {}
+
+    def __call__(self) -> dict:
+        now = time.monotonic()
+        if now - self.taken >= self.every_s:
+            self.taken, self.fields = now, memory(self.device)
+        return self.fields
+
+
+def next_wake(now: float, pending: bool, pushed: float, added: float,
+              every_s: float, idle_s: float) -> float:  # fmt: skip
+    """Seconds the sending thread sleeps: until the batch is due (`every_s` after the last
+    push, or `idle_s` after the newest row), or `idle_s` when nothing waits to be sent
+    (a row added meanwhile is then sent at most `idle_s` late)."""
+    if not pending:
+        return idle_s
+    return max(0.0, min(pushed + every_s, added + idle_s) - now)
 
 
 def rank_row(row: dict, rank: int, attempt: int, full: bool | None = None) -> dict:
@@ -86,6 +115,7 @@ class RankReporter:
     def __init__(self, sink, rank: int, attempt: int, device=None,
                  every_s: float = PUSH_EVERY_S, idle_s: float = IDLE_S):  # fmt: skip
         self.sink, self.rank, self.attempt, self.device = sink, rank, attempt, device
+        self.memory = MemorySampler(device)
         self.every_s, self.idle_s = every_s, idle_s
         self.pending: list[dict] = []
         self.pushed = self.added = time.monotonic()
@@ -103,7 +133,7 @@ class RankReporter:
         """Queue a step's row; `full`: whether this rank writes the step's row of record
         (None: rank 0)."""
         row = rank_row(row, self.rank, self.attempt, full)
-        row.update(memory(self.device))
+        row.update(self.memory())
         with self._lock:
             self.pending.append(row)
             self.added = time.monotonic()
@@ -115,13 +145,16 @@ class RankReporter:
                 self.pending[-1].update(fields)
 
     def _run(self) -> None:
-        tick = min(0.1, self.idle_s, self.every_s)
-        while not self._stop.wait(tick):
-            now = time.monotonic()
+        wait = self.idle_s
+        while not self._stop.wait(wait):
             with self._lock:
-                if self.pending and (now - self.pushed >= self.every_s
-                                     or now - self.added >= self.idle_s):  # fmt: skip
+                if self._wait() <= 0:
                     self._push()
+                wait = max(0.01, self._wait())
+
+    def _wait(self) -> float:
+        return next_wake(time.monotonic(), bool(self.pending), self.pushed, self.added,
+                         self.every_s, self.idle_s)  # fmt: skip
 
     def _push(self) -> None:
         if self.pending:

@@ -117,6 +117,32 @@ def test_a_rank_that_stops_adding_rows_still_sends_them(monkeypatch):
     reporter.flush()
 
 
+@pytest.mark.parametrize(
+    "pending, pushed, added, expected",
+    [
+        (False, 0.0, 0.0, 0.2),  # nothing to send: look again after idle_s
+        (True, 9.5, 9.9, 0.1),  # rows coming: the idle deadline is later than the push's
+        (True, 9.95, 9.9, 0.1),  # pushed just now, the newest row went idle first
+        (True, 9.0, 9.9, 0.0),  # due: a second since the last push
+        (True, 8.0, 9.99, 0.0),  # overdue never waits a negative time
+    ],
+)
+def test_the_sending_thread_sleeps_until_the_batch_is_due(pending, pushed, added, expected):
+    now = 10.0
+    wait = rank.next_wake(now, pending, pushed, added, every_s=1.0, idle_s=0.2)
+    assert wait == pytest.approx(expected)
+
+
+def test_memory_is_sampled_at_most_once_per_interval(monkeypatch):
+    reads = []
+    monkeypatch.setattr(rank, "rss_bytes", lambda: reads.append(1) or 4096 * len(reads))
+    sampler = rank.MemorySampler(None, every_s=3600)
+    assert sampler() == {"rss_bytes": 4096} and sampler() == {"rss_bytes": 4096}
+    assert len(reads) == 1
+    sampler.every_s = 0
+    assert sampler() == {"rss_bytes": 8192}
+
+
 def read_jsonl(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines()]
 
