@@ -19,8 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from catalog.errors import InputError
-from runner.experiment_render import learner_spec, outer_options
+from runner.experiment_render import learner_spec
 from runner.experiment_spec import KEY_ENV, Experiment, build_experiment, is_experiment
+from runner.experiment_sync import outer_options
 
 LOCAL_WORKERS = 1
 """Training workers of each local learner."""
