@@ -10,11 +10,17 @@
   the nodes of persistent NCCL stragglers in ClickHouse to their node check
   (`warden.stragglers`).
 
-A sweep or kept-nodes round an error stops is recorded (`warden.policy.report`) and the next
-one runs as usual; a failed shrink is recorded and fails the workflow, so its caller knows.
+The three periodic ones share one loop, `periodic`: a round, its failure recorded
+(`warden.policy.report`) and counted while the next round runs as usual, a timer,
+continue-as-new every `sweeps_per_run` rounds. A failed shrink is recorded and fails the
+workflow, so its caller knows. The histories these loops wrote before `periodic` replay on
+it (tests/warden/test_replay.py).
 """
 
 from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
 
 from temporalio import workflow
 from temporalio.exceptions import ApplicationError
@@ -36,6 +42,46 @@ with workflow.unsafe.imports_passed_through():
     )
     from warden.policy import FAILED, long_options, options, report
 
+T = TypeVar("T")
+
+
+async def periodic(
+    t: Timings,
+    period_s: float,
+    limit: int,
+    total: T,
+    one_round: Callable[[int], Awaitable[None]],
+    again: Callable[[int], object],
+    count: str = "rounds",
+) -> T:
+    """Every `period_s`, `await one_round(n)` (n: rounds this run did before) and count it
+    in `total.<count>`; a round an error stops is recorded and counted in `total.failed`.
+    With `limit` > 0, return `total` after that many rounds; every `t.sweeps_per_run`
+    rounds, continue as new with `again(rounds left, or 0 for forever)`.
+
+    The commands, in order (replay depends on them): the round's activities, `report_failure`
+    if it failed, then continue-as-new or the timer."""
+    while True:
+        done = getattr(total, count)
+        try:
+            await one_round(done)
+        except FAILED as err:
+            total.failed += 1
+            await report(t, "", f"{workflow.info().run_id}-{done}", err)
+        done += 1
+        setattr(total, count, done)
+        if limit and done >= limit:
+            return total
+        if done >= t.sweeps_per_run:
+            workflow.continue_as_new(again(limit - done if limit else 0))
+        await workflow.sleep(period_s)
+
+
+def add(total, done, names: tuple[str, ...]) -> None:
+    """Add the counters `names` of one round's result to the run's."""
+    for name in names:
+        setattr(total, name, getattr(total, name) + getattr(done, name))
+
 
 @workflow.defn
 class SweepWorkflow:
@@ -43,26 +89,20 @@ class SweepWorkflow:
     async def run(self, inp: SweepInput) -> SweepResult:
         t = inp.timings
         result = SweepResult(0, 0, 0)
-        while True:
-            try:
-                detected = await workflow.execute_activity_method(
-                    A.detect, DetectInput(result.sweeps), **long_options(t, 120)
-                )
-                dispatched = await workflow.execute_activity_method(
-                    A.dispatch, DispatchInput(detected, t, inp.task_queue), **long_options(t, 300)
-                )
-                result.started += dispatched.started
-                result.already_running += dispatched.already_running
-            except FAILED as err:
-                result.failed += 1
-                await report(t, "", f"{workflow.info().run_id}-{result.sweeps}", err)
-            result.sweeps += 1
-            if inp.sweeps and result.sweeps >= inp.sweeps:
-                return result
-            if result.sweeps >= t.sweeps_per_run:
-                left = inp.sweeps - result.sweeps if inp.sweeps else 0
-                workflow.continue_as_new(SweepInput(t, inp.task_queue, left))
-            await workflow.sleep(t.sweep_period_s)
+
+        async def one_round(sweep: int) -> None:
+            detected = await workflow.execute_activity_method(
+                A.detect, DetectInput(sweep), **long_options(t, 120)
+            )
+            dispatched = await workflow.execute_activity_method(
+                A.dispatch, DispatchInput(detected, t, inp.task_queue), **long_options(t, 300)
+            )
+            add(result, dispatched, ("started", "already_running"))
+
+        def again(left: int) -> SweepInput:
+            return SweepInput(t, inp.task_queue, left)
+
+        return await periodic(t, t.sweep_period_s, inp.sweeps, result, one_round, again, "sweeps")
 
 
 @workflow.defn
@@ -78,36 +118,26 @@ class ShrinkWorkflow:
             raise ApplicationError(message, type="ShrinkFailed", non_retryable=True) from None
 
 
+KEEP_COUNTS = ("watched", "kept", "released")
+STRAGGLER_COUNTS = ("findings", "started", "already_running", "skipped", "unreachable",
+                    "run_errors")  # fmt: skip
+
+
 @workflow.defn
 class KeepWorkflow:
     @workflow.run
     async def run(self, inp: KeepInput) -> KeepResult:
         t = inp.timings
         total = KeepResult()
-        while True:
-            try:
-                done = await workflow.execute_activity_method(
-                    A.keep_nodes, inp, **long_options(t, 120)
-                )
-                total.watched += done.watched
-                total.kept += done.kept
-                total.released += done.released
-            except FAILED as err:
-                total.failed += 1
-                await report(t, "", f"{workflow.info().run_id}-{total.rounds}", err)
-            total.rounds += 1
-            if inp.rounds and total.rounds >= inp.rounds:
-                return total
-            if total.rounds >= t.sweeps_per_run:
-                left = inp.rounds - total.rounds if inp.rounds else 0
-                workflow.continue_as_new(KeepInput(t, left))
-            await workflow.sleep(t.keep_period_s)
 
+        async def one_round(_: int) -> None:
+            done = await workflow.execute_activity_method(A.keep_nodes, inp, **long_options(t, 120))
+            add(total, done, KEEP_COUNTS)
 
-def _add(total: StragglerResult, done: StragglerResult) -> None:
-    for name in ("findings", "started", "already_running", "skipped", "unreachable", "run_errors"):
-        setattr(total, name, getattr(total, name) + getattr(done, name))
-    total.error = done.error
+        def again(left: int) -> KeepInput:
+            return KeepInput(t, left)
+
+        return await periodic(t, t.keep_period_s, inp.rounds, total, one_round, again)
 
 
 @workflow.defn
@@ -116,19 +146,15 @@ class StragglerWorkflow:
     async def run(self, inp: StragglerInput) -> StragglerResult:
         t = inp.timings
         total = StragglerResult()
-        while True:
-            try:
-                done = await workflow.execute_activity_method(
-                    A.sweep_stragglers, inp, **long_options(t, 300)
-                )
-                _add(total, done)
-            except FAILED as err:
-                total.failed += 1
-                await report(t, "", f"{workflow.info().run_id}-{total.rounds}", err)
-            total.rounds += 1
-            if inp.rounds and total.rounds >= inp.rounds:
-                return total
-            if total.rounds >= t.sweeps_per_run:
-                left = inp.rounds - total.rounds if inp.rounds else 0
-                workflow.continue_as_new(StragglerInput(t, inp.task_queue, left))
-            await workflow.sleep(t.straggler_period_s)
+
+        async def one_round(_: int) -> None:
+            done = await workflow.execute_activity_method(
+                A.sweep_stragglers, inp, **long_options(t, 300)
+            )
+            add(total, done, STRAGGLER_COUNTS)
+            total.error = done.error
+
+        def again(left: int) -> StragglerInput:
+            return StragglerInput(t, inp.task_queue, left)
+
+        return await periodic(t, t.straggler_period_s, inp.rounds, total, one_round, again)

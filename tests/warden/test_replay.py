@@ -1,0 +1,30 @@
+"""Determinism across upgrades: histories the periodic workflows wrote before
+`warden.loops.periodic` replay on today's workflows (tests/warden/histories/record.py
+recorded them: a failed and reported round, a continue-as-new, a completion). No server."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+from temporalio.client import WorkflowHistory
+from temporalio.worker import Replayer
+
+from warden.faults import FaultInterceptor
+from warden.worker import WORKFLOWS
+
+HISTORIES = Path(__file__).resolve().parent / "histories"
+
+
+@pytest.mark.parametrize("name", sorted(p.stem for p in HISTORIES.glob("*.json")))
+def test_recorded_history_replays(name):
+    history = WorkflowHistory.from_json(name, (HISTORIES / f"{name}.json").read_text())
+    replayer = Replayer(workflows=WORKFLOWS, interceptors=[FaultInterceptor()])
+    result = asyncio.run(replayer.replay_workflow(history, raise_on_replay_failure=False))
+    assert result.replay_failure is None, result.replay_failure
+
+
+def test_every_periodic_workflow_has_a_history():
+    kinds = {p.stem.rsplit("-", 1)[0] for p in HISTORIES.glob("*.json")}
+    assert kinds == {"sweep", "keep", "stragglers"}
