@@ -20,6 +20,10 @@ chDB runs ONE embedded server per process, on one folder at a time, and locks th
 read by others through a hard-linked snapshot (`snapshot`): `StoreWorker` is a child process
 (`python -m observability.store serve`, JSON lines on its pipes) that reads stores that way,
 so a reader never blocks the writer and never meets another chDB server of its own process.
+The embedded server's memory worker (which tracks the process's resident memory against
+ClickHouse's limits) runs once a second (`SERVER_ARGS`), not at its default pace: the
+driver holds the store beside training for a whole run, and on a small machine every
+background wake-up is taken from the training workers.
 """
 
 from __future__ import annotations
@@ -101,6 +105,10 @@ def schema_statements() -> list[str]:
     return clickhouse.statements(clickhouse.SCHEMA.read_text())
 
 
+SERVER_ARGS = "?memory_worker_period_ms=1000"
+"""The embedded server's start-up settings, appended to its folder (chDB's connection string)."""
+
+
 class LocalStore:
     """A chDB database in a folder; the process's one embedded server while open."""
 
@@ -121,7 +129,7 @@ class LocalStore:
                 raise StoreError(f"{path}: this process already has the chDB store {held} open")
             path.mkdir(parents=True, exist_ok=True)
             try:
-                session = chdb_session.Session(str(path))
+                session = chdb_session.Session(f"{path}{SERVER_ARGS}")
             except Exception as err:
                 raise StoreError(
                     f"{path}: cannot open the chDB store (another process, such as the run's "

@@ -103,6 +103,21 @@ def test_opening_a_second_store_in_one_process_is_one_line(tmp_path):
     assert "already has the chDB store" in done.stdout, done.stdout + done.stderr
 
 
+def test_the_embedded_server_takes_its_settings_and_keeps_its_folder(tmp_path):
+    code = textwrap.dedent("""
+        import sys
+        from observability import store
+        s = store.LocalStore.open(sys.argv[1])
+        print(s.query("SELECT value FROM system.server_settings "
+                      "WHERE name = 'memory_worker_period_ms'")[0]["value"])
+    """)
+    done = subprocess.run([sys.executable, "-c", code, str(tmp_path)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert done.stdout.split() == ["1000"], done.stdout + done.stderr
+    assert [p.name for p in tmp_path.iterdir()] == ["chdb"]
+    assert (tmp_path / "chdb" / "metadata").is_dir()
+
+
 def test_server_store_binds_parameters_over_http(clickhouse, monkeypatch):
     url, handler = clickhouse
     monkeypatch.setenv("CLICKHOUSE_USER", "dash")
