@@ -94,7 +94,8 @@ def report_stragglers_sync(url: str | None, findings: Iterable[dict],
                            token_file: str | None = None, timeout_s: float = 60.0
                            ) -> dict[str, bool]:  # fmt: skip
     """Hand each node with a persistent straggler to Warden as an ambiguous finding (node
-    check first); {node: started}, False where a node workflow already runs."""
+    check first); {node: started}, False where a node workflow already runs. A node Warden
+    skips (cordoned, or recently cleared by a node check) is left out."""
     rows = [finding_row(f) for f in findings if f.get("persistent")]
     if not rows:
         return {}

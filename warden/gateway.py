@@ -7,11 +7,13 @@
 `POST /v1/shrink` starts ShrinkWorkflow for a worker group of a RayCluster in the caller's
 namespace (200 with the result, or 202 while it runs past `wait_s`); `POST /v1/stragglers`
 turns persistent stragglers into ambiguous node findings, only on nodes where a pod of the
-caller's namespace runs; `GET /healthz` needs no token. The caller is the service account
-whose projected token (audience `audience`) a TokenReview accepts (warden.access). Replies
-are JSON, refusals a status and {"error": one line}, each counted by route and status
-(`counts`, `warden_gateway_requests`); bodies are JSON of at most MAX_BODY bytes, nothing
-is unpickled, at most MAX_IN_FLIGHT requests are served at once. Routes: docs/warden.md.
+caller's namespace runs, skipping the nodes the straggler sweep skips (`warden.handover`:
+cordoned, or recently cleared by a node check); `GET /healthz` needs no token. The caller
+is the service account whose projected token (audience `audience`) a TokenReview accepts
+(warden.access). Replies are JSON, refusals a status and {"error": one line}, each counted
+by route and status (`counts`, `warden_gateway_requests`); bodies are JSON of at most
+MAX_BODY bytes, nothing is unpickled, at most MAX_IN_FLIGHT requests are served at once.
+Routes: docs/warden.md.
 """
 
 from __future__ import annotations
@@ -22,17 +24,19 @@ import logging
 import threading
 from collections import Counter
 from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from temporalio.client import WorkflowFailureError
 from temporalio.service import RPCError
 
 from catalog import labels
-from warden import access, starters
+from warden import access, handover, starters
 from warden.access import Caller, Refusal
 from warden.errors import ApiError, NotFound
 from warden.kube import WardenKube
 from warden.model import ShrinkInput, Timings
+from warden.rules import RuleConfig
 
 log = logging.getLogger("warden.gateway")
 MAX_BODY = 64 * 1024
@@ -54,11 +58,13 @@ class Gateway:
         service_accounts: frozenset[str] = frozenset({labels.TRAINING_KSA}),
         wait_s: float = 20.0,
         timings: Timings | None = None,
+        rules: RuleConfig | None = None,
         meter=None,
     ):
-        """`timings`: those of the node workflows a finding starts (the worker's)."""
+        """`timings`: those of the node workflows a finding starts; `rules`: the detection
+        rules (`cleared_quiet_s`); both the worker's."""
         self.kube, self.client, self.task_queue, self.loop = kube, client, task_queue, loop
-        self.timings = timings or Timings()
+        self.timings, self.rules = timings or Timings(), rules or RuleConfig()
         self.audience, self.service_accounts, self.wait_s = audience, service_accounts, wait_s
         self.counts: Counter[tuple[str, int]] = Counter()
         self._lock = threading.Lock()
@@ -143,17 +149,19 @@ class Gateway:
 
     def stragglers(self, who: Caller, raw: bytes) -> tuple[int, dict]:
         req = access.parse(access.StragglersBody, raw)
-        findings = [f.model_dump() for f in req.findings]
-        for node in sorted({f["node"] for f in findings if f["persistent"]}):
+        findings = [f.model_dump() for f in req.findings if f.persistent]
+        for node in sorted({f["node"] for f in findings}):
             if not self.kube.list_pods(node=node, namespace=who.namespace):
                 raise Refusal(403, f"node {node} runs no pod of namespace {who.namespace}")
+        now, quiet_s = datetime.now(UTC), self.rules.cleared_quiet_s
+        findings, skipped = handover.screen(self.kube, findings, now, quiet_s)
         reasons = starters.straggler_reasons(findings)
         started = {}
         for node, reason in reasons.items():
             reason = f"{reason} (reported by namespace {who.namespace})"
             coro = starters.report_node(self.client, node, reason, self.task_queue, self.timings)
             started[node] = self._await(coro, 30.0)
-        return 200, {"started": started}
+        return 200, {"started": started, "skipped": skipped}
 
     def serve(self, address: str) -> ThreadingHTTPServer:
         """Serve on `host:port` (port 0: any free port; `server.server_port` says which) in

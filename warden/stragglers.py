@@ -7,9 +7,9 @@ NCCL Inspector records reach `platform.nccl_collectives` through Fluent Bit. Eve
 2. per run, `observability/sql/straggler_findings.sql` (the one query Grafana and the tests
    run too) over that window with the configured thresholds;
 3. each persistent straggler's node, unless it is gone, cordoned, or a node check cleared
-   it within `rules.cleared_quiet_s` (`eligible`, pure), is handed to
-   `warden.starters.report_stragglers`: an ambiguous node workflow (node check first). A node
-   whose workflow already runs is left to it (the workflow ID is the lock).
+   it within `rules.cleared_quiet_s` (`warden.handover`, the rule the gateway applies too),
+   is handed to `warden.starters.report_stragglers`: an ambiguous node workflow (node check
+   first). A node whose workflow already runs is left to it (the workflow ID is the lock).
 
 ClickHouse sits behind `FindingSource` (a `query(sql, params)` method): in a cluster
 `observability.store.ServerStore` as the read-only `reader` user (`server_source`), in tests
@@ -30,9 +30,7 @@ from temporalio import activity
 
 from observability import stragglers as analysis
 from observability.store import ServerStore, StoreError
-from warden import annotations as ann
-from warden import rules, starters
-from warden.errors import NotFound
+from warden import handover, starters
 from warden.faults import log
 from warden.model import StragglerInput, StragglerResult
 
@@ -98,39 +96,10 @@ def find(sweep: StragglerSweep, now: datetime) -> list[dict]:
     return found
 
 
-def eligible(node: dict | None, now: datetime, quiet_s: float) -> str:
-    """Why a straggler's node is not handed over ("" when it is): gone, cordoned (Warden's,
-    a person's or GKE's), or cleared by a node check less than `quiet_s` ago."""
-    if node is None:
-        return "gone"
-    facts = rules.node_facts(node, now)
-    if facts.unschedulable:
-        return "cordoned"
-    if rules.since(facts, ann.CLEARED, quiet_s, now):
-        return "recently cleared"
-    return ""
-
-
 class StragglerActivities:
     """Mixed into `WardenActivities` (uses its `kube`, `settings` and `stragglers`)."""
 
     stragglers: StragglerSweep | None = None
-
-    def _node_or_none(self, name: str) -> dict | None:
-        try:
-            return self.kube.get_node(name)
-        except NotFound:
-            return None
-
-    def _eligible(self, findings: list[dict], now: datetime) -> tuple[list[dict], int]:
-        quiet_s = self.settings.rules.cleared_quiet_s
-        verdicts = {n: eligible(self._node_or_none(n), now, quiet_s)
-                    for n in sorted({f["node"] for f in findings})}  # fmt: skip
-        for node, why in verdicts.items():
-            if why:
-                log.info("straggler on node %s not handed over: %s", node, why)
-        kept = [f for f in findings if not verdicts[f["node"]]]
-        return kept, sum(1 for why in verdicts.values() if why)
 
     async def _findings(self, now: datetime) -> tuple[list[dict], list[str]]:
         """Findings of the active runs, and what kept some runs out (a failed query, the
@@ -170,13 +139,14 @@ class StragglerActivities:
         for error in errors:
             log.warning("straggler sweep: %s", error)
         _count("warden_straggler_sweep_run_errors", "runs a round could not analyse", len(errors))
-        kept, skipped = await asyncio.to_thread(self._eligible, findings, now)
+        quiet_s = self.settings.rules.cleared_quiet_s
+        kept, skipped = await asyncio.to_thread(handover.screen, self.kube, findings, now, quiet_s)
         started = await starters.report_stragglers(
             activity.client(), kept, inp.task_queue, inp.timings
         )
         fresh = sum(started.values())
         return StragglerResult(rounds=1, findings=len(findings), started=fresh,
-                               already_running=len(started) - fresh, skipped=skipped,
+                               already_running=len(started) - fresh, skipped=len(skipped),
                                run_errors=len(errors), error="; ".join(errors)[:500])  # fmt: skip
 
 

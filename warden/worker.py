@@ -193,7 +193,8 @@ def start_gateway(config: WardenConfig, client: Client, acts: WardenActivities, 
     meter = runtime.metric_meter if runtime is not None else None
     gateway = Gateway(acts.kube, client, config.temporal.task_queue, asyncio.get_running_loop(),
                       audience=g.audience, service_accounts=frozenset(g.service_accounts),
-                      wait_s=g.wait_s, timings=config.timings, meter=meter)  # fmt: skip
+                      wait_s=g.wait_s, timings=config.timings, rules=config.rules,
+                      meter=meter)  # fmt: skip
     return gateway.serve(g.address)
 
 

@@ -11,10 +11,12 @@ import subprocess
 import sys
 import urllib.error
 import urllib.request
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from warden.client import GatewayError, post, start_shrink_sync
+from warden import annotations as ann
+from warden.client import GatewayError, post, report_stragglers_sync, start_shrink_sync
 from warden.fakefleet import FakeCluster
 from warden.gateway import MAX_BODY, MAX_IN_FLIGHT, Gateway
 
@@ -132,6 +134,47 @@ def test_straggler_on_a_node_without_the_teams_pod_is_refused(gate):
     assert (err.value.status, err.value.reason) == (403, f"node {theirs} runs no pod of "
                                                          "namespace research")  # fmt: skip
     assert gateway.counts[("/v1/stragglers", 403)] == 1
+
+
+def test_stragglers_on_recently_cleared_or_cordoned_nodes_are_skipped(gate):
+    """The sweep's rule (warden.handover): no node check for a node a check cleared within
+    `rules.cleared_quiet_s`, or a cordoned one; nothing reaches Temporal (no client here)."""
+    fleet, gateway, url, token_file = gate
+    cleared, cordoned = fleet.node_name(0), fleet.node_name(1)
+    fleet.add_pod("lm-x7-worker-0", NS, cleared)
+    fleet.add_pod("lm-x7-worker-1", NS, cordoned)
+    minutes_ago = (datetime.now(UTC) - timedelta(minutes=10)).isoformat()
+    fleet.kube.patch_node(cleared, None, {ann.CLEARED: minutes_ago})
+    fleet.kube.patch_node(cordoned, True, {})
+    findings = [{"rank": r, "node": n, "pod": f"lm-x7-worker-{r}", "persistent": True,
+                 "straggler_windows": 9, "windows": 10, "delay_us": 2.0e4}
+                for r, n in enumerate([cleared, cordoned])]  # fmt: skip
+    status, reply = post("/v1/stragglers", {"findings": findings}, url, token_file())
+    assert status == 200
+    assert reply == {"started": {}, "skipped": {cleared: "recently cleared",
+                                                cordoned: "cordoned"}}  # fmt: skip
+    assert report_stragglers_sync(url, findings, token_file()) == {}
+    assert gateway.counts[("/v1/stragglers", 200)] == 2
+
+
+def test_the_workers_gateway_applies_the_configured_quiet_period(tmp_path, monkeypatch):
+    import asyncio
+
+    from warden.config import load_config
+    from warden.worker import start_gateway
+
+    path = tmp_path / "warden.yaml"
+    path.write_text("cluster: ultra-usc1\njobs: {check_image: img}\ngateway: {address: ':0'}\n"
+                    "rules: {cleared_quiet_s: 60}\n")  # fmt: skip
+    monkeypatch.setattr(Gateway, "serve", lambda self, address: self)  # the gateway, unserved
+    acts = type("Acts", (), {"kube": FakeCluster().kube})()
+    config = load_config(str(path), environ={})
+
+    async def main():
+        return start_gateway(config, None, acts, None)
+
+    assert asyncio.run(main()).rules.cleared_quiet_s == 60
+    assert Gateway(None, None, "warden", None).rules.cleared_quiet_s == 3600  # the default
 
 
 def test_client_errors_are_one_line(tmp_path, monkeypatch):

@@ -1,7 +1,8 @@
 """Through Warden's gateway to the workflows (real Temporal dev server, fake Kubernetes): a
 shrink from a pod of the run's namespace reaches ShrinkWorkflow with the RayCluster, the
 worker-group name the renderer writes (read from a rendered run under apps/) and the count;
-a straggler on a node of the team's pods starts that node's workflow."""
+a straggler on a node of the team's pods starts that node's workflow, and once the node check
+cleared the node a new report of it is skipped (the straggler sweep's rule)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from pathlib import Path
 import yaml
 
 from driver.ft.shrink import ShrinkRequest, ShrinkTarget, gateway_shrink
-from warden.client import report_stragglers_sync
+from warden.client import finding_row, post, report_stragglers_sync
 from warden.gateway import Gateway
 from warden.model import NodeResult, ShrinkInput, node_workflow_id
 
@@ -86,12 +87,16 @@ def test_straggler_on_the_teams_node_starts_its_node_workflow(harness, tmp_path)
             report = lambda: report_stragglers_sync(url, [finding], str(token))  # noqa: E731
             first, again = await asyncio.to_thread(report), await asyncio.to_thread(report)
             handle = h.client.get_workflow_handle(node_workflow_id(node), result_type=NodeResult)
-            return first, again, await handle.result()
+            result = await handle.result()
+            post_ = lambda: post("/v1/stragglers", {"findings": [row]}, url, str(token))  # noqa: E731
+            return first, again, result, await asyncio.to_thread(post_)
         finally:
             server.shutdown()
 
-    first, again, result = harness.run(body)
+    row = finding_row(finding)
+    first, again, result, after_clear = harness.run(body)
     assert first == {node: True} and again == {node: False}  # one workflow per node
+    assert after_clear == (200, {"started": {}, "skipped": {node: "recently cleared"}})
     assert result.outcome == "cleared" and result.actions[0] == "check succeeded"
     decision = [r for r in harness.sink.records if r.action == "clear"][0]
     assert "rank 12 (lm-x7-worker-3) last in 9/10 windows" in decision.reason

@@ -18,11 +18,9 @@ from observability import synthetic
 from observability.store import LocalStore, StoreError
 from observability.stragglers import Thresholds
 from tests.warden.conftest import Harness
-from warden import annotations as ann
 from warden.activities import WardenActivities
-from warden.fakeobjects import make_node
 from warden.model import NodeResult, StragglerInput, StragglerResult, node_workflow_id
-from warden.stragglers import ACTIVE_RUNS, StragglerSweep, eligible, find, server_source
+from warden.stragglers import ACTIVE_RUNS, StragglerSweep, find, server_source
 from warden.workflows import StragglerWorkflow
 
 TEAM = "warden-test"
@@ -203,32 +201,6 @@ def test_a_failing_run_leaves_the_others_analysed(temporal_address, fleet, store
         drop(store, run)
     assert (result.started, result.run_errors, result.unreachable) == (1, 1, 0)
     assert f"run {TEAM}/broken: http://ch:8123: HTTP Error 500" in result.error
-
-
-NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
-
-
-def node_with(cordoned: bool = False, cleared: str | None = None) -> dict:
-    node = make_node("n1")
-    node["spec"]["unschedulable"] = cordoned
-    if cleared:
-        node["metadata"].setdefault("annotations", {})[ann.CLEARED] = cleared
-    return node
-
-
-@pytest.mark.parametrize(
-    ("node", "expected"),
-    [
-        (node_with(), ""),
-        (None, "gone"),
-        (node_with(cordoned=True), "cordoned"),
-        (node_with(cleared="2026-12-01T11:30:00+00:00"), "recently cleared"),
-        (node_with(cleared="2026-12-01T10:00:00+00:00"), ""),
-    ],
-    ids=["healthy", "gone", "cordoned", "cleared-30-min-ago", "cleared-2-h-ago"],
-)  # fmt: skip
-def test_eligible(node, expected):
-    assert eligible(node, NOW, quiet_s=3600) == expected
 
 
 def test_server_source_reads_the_password_by_reference(monkeypatch):
