@@ -11,8 +11,10 @@ from typing import TYPE_CHECKING, Any
 
 import zmq
 
-from driver.aux import shm, wire
+from driver.aux import shm
+from driver.aux.envelope import MAX_ENVELOPE_BYTES, Message, pack
 from driver.aux.errors import AuxCancelled, AuxError, AuxTimeout
+from driver.aux.multipart import nbytes
 
 if TYPE_CHECKING:
     from driver.aux.client import AuxClient
@@ -85,7 +87,7 @@ class Pending:
         self.tries = 0
         self.avoid: set[str] = set()
         # shared memory (shm.Lender): bytes of big arrays, segments in use, the reply's
-        self.big = sum(n for n in map(wire._nbytes, body[1:]) if n >= shm.MIN_BYTES)
+        self.big = sum(n for n in map(nbytes, body[1:]) if n >= shm.MIN_BYTES)
         self.segs: list[Any] = []
         self.reply_seg: Any = None
         self.leases: dict[str, Any] | None = None
@@ -93,8 +95,8 @@ class Pending:
 
     def frames(self, body: list[Any] | None = None, info: dict | None = None) -> list[Any]:
         f, body = self.future, self.body if body is None else body
-        msg = wire.Message("req", f.id, self.rank, self.method, f.deadline, info=info, body=body)
-        return wire.pack(msg)
+        msg = Message("req", f.id, self.rank, self.method, f.deadline, info=info, body=body)
+        return pack(msg)
 
 
 class ProxyLink:
@@ -112,7 +114,7 @@ class ProxyLink:
         self.sock.setsockopt(zmq.IMMEDIATE, 1)
         self.sock.setsockopt(zmq.SNDHWM, HWM)
         self.sock.setsockopt(zmq.RCVHWM, HWM)
-        self.sock.setsockopt(zmq.MAXMSGSIZE, max_bytes + wire.MAX_ENVELOPE_BYTES)
+        self.sock.setsockopt(zmq.MAXMSGSIZE, max_bytes + MAX_ENVELOPE_BYTES)
         self.sock.setsockopt(zmq.RECONNECT_IVL, 100)
         self.sock.setsockopt(zmq.RECONNECT_IVL_MAX, 1000)
         self.sock.setsockopt(zmq.HEARTBEAT_IVL, 1000)
@@ -132,7 +134,7 @@ class ProxyLink:
         self.pinged = time.monotonic()
         if self.up:
             self.expect()
-        self._send(wire.Message("ping"))
+        self._send(Message("ping"))
 
     def expect(self) -> None:
         """We now wait for an answer: silent from here for proxy_timeout_s means down."""
@@ -140,11 +142,11 @@ class ProxyLink:
             self.expecting = time.monotonic()
 
     def cancel(self, rid: int, rank: int) -> None:
-        self._send(wire.Message("cancel", rid, rank))
+        self._send(Message("cancel", rid, rank))
 
-    def _send(self, msg: wire.Message) -> None:
+    def _send(self, msg: Message) -> None:
         try:
-            self.sock.send_multipart(wire.pack(msg), zmq.NOBLOCK)
+            self.sock.send_multipart(pack(msg), zmq.NOBLOCK)
         except zmq.ZMQError:
             pass  # not connected: the handshake event pings again
 

@@ -38,8 +38,9 @@ import zmq
 from zmq.backend import Socket as _RawSocket
 from zmq.utils.monitor import recv_monitor_message
 
-from driver.aux import shm, wire
+from driver.aux import shm
 from driver.aux.calls import AuxFuture, Pending, ProxyLink
+from driver.aux.envelope import WireError, parse
 from driver.aux.errors import (
     AuxError,
     AuxProtocolError,
@@ -47,6 +48,8 @@ from driver.aux.errors import (
     AuxUnavailable,
     from_code,
 )
+from driver.aux.multipart import NOBLOCK, nbytes, recv_frames, send_frames
+from driver.aux.payload import decode, encode
 from driver.aux.routing import SmoothWeightedRoundRobin
 
 _EVENTS, _POLLIN = int(zmq.EVENTS), int(zmq.POLLIN)
@@ -122,10 +125,10 @@ class AuxClient:
         deadline = time.time() + (self.deadline_s if deadline_s is None else deadline_s)
         future = AuxFuture(self, next(self.ids), deadline)
         try:
-            body = wire.encode(payload)
+            body = encode(payload)
         except TypeError as err:
             raise AuxProtocolError(str(err), service=self.service) from None
-        size = sum(wire._nbytes(frame) for frame in body)
+        size = sum(nbytes(frame) for frame in body)
         if size > self.max_bytes:
             raise AuxProtocolError(
                 f"request of {size} bytes over the limit {self.max_bytes}", service=self.service
@@ -270,7 +273,7 @@ class AuxClient:
             for _ in range(1024):
                 if not _events(sock, _EVENTS) & _POLLIN:
                     break
-                self._on_message(proxy, wire.recv_frames(sock))
+                self._on_message(proxy, recv_frames(sock))
 
     def _events(self) -> None:
         """Connections to the proxies made or lost (read every EVENT_S, not polled)."""
@@ -319,7 +322,7 @@ class AuxClient:
             proxy = self.proxies[address]
             body, info = self.lender.body(pending, self.lender.local(proxy.node))
             try:
-                wire.send_frames(proxy.sock, pending.frames(body, info), wire.NOBLOCK)
+                send_frames(proxy.sock, pending.frames(body, info), NOBLOCK)
             except zmq.Again:  # send queue full (a lost connection comes as an event)
                 busy.add(address)
                 continue
@@ -343,8 +346,8 @@ class AuxClient:
             proxy.answering = True
             self._reweigh()
         try:
-            msg = wire.parse(frames, self.max_bytes)
-        except wire.WireError:
+            msg = parse(frames, self.max_bytes)
+        except WireError:
             self.errors["bad_reply"] = self.errors.get("bad_reply", 0) + 1
             return
         if msg.kind == "pong":
@@ -360,8 +363,8 @@ class AuxClient:
         proxy.inflight.discard(msg.id)
         if msg.kind == "rep":
             try:
-                value = wire.decode(msg.body, torch=self.torch, shm=self.lender.reader(pending))
-            except wire.WireError as err:
+                value = decode(msg.body, torch=self.torch, shm=self.lender.reader(pending))
+            except WireError as err:
                 self._fail(pending, AuxProtocolError(f"reply: {err}"))
                 return
             self.lender.learn(pending, msg.body)

@@ -2,7 +2,7 @@
 
 One thread polls a ROUTER bound on TCP (training ranks' `AuxClient`s), a ROUTER connected
 to every worker (`WorkerServer`, addressed by its endpoint string) and that socket's
-monitor. Requests are checked (`wire.parse`: envelope, frame count and lengths, declared
+monitor. Requests are checked (`envelope.parse`: envelope, frame count and lengths, declared
 size; a frame over `max_message_bytes` is refused by ZeroMQ before it is read, and the
 peer disconnected) and forwarded round robin to live workers, skipping a worker that holds
 `SKEW` more requests than the least busy one (a slower worker would otherwise build a
@@ -34,7 +34,17 @@ import zmq
 from zmq.backend import Socket as _RawSocket
 from zmq.utils.monitor import recv_monitor_message
 
-from driver.aux import shm, wire
+from driver.aux import shm
+from driver.aux.envelope import (
+    MAX_ENVELOPE_BYTES,
+    Message,
+    WireError,
+    pack,
+    parse,
+    peek_id,
+    reply_id,
+)
+from driver.aux.multipart import NOBLOCK, recv_frames, send_frames
 from driver.aux.routing import RoundRobin, pick_worker
 
 LOSS_POLICIES = ("retry", "error")
@@ -106,7 +116,7 @@ class ProxyServer:
         self.front.setsockopt(zmq.LINGER, 0)
         self.front.setsockopt(zmq.SNDHWM, HWM)
         self.front.setsockopt(zmq.RCVHWM, HWM)
-        self.front.setsockopt(zmq.MAXMSGSIZE, self.max_bytes + wire.MAX_ENVELOPE_BYTES)
+        self.front.setsockopt(zmq.MAXMSGSIZE, self.max_bytes + MAX_ENVELOPE_BYTES)
         self.front_monitor = self.front.get_monitor_socket(zmq.EVENT_DISCONNECTED)
         self.front.bind(self.bind_to)
         self.address = self.front.getsockopt(zmq.LAST_ENDPOINT).decode()
@@ -169,7 +179,7 @@ class ProxyServer:
                 for sock, _ in poller.poll(timeout):
                     handle = self._from_rank if sock is self.front else self._from_worker
                     for _ in range(256):  # ZMQ_EVENTS: a failed recv costs an exception
-                        handle(wire.recv_frames(sock))
+                        handle(recv_frames(sock))
                         if not _events(sock, _EVENTS) & _POLLIN:
                             break
                 now = time.monotonic()
@@ -240,7 +250,7 @@ class ProxyServer:
 
     def _ping(self, worker: Worker) -> None:
         try:
-            frames = [worker.id, b"", *wire.pack(wire.Message("ping"))]
+            frames = [worker.id, b"", *pack(Message("ping"))]
             self.back.send_multipart(frames, zmq.NOBLOCK)
         except zmq.ZMQError:
             pass  # not connected (yet): the next beat or handshake event pings again
@@ -251,10 +261,10 @@ class ProxyServer:
         client = frames[0].bytes
         self.clients[client] = time.monotonic()
         try:
-            msg = wire.parse(frames[1:], self.max_bytes)
-        except wire.WireError as err:
+            msg = parse(frames[1:], self.max_bytes)
+        except WireError as err:
             self.refused[err.reason] += 1
-            self._answer(client, wire.peek_id(frames[1:]), "protocol", str(err))
+            self._answer(client, peek_id(frames[1:]), "protocol", str(err))
             return
         if msg.kind == "req":
             if msg.deadline <= time.time():
@@ -283,8 +293,8 @@ class ProxyServer:
         client = frames[1].bytes
         if not client:  # a pong for the proxy itself: where the worker runs
             try:
-                worker.node = (wire.parse(frames[2:], self.max_bytes).info or {}).get("node")
-            except wire.WireError:
+                worker.node = (parse(frames[2:], self.max_bytes).info or {}).get("node")
+            except WireError:
                 self.refused["from_worker"] += 1
         if not worker.live:
             worker.live = True
@@ -298,8 +308,8 @@ class ProxyServer:
         if not client:
             return
         try:
-            rid = wire.reply_id(frames[2:])
-        except wire.WireError:
+            rid = reply_id(frames[2:])
+        except WireError:
             self.refused["from_worker"] += 1
             return
         entry = self.inflight.pop((client, rid), None)
@@ -307,7 +317,7 @@ class ProxyServer:
             entry.worker.inflight.discard((client, rid))
         self.counts["replied"] += 1
         try:
-            wire.send_frames(self.front, frames[1:], wire.NOBLOCK)
+            send_frames(self.front, frames[1:], NOBLOCK)
         except zmq.ZMQError:
             self.counts["unroutable"] += 1  # the rank is gone, or its queue is full
 
@@ -338,7 +348,7 @@ class ProxyServer:
 
     def _send_worker(self, worker: Worker, frames: list[Any]) -> bool:
         try:
-            wire.send_frames(self.back, [worker.id, *frames], wire.NOBLOCK)
+            send_frames(self.back, [worker.id, *frames], NOBLOCK)
             return True
         except zmq.Again:
             return False  # its queue is full: try another
@@ -375,7 +385,7 @@ class ProxyServer:
         # ranks with the same node key pass big arrays to our workers in shared memory
         same = bool(self.live) and all(w.node == self.node for w in self.live)
         info = {"live": self.live_workers(), "service": self.service, "node": self.node * same}
-        return wire.pack(wire.Message("pong", request_id, info=info))
+        return pack(Message("pong", request_id, info=info))
 
     def _announce(self) -> None:
         """Tell the ranks heard from in the last minute the new live worker count (their
@@ -392,8 +402,8 @@ class ProxyServer:
 
     def _answer(self, client: bytes, request_id: int, code: str, text: str) -> None:
         self.counts[f"answered_{code}"] += 1
-        msg = wire.Message("err", request_id, code=code, error=text)
-        self.front.send_multipart([client, *wire.pack(msg)])
+        msg = Message("err", request_id, code=code, error=text)
+        self.front.send_multipart([client, *pack(msg)])
 
 
 class Worker:

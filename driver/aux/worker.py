@@ -30,8 +30,11 @@ from typing import Any
 import zmq
 from zmq.backend import Socket as _RawSocket
 
-from driver.aux import shm, wire
+from driver.aux import shm
+from driver.aux.envelope import MAX_ENVELOPE_BYTES, Message, WireError, pack, parse, peek_id
 from driver.aux.handler import Handler, RequestContext
+from driver.aux.multipart import NOBLOCK, nbytes, recv_frames, send_frames
+from driver.aux.payload import decode, encode
 from driver.aux.routing import FairQueues, admit
 
 DRAIN = 10_000  # messages taken in at most between two handler calls
@@ -89,7 +92,7 @@ class WorkerServer:
         self.router.setsockopt(zmq.LINGER, 0)
         self.router.setsockopt(zmq.SNDHWM, 100_000)
         self.router.setsockopt(zmq.RCVHWM, 100_000)
-        self.router.setsockopt(zmq.MAXMSGSIZE, self.max_bytes + wire.MAX_ENVELOPE_BYTES)
+        self.router.setsockopt(zmq.MAXMSGSIZE, self.max_bytes + MAX_ENVELOPE_BYTES)
         self.router.setsockopt(zmq.RCVTIMEO, 50)  # an idle loop's wait for a message
         self.router.bind(self.address)
         self.address = self.router.getsockopt(zmq.LAST_ENDPOINT).decode()
@@ -124,7 +127,7 @@ class WorkerServer:
         # One socket: an idle worker blocks in recv (up to RCVTIMEO) rather than in zmq_poll,
         # which would check the socket's mailbox twice per wake-up; whether more has arrived
         # is read from ZMQ_EVENTS (a failed non-blocking recv costs an exception).
-        sock, recv, queues = self.router, wire.recv_frames, self.queues
+        sock, recv, queues = self.router, recv_frames, self.queues
         next_sweep = time.monotonic()
         try:
             while self.running.is_set():
@@ -136,7 +139,7 @@ class WorkerServer:
                 for _ in range(DRAIN):  # every rank's arrivals queued before a pick
                     if not _events(sock, _EVENTS) & _POLLIN:
                         break
-                    self._receive(recv(sock, wire.NOBLOCK))
+                    self._receive(recv(sock, NOBLOCK))
                 if self.held and time.monotonic() >= next_sweep:
                     self._expire_held()
                     next_sweep = time.monotonic() + 0.05
@@ -153,14 +156,14 @@ class WorkerServer:
             return
         route = frames[:2]
         try:
-            msg = wire.parse(frames[2:], self.max_bytes)
-        except wire.WireError as err:
+            msg = parse(frames[2:], self.max_bytes)
+        except WireError as err:
             self.counters[f"refused_{err.reason}"] += 1
-            self._reply(route, _error(wire.peek_id(frames[2:]), "protocol", str(err)))
+            self._reply(route, _error(peek_id(frames[2:]), "protocol", str(err)))
             return
         if msg.kind == "ping":
             info = {"pending": len(self.queues), "node": self.node}
-            self._reply(route, wire.Message("pong", msg.id, info=info))
+            self._reply(route, Message("pong", msg.id, info=info))
         elif msg.kind == "cancel":
             self._cancel(route[1].bytes, msg)
         elif msg.kind == "req":
@@ -191,7 +194,7 @@ class WorkerServer:
         self.counters[f"refused_{code}"] += 1
         self._reply(item.route, _error(item.msg.id, code, text))
 
-    def _cancel(self, client: bytes, msg: wire.Message) -> None:
+    def _cancel(self, client: bytes, msg: Message) -> None:
         def match(item: Item) -> bool:
             return item.msg.id == msg.id and item.route[1].bytes == client
 
@@ -220,8 +223,8 @@ class WorkerServer:
             self.counters["refused_timeout"] += 1
             self._reply(item.route, _error(item.msg.id, "timeout", "deadline passed in queue"))
 
-    def _reply(self, route: list[Any], msg: wire.Message) -> None:
-        wire.send_frames(self.router, [*route, *wire.pack(msg)])
+    def _reply(self, route: list[Any], msg: Message) -> None:
+        send_frames(self.router, [*route, *pack(msg)])
 
     def _next(self) -> Item | None:
         with self.lock:
@@ -236,7 +239,7 @@ class WorkerServer:
                     del self.held[rank]
             return item
 
-    def _serve(self, item: Item) -> wire.Message:
+    def _serve(self, item: Item) -> Message:
         msg, start = item.msg, time.time()
         self.wait_s += start - item.arrived
         if start >= msg.deadline:
@@ -244,22 +247,22 @@ class WorkerServer:
             return _error(msg.id, "timeout", "deadline passed in queue")
         shared = shm.Borrowed(self.attached)  # the rank's shared memory, if it sent any
         try:
-            payload = wire.decode(msg.body, torch=self.torch, shm=shared.read)
+            payload = decode(msg.body, torch=self.torch, shm=shared.read)
             ctx = RequestContext(msg.rank, msg.id, msg.deadline)
             result = self.handler.handle(msg.method, payload, ctx)
-            body = wire.encode(result)
+            body = encode(result)
             del payload, result  # so that `kept` sees only what the handler holds
             offer = msg.info.get("rs") if msg.info else None
             if offer is not None:
                 body = shared.reply(body, offer)
-            size = sum(wire._nbytes(frame) for frame in body)
+            size = sum(nbytes(frame) for frame in body)
             if size > self.max_bytes:  # the caller would drop its connection on it
                 raise ValueError(f"reply of {size} bytes over the limit {self.max_bytes}")
             info = {"kept": 1} if shared.kept() else None
-            reply = wire.Message("rep", msg.id, body=body, info=info)
+            reply = Message("rep", msg.id, body=body, info=info)
             self.counters["served"] += 1
             self.per_rank[msg.rank] += 1
-        except wire.WireError as err:
+        except WireError as err:
             self.counters["refused_" + err.reason] += 1
             reply = _error(msg.id, "protocol", str(err))
         except Exception as err:  # the caller gets it as AuxRemoteError
@@ -274,9 +277,9 @@ class Item:
 
     __slots__ = ("route", "msg", "arrived")
 
-    def __init__(self, route: list[Any], msg: wire.Message, arrived: float):
+    def __init__(self, route: list[Any], msg: Message, arrived: float):
         self.route, self.msg, self.arrived = route, msg, arrived
 
 
-def _error(request_id: int, code: str, text: str) -> wire.Message:
-    return wire.Message("err", request_id, code=code, error=text)
+def _error(request_id: int, code: str, text: str) -> Message:
+    return Message("err", request_id, code=code, error=text)

@@ -8,8 +8,8 @@ import random
 import pytest
 import zmq
 
-from driver.aux import wire
 from driver.aux.client import AuxClient
+from driver.aux.envelope import MAX_FRAMES, parse
 from tests.aux.transport import envelope, stack
 
 LIMIT = 1 << 16
@@ -34,7 +34,7 @@ def raw(proxy):
 def exchange(sock, frames):
     sock.send_multipart(frames)
     while True:
-        reply = wire.parse(sock.recv_multipart(), LIMIT)
+        reply = parse(sock.recv_multipart(), LIMIT)
         if reply.kind != "pong":  # the proxy announces changes in its live workers
             return reply
 
@@ -57,7 +57,7 @@ def still_serves(address):
         ([envelope(sizes=(2, 10)), b"{}"], "truncated"),  # a frame missing
         ([envelope(sizes=(10,)), b"{}"], "truncated"),  # a frame cut short
         ([envelope(sizes=(LIMIT + 1,)), b"{}"], "oversized"),  # declared too big
-        ([envelope(count=wire.MAX_FRAMES + 1)], "garbage"),
+        ([envelope(count=MAX_FRAMES + 1)], "garbage"),
     ],
 )
 def test_bad_messages_get_an_error_reply_and_are_counted(proxy, raw, frames, reason):

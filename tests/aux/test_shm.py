@@ -11,9 +11,11 @@ import time
 import numpy as np
 import pytest
 
-from driver.aux import shm, wire
+from driver.aux import shm
 from driver.aux.client import AuxClient
+from driver.aux.envelope import WireError
 from driver.aux.errors import AuxTimeout
+from driver.aux.payload import decode, encode, to_shm
 from tests.aux.transport import processes, stack
 
 pytestmark = pytest.mark.skipif(not shm.supported(), reason="no memfd or /proc here")
@@ -92,9 +94,9 @@ def test_without_shared_memory_big_arrays_are_frames(tmp_path):
 
 def test_references_that_are_not_our_segments_are_refused(tmp_path):
     seg = shm.Segment(1 << 20, 1)
-    body = wire.to_shm(wire.encode({"x": np.zeros(1 << 18, np.float32)}), seg.place, 1)
-    with pytest.raises(wire.WireError, match="shared memory where none"):
-        wire.decode(body)  # a worker or client that offered none
+    body = to_shm(encode({"x": np.zeros(1 << 18, np.float32)}), seg.place, 1)
+    with pytest.raises(WireError, match="shared memory where none"):
+        decode(body)  # a worker or client that offered none
     attached = shm.Attached()
     ref = seg.ref(0)
     assert len(attached.segment(ref)) == 1 << 20

@@ -9,18 +9,27 @@ import pytest
 import torch
 import zmq
 
-from driver.aux import wire
+from driver.aux.envelope import (
+    MAX_ENVELOPE_BYTES,
+    MAX_FRAMES,
+    Message,
+    WireError,
+    pack,
+    parse,
+    reply_id,
+)
 from driver.aux.errors import AuxCancelled, AuxError, AuxQueueFull, AuxTimeout, from_code
+from driver.aux.payload import decode, encode
 from tests.aux.transport import envelope
 
 MAX = 1 << 20
 
 
 def roundtrip(payload, torch_back=False):
-    frames = wire.pack(wire.Message("req", 5, 2, "m", 9.5, body=wire.encode(payload)))
-    msg = wire.parse([bytearray(memoryview(f)) for f in frames], MAX)
+    frames = pack(Message("req", 5, 2, "m", 9.5, body=encode(payload)))
+    msg = parse([bytearray(memoryview(f)) for f in frames], MAX)
     assert (msg.kind, msg.id, msg.rank, msg.method, msg.deadline) == ("req", 5, 2, "m", 9.5)
-    return wire.decode(msg.body, torch=torch_back)
+    return decode(msg.body, torch=torch_back)
 
 
 def test_json_values_tuples_and_scalars_survive():
@@ -49,14 +58,14 @@ def test_arrays_keep_dtype_shape_and_values(array):
 
 
 def test_contiguity_and_byte_order_are_in_the_header():
-    body = wire.encode({"f": np.asfortranarray(np.ones((2, 3))), "b": np.ones(2, ">f8")})
+    body = encode({"f": np.asfortranarray(np.ones((2, 3))), "b": np.ones(2, ">f8")})
     headers = json.loads(body[0])["a"]
     assert [h["o"] for h in headers] == ["F", "C"] and headers[1]["t"] == ">f8"
 
 
 def test_array_frames_are_not_copied_on_send():
     array = np.arange(1 << 16, dtype=np.float64)
-    body = wire.encode({"x": array})
+    body = encode({"x": array})
     assert np.shares_memory(np.frombuffer(body[1], np.float64), array)
 
 
@@ -83,7 +92,7 @@ def test_tensors_and_bytes():
 )
 def test_unsendable_payloads_name_the_field(payload, match):
     with pytest.raises(TypeError, match=match):
-        wire.encode(payload)
+        encode(payload)
 
 
 def req(sizes=(2,), kind=1, deadline=1.0, **over):
@@ -101,27 +110,27 @@ def req(sizes=(2,), kind=1, deadline=1.0, **over):
         (req(kind=7), "garbage"),
         (req(lengths=(9, 0, 0, 0)), "garbage"),  # lengths past its end
         (req(count=3), "garbage"),  # more sizes declared than present
-        (req(count=wire.MAX_FRAMES + 1), "garbage"),
+        (req(count=MAX_FRAMES + 1), "garbage"),
         (req(text=b"\xff\xfe"), "garbage"),  # error text not UTF-8
         (req(text=b"[1]", lengths=(1, 0, 0, 3)), "garbage"),  # info not an object
         (req(deadline=float("nan")), "garbage"),
         (req((2, 3)), "truncated"),  # a frame missing
         (req((5,)), "truncated"),  # a frame shorter than declared
         (req((MAX + 1,)), "oversized"),
-        ([b" " * (wire.MAX_ENVELOPE_BYTES + 1)], "oversized"),
+        ([b" " * (MAX_ENVELOPE_BYTES + 1)], "oversized"),
         ([envelope(1, 1, 0, b"m", 1.0, ())], "truncated"),  # a request without a body
     ],
 )
 def test_bad_messages_are_refused_with_a_reason(frames, reason):
-    with pytest.raises(wire.WireError) as caught:
-        wire.parse(frames, MAX)
+    with pytest.raises(WireError) as caught:
+        parse(frames, MAX)
     assert caught.value.reason == reason
 
 
 def test_envelope_fields_round_trip_and_read_from_zmq_frames():
-    msg = wire.Message("err", 2**63, -3, "", 0.0, "remote", "ValueError: é", {"live": 2})
-    frames = [zmq.Frame(f) for f in wire.pack(msg)]
-    assert wire.parse(frames, MAX) == msg and wire.reply_id(frames) == 2**63
+    msg = Message("err", 2**63, -3, "", 0.0, "remote", "ValueError: é", {"live": 2})
+    frames = [zmq.Frame(f) for f in pack(msg)]
+    assert parse(frames, MAX) == msg and reply_id(frames) == 2**63
 
 
 @pytest.mark.parametrize(
@@ -135,8 +144,8 @@ def test_envelope_fields_round_trip_and_read_from_zmq_frames():
     ],
 )
 def test_bad_bodies_are_refused_not_crashed_on(body):
-    with pytest.raises(wire.WireError):
-        wire.decode(body)
+    with pytest.raises(WireError):
+        decode(body)
 
 
 def test_error_codes_map_to_typed_errors():
@@ -161,27 +170,39 @@ def test_error_codes_map_to_typed_errors():
 )
 def test_reply_id_reads_only_the_request_id(frames, expected):
     if expected == "garbage":
-        with pytest.raises(wire.WireError) as err:
-            wire.reply_id(frames)
+        with pytest.raises(WireError) as err:
+            reply_id(frames)
         assert err.value.reason == "garbage"
     else:
-        assert wire.reply_id(frames) == wire.reply_id([zmq.Frame(f) for f in frames]) == expected
+        assert reply_id(frames) == reply_id([zmq.Frame(f) for f in frames]) == expected
 
 
 def test_small_frames_travel_inside_the_envelope_and_big_ones_apart():
     payload = {"small": np.arange(10.0), "big": np.arange(8192), "s": "x", "b": b"\x00" * 9}
-    frames = wire.pack(wire.Message("req", 1, 0, "m", 9.0, body=wire.encode(payload)))
+    frames = pack(Message("req", 1, 0, "m", 9.0, body=encode(payload)))
     assert len(frames) == 2  # envelope + JSON + small array + bytes in one frame; the big apart
-    msg = wire.parse([zmq.Frame(f) for f in frames], MAX)
-    out = wire.decode(msg.body)
+    msg = parse([zmq.Frame(f) for f in frames], MAX)
+    out = decode(msg.body)
     assert out["s"] == "x" and out["b"] == payload["b"]
     assert np.array_equal(out["small"], payload["small"]) and out["small"].flags.writeable
     assert np.array_equal(out["big"], payload["big"])
 
 
 def test_inline_bytes_that_fall_short_or_run_over_are_refused():
-    (env,) = wire.pack(wire.Message("rep", 1, body=wire.encode({"a": 1})))
+    (env,) = pack(Message("rep", 1, body=encode({"a": 1})))
     for cut in (env[:-1], env + b"x"):
-        with pytest.raises(wire.WireError) as caught:
-            wire.parse([cut], MAX)
+        with pytest.raises(WireError) as caught:
+            parse([cut], MAX)
         assert caught.value.reason == "truncated"
+
+
+def test_wire_names_the_format_modules_objects():
+    """`driver.aux.wire` (used by the data codec, DiLoCo and the benchmark) re-exports
+    the envelope's, body's and frames' names: the same objects, no wrapper."""
+    from driver.aux import envelope, multipart, payload, wire
+
+    homes = {"NOBLOCK": multipart, "recv_frames": multipart, "send_frames": multipart,
+             "MAX_DIMS": payload, "RESERVED": payload, "decode": payload, "encode": payload,
+             "to_shm": payload}  # fmt: skip
+    for name in wire.__all__:
+        assert getattr(wire, name) is getattr(homes.get(name, envelope), name), name

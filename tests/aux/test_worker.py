@@ -9,7 +9,8 @@ import time
 import pytest
 import zmq
 
-from driver.aux import wire
+from driver.aux.envelope import Message, pack, parse
+from driver.aux.payload import encode
 from driver.aux.worker import WorkerServer
 from tests.aux.transport import envelope
 
@@ -52,14 +53,14 @@ def served(tmp_path, request):
 
 
 def send(sock, rank, i, deadline_s=10.0, client=b"c"):
-    body = wire.encode({"i": i})
-    msg = wire.Message("req", i, rank, "m", time.time() + deadline_s, body=body)
-    sock.send_multipart([client, *wire.pack(msg)])
+    body = encode({"i": i})
+    msg = Message("req", i, rank, "m", time.time() + deadline_s, body=body)
+    sock.send_multipart([client, *pack(msg)])
 
 
 def receive(sock):
     client, *frames = sock.recv_multipart()
-    return wire.parse(frames, 1 << 20)
+    return parse(frames, 1 << 20)
 
 
 def wait_for(predicate, timeout=5.0):
@@ -144,10 +145,8 @@ def test_held_requests_expire_while_others_are_served(served):
     sock.send_multipart(
         [
             b"c",
-            *wire.pack(
-                wire.Message(
-                    "req", 0, 1, "m", time.time() + 10, body=wire.encode({"i": 0, "sleep_s": 0.3})
-                )
+            *pack(
+                Message("req", 0, 1, "m", time.time() + 10, body=encode({"i": 0, "sleep_s": 0.3}))
             ),
         ]
     )
@@ -162,7 +161,7 @@ def test_cancel_removes_a_queued_request(served):
     gate, server, sock = served
     block(gate, sock)
     send(sock, 0, 1)
-    sock.send_multipart([b"c", *wire.pack(wire.Message("cancel", 1, 0))])
+    sock.send_multipart([b"c", *pack(Message("cancel", 1, 0))])
     release(gate)
     assert receive(sock).id == 0
     with pytest.raises(zmq.Again):
@@ -176,7 +175,7 @@ def test_pings_are_answered_between_requests(served):
     send(sock, 0, 0)
     send(sock, 0, 1)
     wait_for(lambda: gate.started == 1)
-    sock.send_multipart([b"", *wire.pack(wire.Message("ping"))])
+    sock.send_multipart([b"", *pack(Message("ping"))])
     gate.open.set()
     replies = [receive(sock) for _ in range(3)]
     assert [m.kind for m in replies] == ["rep", "pong", "rep"]  # not behind the queue
