@@ -38,7 +38,6 @@ import zmq
 from zmq.backend import Socket as _RawSocket
 from zmq.utils.monitor import recv_monitor_message
 
-from driver.aux import shm
 from driver.aux.calls import AuxFuture, Pending, ProxyLink
 from driver.aux.envelope import WireError, parse
 from driver.aux.errors import (
@@ -51,6 +50,7 @@ from driver.aux.errors import (
 from driver.aux.multipart import NOBLOCK, nbytes, recv_frames, send_frames
 from driver.aux.payload import decode, encode
 from driver.aux.routing import SmoothWeightedRoundRobin
+from driver.aux.shm_client import Lender
 
 _EVENTS, _POLLIN = int(zmq.EVENTS), int(zmq.POLLIN)
 _events = _RawSocket.get
@@ -96,7 +96,7 @@ class AuxClient:
         os.set_blocking(self.wake_r, False)
         os.set_blocking(self.wake_w, False)
         self.version = 0  # of the proxy set: pollers are rebuilt when it changes
-        self.lender = shm.Lender(shm_bytes)  # big arrays through shared memory on one node
+        self.lender = Lender(shm_bytes)  # big arrays through shared memory on one node
         self.counts: dict[str, int] = {"sent": 0, "replies": 0, "resent": 0}
         self.errors: dict[str, int] = {}
         self.proxies: dict[str, ProxyLink] = {}

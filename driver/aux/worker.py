@@ -36,6 +36,7 @@ from driver.aux.handler import Handler, RequestContext
 from driver.aux.multipart import NOBLOCK, nbytes, recv_frames, send_frames
 from driver.aux.payload import decode, encode
 from driver.aux.routing import FairQueues, admit
+from driver.aux.shm_worker import Attached, Borrowed
 
 DRAIN = 10_000  # messages taken in at most between two handler calls
 _EVENTS, _POLLIN = int(zmq.EVENTS), int(zmq.POLLIN)
@@ -83,7 +84,7 @@ class WorkerServer:
         self.per_rank: dict[int, int] = defaultdict(int)
         self.wait_s = self.process_s = 0.0
         self.running_key: tuple[bytes, int] | None = None
-        self.attached = shm.Attached()  # ranks' segments mapped here (shm.py)
+        self.attached = Attached()  # ranks' segments mapped here (shm_worker.py)
         self.node = shm.node_key()
 
     def start(self) -> str:
@@ -245,7 +246,7 @@ class WorkerServer:
         if start >= msg.deadline:
             self.counters["expired_in_queue"] += 1
             return _error(msg.id, "timeout", "deadline passed in queue")
-        shared = shm.Borrowed(self.attached)  # the rank's shared memory, if it sent any
+        shared = Borrowed(self.attached)  # the rank's shared memory, if it sent any
         try:
             payload = decode(msg.body, torch=self.torch, shm=shared.read)
             ctx = RequestContext(msg.rank, msg.id, msg.deadline)

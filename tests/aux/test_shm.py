@@ -16,6 +16,7 @@ from driver.aux.client import AuxClient
 from driver.aux.envelope import WireError
 from driver.aux.errors import AuxTimeout
 from driver.aux.payload import decode, encode, to_shm
+from driver.aux.shm_worker import Attached
 from tests.aux.transport import processes, stack
 
 pytestmark = pytest.mark.skipif(not shm.supported(), reason="no memfd or /proc here")
@@ -97,7 +98,7 @@ def test_references_that_are_not_our_segments_are_refused(tmp_path):
     body = to_shm(encode({"x": np.zeros(1 << 18, np.float32)}), seg.place, 1)
     with pytest.raises(WireError, match="shared memory where none"):
         decode(body)  # a worker or client that offered none
-    attached = shm.Attached()
+    attached = Attached()
     ref = seg.ref(0)
     assert len(attached.segment(ref)) == 1 << 20
     (tmp_path / "f").write_bytes(b"x" * 4096)
