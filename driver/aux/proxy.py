@@ -20,6 +20,11 @@ deadline passes (then `timeout`). Whenever its live worker count changes, the pr
 the ranks it heard from in the last minute (a pong they did not ask for), so their weights
 follow at once; a proxy with 0 gets no requests.
 
+This module holds the proxy's sockets, its loop and timers; the requests' path is
+proxy_requests.py (`Forwarding`, `SKEW`), the workers' set and health proxy_workers.py
+(`WorkerSet`): both are parts of `ProxyServer` (mixins over the one proxy's state, so a
+message costs no extra call).
+
     proxy = ProxyServer("encoder", ["ipc:///tmp/enc-0.sock"]); address = proxy.start()
 """
 
@@ -28,24 +33,17 @@ from __future__ import annotations
 import threading
 import time
 from collections import defaultdict, deque
-from typing import Any
 
 import zmq
 from zmq.backend import Socket as _RawSocket
 from zmq.utils.monitor import recv_monitor_message
 
 from driver.aux import shm
-from driver.aux.envelope import (
-    MAX_ENVELOPE_BYTES,
-    Message,
-    WireError,
-    pack,
-    parse,
-    peek_id,
-    reply_id,
-)
-from driver.aux.multipart import NOBLOCK, recv_frames, send_frames
-from driver.aux.routing import RoundRobin, pick_worker
+from driver.aux.envelope import MAX_ENVELOPE_BYTES
+from driver.aux.multipart import recv_frames
+from driver.aux.proxy_requests import Entry, Forwarding
+from driver.aux.proxy_workers import Worker, WorkerSet
+from driver.aux.routing import RoundRobin
 
 LOSS_POLICIES = ("retry", "error")
 COUNTERS = (
@@ -65,10 +63,9 @@ HWM = 100_000  # messages queued per peer before a send would block
 EVENT_S = 0.01  # how often the monitor sockets are read
 _EVENTS, _POLLIN = int(zmq.EVENTS), int(zmq.POLLIN)
 _events = _RawSocket.get
-SKEW = 4  # round robin skips a worker holding this many more requests than the least busy
 
 
-class ProxyServer:
+class ProxyServer(Forwarding, WorkerSet):
     """Forwards `service` requests from ranks to `workers` (their bound addresses)."""
 
     def __init__(
@@ -203,32 +200,6 @@ class ProxyServer:
             recv_monitor_message(self.front_monitor, zmq.NOBLOCK)
             self.counts["rank_disconnects"] += 1
 
-    def _apply_workers(self) -> None:
-        with self.lock:
-            wanted, self.wanted = self.wanted, None
-        if wanted is None:
-            return
-        for address in [a for a in self.workers if a not in wanted]:
-            worker = self.workers.pop(address)
-            del self.by_id[worker.id]
-            self._lose(worker, "removed")
-            self.back.disconnect(address)
-        for address in [a for a in wanted if a not in self.workers]:
-            self.workers[address] = self.by_id[address.encode()] = Worker(address)
-            self.back.setsockopt(zmq.CONNECT_ROUTING_ID, address.encode())
-            self.back.connect(address)
-        self.rr.set_keys(wanted)
-        self._relive()
-
-    def _on_event(self, event: dict[str, Any]) -> None:
-        worker = self.workers.get(event["endpoint"].decode())
-        if worker is None:
-            return
-        if event["event"] == zmq.EVENT_DISCONNECTED:
-            self._lose(worker, "disconnected")
-        else:
-            self._ping(worker)
-
     def _heartbeat(self) -> None:
         now = time.monotonic()
         for worker in list(self.workers.values()):
@@ -247,187 +218,3 @@ class ProxyServer:
         for key in expired:  # the caller has given up on these
             del self.inflight[key]
         self.counts["expired"] += len(expired)
-
-    def _ping(self, worker: Worker) -> None:
-        try:
-            frames = [worker.id, b"", *pack(Message("ping"))]
-            self.back.send_multipart(frames, zmq.NOBLOCK)
-        except zmq.ZMQError:
-            pass  # not connected (yet): the next beat or handshake event pings again
-
-    # -- messages ----------------------------------------------------------------------------
-
-    def _from_rank(self, frames: list[Any]) -> None:
-        client = frames[0].bytes
-        self.clients[client] = time.monotonic()
-        try:
-            msg = parse(frames[1:], self.max_bytes)
-        except WireError as err:
-            self.refused[err.reason] += 1
-            self._answer(client, peek_id(frames[1:]), "protocol", str(err))
-            return
-        if msg.kind == "req":
-            if msg.deadline <= time.time():
-                self._answer(client, msg.id, "timeout", "deadline passed before the proxy")
-                return
-            entry = Entry(client, frames[1:], msg.id, msg.rank, msg.deadline)
-            self.inflight[(client, msg.id)] = entry
-            self._dispatch(entry)
-        elif msg.kind == "cancel":
-            entry = self.inflight.pop((client, msg.id), None)
-            if entry is not None and entry.worker is not None:
-                entry.worker.inflight.discard((client, msg.id))
-                self._send_worker(entry.worker, frames)
-            self.counts["cancelled"] += 1
-        elif msg.kind == "ping":
-            self.front.send_multipart([client, *self._pong(msg.id)])
-        else:
-            self.refused["kind"] += 1
-            self._answer(client, msg.id, "protocol", f"unexpected {msg.kind} from a rank")
-
-    def _from_worker(self, frames: list[Any]) -> None:
-        worker = self.by_id.get(frames[0].bytes)
-        if worker is None or len(frames) < 3:
-            return
-        worker.seen = time.monotonic()
-        client = frames[1].bytes
-        if not client:  # a pong for the proxy itself: where the worker runs
-            try:
-                worker.node = (parse(frames[2:], self.max_bytes).info or {}).get("node")
-            except WireError:
-                self.refused["from_worker"] += 1
-        if not worker.live:
-            worker.live = True
-            self._relive()
-            self.counts["worker_up"] += 1
-            self._announce()
-            waiting, self.waiting = self.waiting, deque()
-            for entry in waiting:
-                if (entry.client, entry.id) in self.inflight:
-                    self._dispatch(entry)
-        if not client:
-            return
-        try:
-            rid = reply_id(frames[2:])
-        except WireError:
-            self.refused["from_worker"] += 1
-            return
-        entry = self.inflight.pop((client, rid), None)
-        if entry is not None and entry.worker is not None:
-            entry.worker.inflight.discard((client, rid))
-        self.counts["replied"] += 1
-        try:
-            send_frames(self.front, frames[1:], NOBLOCK)
-        except zmq.ZMQError:
-            self.counts["unroutable"] += 1  # the rank is gone, or its queue is full
-
-    def _dispatch(self, entry: Entry) -> None:
-        if len(self.live) == 1:  # the common case on small nodes: no choice to make
-            worker = self.live[0]
-            if self._send_worker(worker, [entry.client, *entry.frames]):
-                entry.worker = worker
-                worker.inflight.add((entry.client, entry.id))
-                self.counts["forwarded"] += 1
-                return
-        tried: set[str] = set()
-        while True:
-            live = {w.address: len(w.inflight) for w in self.live if w.address not in tried}
-            address = pick_worker(self.rr, live, SKEW)
-            if address is None:  # wait for a worker to come (back), up to the deadline
-                entry.worker = None
-                self.waiting.append(entry)
-                self.counts["waited"] += 1
-                return
-            worker = self.workers[address]
-            if self._send_worker(worker, [entry.client, *entry.frames]):
-                entry.worker = worker
-                worker.inflight.add((entry.client, entry.id))
-                self.counts["forwarded"] += 1
-                return
-            tried.add(address)
-
-    def _send_worker(self, worker: Worker, frames: list[Any]) -> bool:
-        try:
-            send_frames(self.back, [worker.id, *frames], NOBLOCK)
-            return True
-        except zmq.Again:
-            return False  # its queue is full: try another
-        except zmq.ZMQError:
-            self._lose(worker, "unreachable")
-            return False
-
-    def _lose(self, worker: Worker, why: str) -> None:
-        if worker.live:
-            worker.live = False
-            self._relive()
-            self.counts["worker_lost"] += 1
-            self._announce()
-        keys, worker.inflight = worker.inflight, set()
-        for key in keys:
-            entry = self.inflight.get(key)
-            if entry is None:
-                continue
-            entry.worker = None
-            if self.policy == "retry" and entry.tries < 2 and entry.deadline > time.time():
-                entry.tries += 1
-                self.counts["retried"] += 1
-                self._dispatch(entry)
-            else:
-                del self.inflight[key]
-                self.counts["lost"] += 1
-                text = f"worker {worker.address} {why} with the request in flight"
-                self._answer(entry.client, entry.id, "unavailable", text)
-
-    def _relive(self) -> None:
-        self.live = [w for w in self.workers.values() if w.live]
-
-    def _pong(self, request_id: int = 0) -> list[bytes]:
-        # ranks with the same node key pass big arrays to our workers in shared memory
-        same = bool(self.live) and all(w.node == self.node for w in self.live)
-        info = {"live": self.live_workers(), "service": self.service, "node": self.node * same}
-        return pack(Message("pong", request_id, info=info))
-
-    def _announce(self) -> None:
-        """Tell the ranks heard from in the last minute the new live worker count (their
-        weight for this proxy) without waiting for their next ping."""
-        now, frames = time.monotonic(), self._pong()
-        for client, seen in list(self.clients.items()):
-            if now - seen > 60.0:
-                del self.clients[client]
-                continue
-            try:
-                self.front.send_multipart([client, *frames], zmq.NOBLOCK)
-            except zmq.ZMQError:
-                pass
-
-    def _answer(self, client: bytes, request_id: int, code: str, text: str) -> None:
-        self.counts[f"answered_{code}"] += 1
-        msg = Message("err", request_id, code=code, error=text)
-        self.front.send_multipart([client, *pack(msg)])
-
-
-class Worker:
-    """The proxy's view of one worker."""
-
-    def __init__(self, address: str):
-        self.address, self.live, self.seen = address, False, time.monotonic()
-        self.id = address.encode()  # its routing id at the proxy's worker socket
-        self.node: str | None = None  # shm.node_key() of its host, from its pongs
-        self.inflight: set[tuple[bytes, int]] = set()
-
-
-class Entry:
-    """A request the proxy has forwarded and not yet seen answered."""
-
-    __slots__ = ("client", "frames", "id", "rank", "deadline", "worker", "tries")
-
-    def __init__(self, client: bytes, frames: list[Any], rid: int, rank: int, deadline: float):
-        self.client, self.frames, self.id, self.rank, self.deadline = (
-            client,
-            frames,
-            rid,
-            rank,
-            deadline,
-        )
-        self.worker: Worker | None = None
-        self.tries = 1
