@@ -1,0 +1,158 @@
+"""An AuxClient's requests (client.py): where each goes, and how each ends.
+
+Requests go to the proxies by smooth weighted round robin (weight: the proxy's live
+workers; the one weighted proxy, when there is one, without a choice); a request that
+finds no proxy to send to is parked until one has a weight or its deadline passes. A
+proxy that is lost gets weight 0 and its requests are re-sent (up to `retries`) or fail
+with `AuxUnavailable`; a deadline passed fails a request with `AuxTimeout` and cancels it
+at its proxy. `Requests` is a part of `AuxClient` (its state is the client's), used under
+its lock.
+"""
+
+from __future__ import annotations
+
+import heapq
+import time
+from collections import deque
+from typing import TYPE_CHECKING
+
+import zmq
+
+from driver.aux.calls import ProxyLink
+from driver.aux.errors import AuxError, AuxTimeout, AuxUnavailable
+from driver.aux.multipart import NOBLOCK, send_frames
+
+if TYPE_CHECKING:
+    from driver.aux.calls import Pending
+
+
+class Requests:
+    """The `AuxClient` methods that send, re-send and settle requests."""
+
+    def _set_proxies(self, proxies: dict[str, int]) -> None:
+        for address in [a for a in self.proxies if a not in proxies]:
+            proxy = self.proxies.pop(address)
+            self._proxy_down(proxy, "removed")
+            proxy.close()
+        for address, weight in proxies.items():
+            if address in self.proxies:
+                self.proxies[address].given = weight
+            else:
+                self.proxies[address] = ProxyLink(address, weight, self.context, self.max_bytes)
+        self.version += 1
+        self._reweigh()
+
+    def _reweigh(self) -> None:
+        self._reweigh_only()
+        self._unpark()
+
+    def _unpark(self) -> None:
+        if self.parked and any(p.weight() for p in self.proxies.values()):
+            parked, self.parked = self.parked, deque()
+            for pending in parked:
+                self._dispatch(pending)
+
+    def _dispatch(self, pending: Pending) -> None:
+        future = pending.future
+        if future.done():
+            return
+        if future.deadline <= time.time():
+            self._fail(pending, AuxTimeout(f"request {future.id}: deadline passed"))
+            return
+        busy: set[str] = set()
+        while True:
+            address = self.only if not busy else None  # the one proxy with a weight, if so
+            address = address or self.wrr.next(exclude=pending.avoid | busy)
+            address = address or self.wrr.next(exclude=busy)
+            if address is None:  # no proxy now, or all their send queues are full
+                self.parked.append(pending)
+                return
+            proxy = self.proxies[address]
+            body, info = self.lender.body(pending, self.lender.local(proxy.node))
+            try:
+                send_frames(proxy.sock, pending.frames(body, info), NOBLOCK)
+            except zmq.Again:  # send queue full (a lost connection comes as an event)
+                busy.add(address)
+                continue
+            pending.proxy = address
+            proxy.expect()
+            proxy.inflight.add(future.id)
+            self.inflight[future.id] = pending
+            heapq.heappush(self.deadlines, (future.deadline, future.id))
+            self.counts["sent"] += 1
+            return
+
+    def _reweigh_only(self) -> None:
+        self.wrr.set_weights({a: p.weight() for a, p in self.proxies.items()})
+        weighted = [a for a, w in self.wrr.weights.items() if w > 0]
+        self.only = weighted[0] if len(weighted) == 1 else None
+
+    def _proxy_down(self, proxy: ProxyLink, why: str) -> None:
+        if why == "disconnected":
+            proxy.up = False
+        else:
+            proxy.answering = False
+        proxy.reported, proxy.expecting = None, None
+        self._reweigh_only()
+        ids, proxy.inflight = proxy.inflight, set()
+        for rid in sorted(ids):
+            pending = self.inflight.pop(rid, None)
+            if pending is None:
+                continue
+            if pending.tries < self.retries:
+                pending.tries += 1
+                pending.avoid.add(proxy.address)
+                self.counts["resent"] += 1
+                self._dispatch(pending)
+            else:
+                self._fail(pending, AuxUnavailable(f"proxy {proxy.address} {why} in flight"))
+
+    def _timers(self, now: float) -> None:
+        while self.later and self.later[0][0] <= now:
+            _, _, pending = heapq.heappop(self.later)
+            self.counts["resent"] += 1
+            self._dispatch(pending)
+        while self.deadlines and self.deadlines[0][0] <= now:
+            _, rid = heapq.heappop(self.deadlines)
+            pending = self.inflight.pop(rid, None)
+            if pending is not None:
+                self.proxies[pending.proxy].inflight.discard(rid)
+                self.proxies[pending.proxy].cancel(rid, self.rank)
+                self._fail(pending, AuxTimeout(f"request {rid}: no reply by the deadline"))
+        self._unpark()
+        if self.parked:
+            keep: deque[Pending] = deque()
+            for pending in self.parked:
+                if pending.future.deadline <= now:
+                    self._fail(pending, AuxUnavailable("no live proxy before the deadline"))
+                else:
+                    keep.append(pending)
+            self.parked = keep
+
+    def _cancel(self, rid: int) -> None:
+        pending = self.inflight.pop(rid, None)
+        if pending is not None:
+            self.lender.settle(pending, None)
+        if pending is not None and pending.proxy in self.proxies:
+            self.proxies[pending.proxy].inflight.discard(rid)
+            self.proxies[pending.proxy].cancel(rid, self.rank)
+
+    def _fail(self, pending: Pending, error: AuxError) -> None:
+        self.lender.settle(pending, None)
+        if not error.service:
+            error.service = self.service
+            error.args = (f"{self.service}: {error}",)
+        if pending.future._settle(error=error):
+            self.errors[error.code] = self.errors.get(error.code, 0) + 1
+
+    def _shutdown(self) -> None:
+        self.shut = True
+        closing = AuxUnavailable("client closed")
+        for pending in [*self.inflight.values(), *self.parked, *(p for *_, p in self.later)]:
+            self._fail(pending, closing)
+        self.inflight.clear()
+        self.parked.clear()
+        self.later.clear()
+        for proxy in self.proxies.values():
+            proxy.close()
+        self.lender.close()
