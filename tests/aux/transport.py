@@ -109,7 +109,7 @@ def serve_proxy(workers: list[str], addresses, stop_path: str, bind: str | None 
 
 
 def envelope(kind=1, rid=9, rank=0, method=b"echo", deadline=4e9, sizes=(), **over) -> bytes:
-    """A raw binary envelope (wire.py's layout) whose fields may lie: `over` replaces
+    """A raw binary envelope (envelope.py's layout) whose fields may lie: `over` replaces
     "version", "kind", "count" (frames declared), "lengths" (method, code, error, info) or
     appends "text" (code + error + info bytes)."""
     text = over.get("text", b"")
