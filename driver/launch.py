@@ -254,6 +254,11 @@ def launch(cfg, config_yaml: str, fmt: str, say=print, stops=None) -> dict:
     )
     final = {} if interrupted else ray.get(control.final.remote(), timeout=30)
     summary.update({k: v for k, v in final.items() if k.startswith(("ckpt_", "preempt", "ft_"))})
+    if cfg.ft.enabled:  # the run's ft figures and the groups Ray Train replaced
+        from driver.ft.launch import summary_fields
+
+        hosts = ray.get(sink.all_hosts.remote(), timeout=30)
+        summary.update(summary_fields(progress.rows, hosts, progress.metrics.first_attempt))
     if stops is not None and stops.signum and (interrupted or "preempted_at" in summary):
         summary["stopped_by"] = stops.name
     if aux_summary:

@@ -67,6 +67,8 @@ def train_worker(args: dict) -> None:
         with contextlib.suppress(Exception):
             ray.get(sink.fail.remote(rank, record), timeout=10)
         raise
+    if cfg.ft.enabled:  # run_ft sent the final figures; no ray.train.report: it is a
+        return  # barrier of every worker, and a replaced group's peers may have left it
     if rank == 0 and control is not None:  # the summary's checkpoint fields
         ray.get(control.finish.remote(final), timeout=30)
     ray.train.report(final)

@@ -8,7 +8,8 @@ SPEC keys: mode (`ft`, or `ddp`: plain gloo data parallelism, no torchft), group
 steps, grad_accum, micro_batch, dim, hidden, lr, seed, out (JSON lines, one per committed
 step: step, live, slots, loss, digest, time), ft (FtConfig fields), lighthouse and gate
 (ft), store (ddp: host:port of the TCPStore), kill_step and kill_phase (`before`: in the
-forward pass, `during`: inside the gradient allreduce, `after`: after the commit) and
+forward pass, `during`: inside the gradient allreduce, `unsent`: after the commit, its
+metrics row not sent, `after`: after the commit and its row) and
 kill_when_full (wait for a quorum of every group), ckpt_root
 and ckpt_interval (checkpoints through driver.checkpoint; the lowest live group writes),
 step_sleep_s (simulated extra compute per micro-batch), hold_step and hold_file (wait
@@ -19,7 +20,8 @@ A group started again (a joiner, or every group with `resume`) reads its checkpo
 training loop does: not up front, only if its first quorum has no live group ahead
 (`FtReplica.restore`); each row says how many checkpoints it read (`ckpt_loads`). Each
 committed step also appends the metrics row the group's rank would send
-(`driver.metrics.rank.rank_row`, the full row when `Topology.is_writer`) to `out`.metrics.
+(`driver.metrics.rank.rank_row`, the full row when `Topology.is_writer`) to `out`.metrics,
+after the copies a group that just became the writer sends (driver.ft.records).
 """
 
 from __future__ import annotations
@@ -137,6 +139,7 @@ def kill_now(spec: dict, step: int, phase: str, live: int | None = None) -> None
 def run_ft(spec: dict) -> int:
     from driver.checkpoint import TrainState
     from driver.ft.config import FtConfig
+    from driver.ft.records import Copies
     from driver.ft.replica import FtReplica, FtStopped
     from driver.metrics.rank import rank_row
     from driver.parallel import Topology
@@ -172,6 +175,7 @@ def run_ft(spec: dict) -> int:
         return work
 
     ft.manager._pg.allreduce = allreduce
+    copies = Copies()  # rows of steps another group wrote, sent when this one takes over
     if spec.get("ready_file"):  # a (re)joining group: heartbeating, about to ask for a quorum
         open(spec["ready_file"], "w").close()
     with open(spec["out"], "a") as out, open(spec["out"] + ".metrics", "a") as metrics:
@@ -204,8 +208,12 @@ def run_ft(spec: dict) -> int:
                     }
                     out.write(json.dumps(row) + "\n")
                     out.flush()
+                    kill_now(spec, plan.step, "unsent", plan.live)  # its metrics row unsent
                     sent = {"loss": total, "step_time": 0.0, "time": row["time"], **ft.metrics()}
-                    sent = rank_row({**sent, "step": ft.step}, group, int(joiner), writer)
+                    sent = {**sent, "step": ft.step}
+                    for copy in copies.after_step(sent, writer):  # the old writer's rows
+                        metrics.write(json.dumps(rank_row(copy, group, int(joiner), True)) + "\n")
+                    sent = rank_row(sent, group, int(joiner), writer)
                     metrics.write(json.dumps(sent) + "\n")
                     metrics.flush()
                     if ckpt:

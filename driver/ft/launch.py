@@ -15,6 +15,7 @@
 - `driver.ft.stop.FtStopCallback` among Ray Train's controller callbacks: below
   `ft.min_replicas` the run ends at once instead of being retried; `stop_reason(err)` gives
   the one-line reason from `fit`'s error.
+- `summary_fields(rows, hosts, first_attempt)`: the end-of-run summary's ft fields.
 """
 
 from __future__ import annotations
@@ -53,3 +54,25 @@ def trainer_parts(cfg, world: int, backend: str = "gloo") -> tuple:
     torch_config = TorchftConfig(lighthouse_kwargs=lighthouse_kwargs(cfg.ft), backend=backend)
     failures = ray.train.FailureConfig(max_failures=cfg.checkpoint.max_failures)
     return torch_config, failures, {"ft_gate": f"{host}:{gate.port}"}
+
+
+RUN_FIELDS = ("ft_quorum_size", "ft_failures_survived", "ft_steps_degraded")
+"""The run's ft figures in the summary, from the last row of record (the final figures of
+one group may be missing: its writer can die after the last step)."""
+
+
+def groups_replaced(hosts: dict[int, dict], first_attempt: int) -> int:
+    """Replica groups Ray Train started again in this run: every start of a rank after its
+    first (the attempt each rank's newest start said hello with, driver.telemetry.Sink).
+    Not the summary's `restarts` (the most starts of any one rank, which counts whole
+    worker-group restarts: two replacements of one rank and one of another are 3, not 2)."""
+    return sum(max(0, int(h.get("attempt", first_attempt)) - first_attempt) for h in hosts.values())
+
+
+def summary_fields(rows: list[dict], hosts: dict[int, dict], first_attempt: int) -> dict:
+    """The end-of-run summary's ft fields: the run's figures from the last row of record,
+    and `ft_groups_replaced`."""
+    last = rows[-1] if rows else {}
+    out = {key: last[key] for key in RUN_FIELDS if key in last}
+    out["ft_groups_replaced"] = groups_replaced(hosts, first_attempt)
+    return out

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import time
 
+from driver.ft.records import Copies, mark_recorded, wait_recorded
 from driver.step import autocast_for
 
 DONE_KEY = "ft/done"
@@ -83,13 +84,14 @@ def run_ft(cfg, sink, logger, control=None, attempt: int = 0, gate: str | None =
             ft.restore = session.resume
     logger.info("replica group %d/%d on %s starts at step %d", group, topo.groups, device, ft.step)
     stepper = FtStep(cfg, model, work, optimizer, scheduler, device, source)
-    reporter = RankReporter(sink, rank, attempt, device)
     done = gate_store(gate)
-    row: dict = {}
+    stepper.done = done
+    reporter = RankReporter(sink, rank, attempt, device)
+    end = RunEnd()
     try:
         row = train_steps_ft(
             cfg, ft, stepper, session, reporter, logger, rank, done,
-            writer=lambda: topo.is_writer(rank, ft.plan.position),
+            writer=lambda: topo.is_writer(rank, ft.plan.position), end=end,
         )  # fmt: skip
     except BaseException:  # FtStopped too: no final save (it would be labelled `steps`)
         if session:
@@ -98,30 +100,62 @@ def run_ft(cfg, sink, logger, control=None, attempt: int = 0, gate: str | None =
     finally:
         ft.close()
     final = {"final_loss": row.get("loss"), "steps": cfg.train.steps, **ft.metrics()}
-    return {**final, **(session.finish() if session else {})}
+    final.update(session.finish() if session else {})
+    if end.took_over and session and (newest := session.ckpt.latest()):  # not its own saves
+        final["ckpt_committed_step"] = newest.step
+    if end.reports:  # the summary's checkpoint and ft fields; then the next group in line
+        if control is not None:  # knows the rows and the final save are in (records.py)
+            ray.get(control.finish.remote(final), timeout=30)
+        mark_recorded(done, cfg.train.steps)
+    return final
 
 
-def train_steps_ft(cfg, ft, stepper, session, reporter, logger, rank, done=None, writer=None):
+class RunFinished(Exception):
+    """The run's last step was committed by other groups while this one waited."""
+
+
+class RunEnd:
+    """How this group's loop ended: `reports` when it sends the run's final figures (it
+    wrote the last step, or took over from a writer that died at the end)."""
+
+    reports: bool = False
+    took_over: bool = False
+    """It reports because the writer of the last step left no mark (records.py)."""
+
+
+def train_steps_ft(cfg, ft, stepper, session, reporter, logger, rank, done=None, writer=None,
+                   end=None):  # fmt: skip
     """Commit steps until `train.steps`; returns the last row. Below `ft.min_replicas`
-    FtStopped propagates (logged, with this worker's rows flushed). `writer()`: whether this
-    rank writes the step's checkpoint and full metrics row (default: `ft.lowest_live`)."""
+    FtStopped propagates (logged, with this worker's rows flushed), unless the run is done.
+    `writer()`: whether this rank writes the step's checkpoint and full metrics row
+    (default: `ft.lowest_live`). A group that becomes the writer first sends copies of the
+    rows the old writer may have lost (driver.ft.records); at the end of the run the
+    writer marks its rows delivered, and the next group in line sends its copies when that
+    mark does not come. `end` (a RunEnd) learns whether this rank reports the final."""
     from driver.ft.replica import FtStopped
     from driver.loop import inject_failure
 
     writes = writer or (lambda: ft.lowest_live)
+    end = end if end is not None else RunEnd()
+    copies = Copies()
     row: dict = {}
+    full = False
     try:
         while ft.step < cfg.train.steps:
-            if done is not None and done.check([DONE_KEY]):
+            try:
+                if not row and finished(done):  # a replacement that arrives after the end
+                    raise RunFinished
+                new = stepper.step(ft)
+            except (RunFinished, FtStopped) as err:
+                # the others finished: a late replacement, a quorum formed without them, or
+                # one of fewer than ft.min_replicas because they never join another
+                if not (isinstance(err, RunFinished) or finished(done)):
+                    logger.error("%s", err)
+                    raise
                 logger.info("ft: the run finished without this group")
                 if session:
                     session.ckpt.set_writer(False)
-                break
-            try:
-                new = stepper.step(ft)
-            except FtStopped as err:
-                logger.error("%s", err)
-                raise
+                return row
             if new is None:  # the commit vote failed: the same step runs again
                 continue
             row = new
@@ -132,15 +166,42 @@ def train_steps_ft(cfg, ft, stepper, session, reporter, logger, rank, done=None,
             if session:
                 session.ckpt.set_writer(full)
                 session.after_step(row["step"], row)
+            for copy in copies.after_step(row, full):  # the old writer's rows it may have lost
+                reporter.add(copy, full=True)
             reporter.add(row, full=full)
             inject_failure(cfg, row["step"] - 1, rank)
             if session and session.should_stop(row["step"]):
                 break
-        if done is not None and ft.step >= cfg.train.steps:
-            done.set(DONE_KEY, str(ft.step))
+        if ft.step >= cfg.train.steps:
+            end.reports = hand_over_at_end(ft, done, full, copies, reporter, logger)
+            end.took_over = end.reports and not full
     finally:
         reporter.flush()
     return row
+
+
+def finished(done) -> bool:
+    """Whether a group has committed the run's last step (the done mark)."""
+    return done is not None and bool(done.check([DONE_KEY]))
+
+
+def hand_over_at_end(ft, done, wrote: bool, copies, reporter, logger) -> bool:
+    """After the last step: mark the run done; the next group in line (position 1) waits
+    for the writer's mark (driver.ft.records) and, without it, sends its copies and the
+    run's final figures (the final save stays the writer's: never two writers of one
+    checkpoint). Whether this rank reports the run's final figures."""
+    if done is None:
+        return wrote
+    done.set(DONE_KEY, str(ft.step))
+    plan = getattr(ft, "plan", None)
+    if wrote or plan is None or plan.position != 1:
+        return wrote
+    if wait_recorded(done, ft.step):
+        return False
+    logger.warning("ft: the writer of step %d is gone; this group sends its rows", ft.step)
+    for copy in copies.pending():  # the final save stays the writer's (never two writers)
+        reporter.add(copy, full=True)
+    return True
 
 
 def gate_store(gate: str | None):
@@ -178,6 +239,7 @@ class FtStep:
         self.cfg, self.model, self.work, self.device = cfg, model, work, device
         self.optimizer, self.scheduler, self.source = optimizer, scheduler, source
         self.autocast = autocast_for(cfg, device)
+        self.done = None  # the gate's store: the run's done mark, checked after each quorum
         per_step = cfg.train.micro_batch_size * source.slots
         self.units_per_step = per_step * work.units_per_example
 
@@ -188,6 +250,8 @@ class FtStep:
         from driver.step import to_device
 
         plan = ft.begin_step()
+        if finished(self.done):  # a quorum without the groups that finished the run
+            raise RunFinished
         started = time.perf_counter()
         local, wait = 0.0, 0.0
         for slot in plan.slots:

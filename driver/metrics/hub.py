@@ -3,7 +3,8 @@
     metrics = RunMetrics(identity, output_dir, "metrics.jsonl", clickhouse_url=None,
                          otel_endpoint=None, store=True)
     metrics.first_attempt          # after the attempts already in metrics.jsonl
-    metrics.write(rows, hosts)     # a drained batch of every rank's rows
+    metrics.write(rows, hosts)     # a drained batch of every rank's rows (copies decided
+                                   # in place first: driver.metrics.records)
     metrics.close(); metrics.problems()   # lines about rows a writer dropped
 
 The progress display (driver.progress) drains the sink and calls `write`; it owns no output.
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from driver.metrics.records import RecordBook
 from driver.metrics.writers import JsonlWriter, StoreWriter, next_attempt, row_labels, values
 
 
@@ -30,6 +32,7 @@ class RunMetrics:
         self.store = StoreWriter(Path(output_dir)) if store else None
         self.clickhouse = self.otel = None
         self._label_sets: dict[tuple, dict] = {}
+        self.records = RecordBook()
         if clickhouse_url:
             from driver.clickhouse import RunMetricsWriter
 
@@ -43,6 +46,7 @@ class RunMetrics:
         if not rows:
             return
         hosts = hosts or {}
+        self.records.admit(rows)  # one row of record per step (torchft's copies)
         labelled = [self._labels(hosts, row) for row in rows]
         self.jsonl.write(rows, labelled)
         if self.store is not None:

@@ -100,10 +100,16 @@ def rank_row(row: dict, rank: int, attempt: int, full: bool | None = None) -> di
     return out
 
 
+COPY = "copy"
+"""Set on a full row that another rank sent in case the step's writer lost its own (under
+torchft, driver.ft.records); the driver keeps it as the row of record only when the step
+has none (driver.metrics.records clears the flag)."""
+
+
 def of_record(row: dict) -> bool:
     """Whether a drained row is its step's row of record: the writer's full row, the only
-    one with the loss (`names.PER_RANK_KEYS` leaves it out of the others)."""
-    return "loss" in row
+    one with the loss (`names.PER_RANK_KEYS` leaves it out of the others), and not a copy."""
+    return "loss" in row and not row.get(COPY)
 
 
 class RankReporter:
