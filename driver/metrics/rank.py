@@ -124,7 +124,7 @@ class RankReporter:
         self.memory = MemorySampler(device)
         self.every_s, self.idle_s = every_s, idle_s
         self.pending: list[dict] = []
-        self.pushed = self.added = time.monotonic()
+        self.pushed = self.added = self.polled = time.monotonic()
         self.in_flight: deque = deque(maxlen=16)  # the newest batches' call refs
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -132,8 +132,14 @@ class RankReporter:
         self._thread.start()
 
     def due(self) -> bool:
-        """Whether the batch is due (rank 0 then adds the aux services' figures)."""
-        return time.monotonic() - self.pushed >= self.every_s
+        """True once per `every_s` (rank 0 then adds the aux services' figures to the row).
+        Its own clock: the sending thread pushes the moment a batch is due, so the time of
+        the last push is almost never seen `every_s` old."""
+        now = time.monotonic()
+        if now - self.polled < self.every_s:
+            return False
+        self.polled = now
+        return True
 
     def add(self, row: dict, full: bool | None = None) -> None:
         """Queue a step's row; `full`: whether this rank writes the step's row of record

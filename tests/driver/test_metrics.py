@@ -133,6 +133,21 @@ def test_the_sending_thread_sleeps_until_the_batch_is_due(pending, pushed, added
     assert wait == pytest.approx(expected)
 
 
+def test_due_comes_once_per_interval_while_the_thread_sends(monkeypatch):
+    """Rank 0 adds the aux figures when `due()`: true about once per batch interval, even
+    though the sending thread pushes as soon as a batch is due."""
+    sink = FakeSink()
+    reporter = rank.RankReporter(sink, 0, 0, every_s=0.2, idle_s=0.1)
+    monkeypatch.setattr("ray.get", lambda refs, timeout=None: None)
+    seen, deadline = 0, time.monotonic() + 1.5
+    while time.monotonic() < deadline:
+        seen += reporter.due()
+        reporter.add({"step": 1, "step_time": 0.1, "time": 1.0, "loss": 2.0})
+        time.sleep(0.01)
+    reporter.flush()
+    assert 2 <= seen <= 8 and sink.rows
+
+
 def test_memory_is_sampled_at_most_once_per_interval(monkeypatch):
     reads = []
     monkeypatch.setattr(rank, "rss_bytes", lambda: reads.append(1) or 4096 * len(reads))
