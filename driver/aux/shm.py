@@ -23,6 +23,7 @@ of them is shm_client.py (`Lender`), the worker's shm_worker.py (`Attached`, `Bo
 
 from __future__ import annotations
 
+import itertools
 import mmap
 import os
 import secrets
@@ -35,6 +36,9 @@ MIN_BYTES = 1 << 20  # arrays below this travel as frames: a copy costs less tha
 SEGMENT_MIN = 1 << 20
 PREFIX = "aux-shm-"  # memfd name: a worker maps nothing else
 _NONCE = secrets.token_hex(4)
+_SERIALS = itertools.count(1)
+"""One count for the whole process: a token names one segment even with several clients
+(each with its own pool) sending to one worker, which caches mappings by token."""
 MAP_FLAGS = mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0)
 
 
@@ -89,7 +93,7 @@ class Pool:
     """A client's segments, reused; at most `limit` bytes of them exist at once."""
 
     def __init__(self, limit: int):
-        self.limit, self.total, self.serial = limit, 0, 0
+        self.limit, self.total = limit, 0
         self.free: list[Segment] = []
         self.closed = False
         self.lock = threading.RLock()  # views die (and give back) on any thread
@@ -107,10 +111,9 @@ class Pool:
                 self._drop(self.free.pop(0))
             if self.total + size > self.limit:
                 return None
-            self.serial += 1
             self.total += size
         try:
-            return Segment(size, self.serial)
+            return Segment(size, next(_SERIALS))
         except OSError:
             with self.lock:
                 self.total -= size

@@ -142,3 +142,14 @@ def test_an_echoed_array_is_read_where_it_was_sent_and_kept_ones_are_retired(tmp
             client.call("echo", {"x": np.zeros_like(data)})
         assert np.array_equal(workers[0].handler.kept["x"], data)
         client.close()
+
+
+def test_two_clients_of_one_process_never_share_a_token():
+    """A worker caches mappings by token: two pools (two clients) must name theirs apart."""
+    a, b = shm.Pool(1 << 24), shm.Pool(1 << 24)
+    first, second = a.take(1 << 20), b.take(1 << 20)
+    try:
+        assert first.token != second.token
+    finally:
+        for seg in (first, second):
+            seg.close()
