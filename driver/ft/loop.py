@@ -8,8 +8,9 @@ SUMmed across the live groups) -> clipping -> `ft.commit` (all-or-nothing). A fa
 is not a step: no row, no checkpoint, the same step runs again with the next quorum. The
 lowest rank of the lowest live group (`driver.parallel.Topology.is_writer`) writes the
 checkpoints and sends the step's full metrics row. Each committed step's row carries
-`ft.metrics()`. When a group finishes the last step it marks the run done in the start
-gate's store, so a replacement that arrives after the end does not train alone from step 0.
+`ft.metrics()`. The end of the run (the done mark, the writer's mark, the next group's
+copies, no `ray.train.report`) is driver.ft.end's; the copies of a dead writer's rows
+driver.ft.records'.
 
 A group started again (attempt > 0) reads no checkpoint up front: it heals from a live
 group at its first quorum, and reads the newest checkpoint only when no group is ahead (a
@@ -23,10 +24,11 @@ from __future__ import annotations
 
 import time
 
-from driver.ft.records import Copies, mark_recorded, wait_recorded
+from driver.ft.end import DONE_KEY, RunEnd, RunFinished, finished, hand_over_at_end
+from driver.ft.records import Copies, mark_recorded
 from driver.step import autocast_for
 
-DONE_KEY = "ft/done"
+__all__ = ["DONE_KEY", "RunEnd", "FtStep", "run_ft", "train_steps_ft"]
 
 
 def run_ft(cfg, sink, logger, control=None, attempt: int = 0, gate: str | None = None) -> dict:
@@ -110,19 +112,6 @@ def run_ft(cfg, sink, logger, control=None, attempt: int = 0, gate: str | None =
     return final
 
 
-class RunFinished(Exception):
-    """The run's last step was committed by other groups while this one waited."""
-
-
-class RunEnd:
-    """How this group's loop ended: `reports` when it sends the run's final figures (it
-    wrote the last step, or took over from a writer that died at the end)."""
-
-    reports: bool = False
-    took_over: bool = False
-    """It reports because the writer of the last step left no mark (records.py)."""
-
-
 def train_steps_ft(cfg, ft, stepper, session, reporter, logger, rank, done=None, writer=None,
                    end=None):  # fmt: skip
     """Commit steps until `train.steps`; returns the last row. Below `ft.min_replicas`
@@ -178,30 +167,6 @@ def train_steps_ft(cfg, ft, stepper, session, reporter, logger, rank, done=None,
     finally:
         reporter.flush()
     return row
-
-
-def finished(done) -> bool:
-    """Whether a group has committed the run's last step (the done mark)."""
-    return done is not None and bool(done.check([DONE_KEY]))
-
-
-def hand_over_at_end(ft, done, wrote: bool, copies, reporter, logger) -> bool:
-    """After the last step: mark the run done; the next group in line (position 1) waits
-    for the writer's mark (driver.ft.records) and, without it, sends its copies and the
-    run's final figures (the final save stays the writer's: never two writers of one
-    checkpoint). Whether this rank reports the run's final figures."""
-    if done is None:
-        return wrote
-    done.set(DONE_KEY, str(ft.step))
-    plan = getattr(ft, "plan", None)
-    if wrote or plan is None or plan.position != 1:
-        return wrote
-    if wait_recorded(done, ft.step):
-        return False
-    logger.warning("ft: the writer of step %d is gone; this group sends its rows", ft.step)
-    for copy in copies.pending():  # the final save stays the writer's (never two writers)
-        reporter.add(copy, full=True)
-    return True
 
 
 def gate_store(gate: str | None):

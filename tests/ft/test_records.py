@@ -135,9 +135,9 @@ def test_a_group_that_becomes_the_writer_first_sends_its_copies(store):
 
 
 def test_at_the_end_the_next_group_sends_copies_when_the_writer_left_no_mark(store, monkeypatch):
-    import driver.ft.loop as loop
+    import driver.ft.end as ft_end
 
-    monkeypatch.setattr(loop, "wait_recorded", lambda s, step: wait_recorded(s, step, 0.2))
+    monkeypatch.setattr(ft_end, "wait_recorded", lambda s, step: wait_recorded(s, step, 0.2))
     sent, end = run(2, [1, 1], store)
     assert sent == [(1, False, False), (2, False, False), (1, True, True), (2, True, True)]
     assert end.reports and store.get(DONE_KEY) == b"2"
