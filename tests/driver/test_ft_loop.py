@@ -87,7 +87,10 @@ def test_the_writer_rule_decides_the_checkpoint_and_the_full_row():
     writes = iter([False, True])
     train_steps_ft(cfg(2), Engine(), Stepper([True, True]), session, reporter, LOG, 1,
                    writer=lambda: next(writes))  # fmt: skip
-    assert reporter.full == [False, True] and session.writer is True
+    # rank 1 becomes the writer at step 2: it first sends its copy of step 1, which the
+    # driver admits only if the old writer's row of step 1 never came (driver.ft.records)
+    assert reporter.full == [False, True, True] and session.writer is True
+    assert reporter.rows[1]["step"] == 1 and reporter.rows[1].get("copy") is True
 
 
 def test_below_the_minimum_the_loop_ends_with_the_reason():
