@@ -149,7 +149,7 @@ def aux_session(cfg, spec: dict | None, rank: int):
 def train_steps(cfg, loop, source, session, start: int, reporter, logger, aux=None) -> dict:
     """Steps `start`..`train.steps`, or until a preemption notice stops every rank; every
     rank hands each row to its reporter (rank 0's with the checkpoint fields and the aux
-    services' metrics), whose thread sends a batch every half second; at the end or on a
+    services' metrics), whose thread sends a batch every second; at the end or on a
     failure it waits until the sink has the rest. The last row."""
     rank = reporter.rank
     batches = aux.batches(iter(source)) if aux else iter(source)

@@ -1,8 +1,8 @@
 """The light channel from training workers to the driver, and the log tail of each worker.
 
-Every rank sends its metrics rows (one per step, batched every half second:
+Every rank sends its metrics rows (one per step, batched every second:
 driver.metrics.rank) to the run's `RunChannel` actor (fire-and-forget, so a step never waits
-on the driver); the driver drains it once a second. A rank's `hello` returns its attempt:
+on the driver); the driver drains it every 2 s (driver.progress.POLL_S). A rank's `hello` returns its attempt:
 the run's first attempt in this driver (after the attempts already in metrics.jsonl, set by
 `begin`) plus the times this rank started before (worker-group restarts). Any rank that
 fails records its traceback and last log lines there before it re-raises, for the crash
