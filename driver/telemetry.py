@@ -2,13 +2,13 @@
 
 Every rank sends its metrics rows (one per step, batched every second:
 driver.metrics.rank) to the run's `RunChannel` actor (fire-and-forget, so a step never waits
-on the driver); the driver drains it every 2 s (driver.progress.POLL_S). A rank's `hello` returns its attempt:
-the run's first attempt in this driver (after the attempts already in metrics.jsonl, set by
-`begin`) plus the times this rank started before (worker-group restarts). Any rank that
-fails records its traceback and last log lines there before it re-raises, for the crash
-bundle.
-`ray.train.report` is still called at the end of the run (and could be at checkpoints), not
-per step: each call is a barrier across ranks.
+on the driver); the driver drains it every 2 s (driver.progress.POLL_S). A rank's `hello`
+returns its attempt: the run's first attempt in this driver (after the attempts already in
+metrics.jsonl, set by `begin`) plus the times this rank started before (worker-group
+restarts). Any rank that fails records its traceback and last log lines there before it
+re-raises, for the crash bundle.
+`ray.train.report` is still called at the end of the run (not under torchft:
+driver/ft/end.py), not per step: each call is a barrier across ranks.
 """
 
 from __future__ import annotations
