@@ -80,39 +80,34 @@ def sweep_workflow_id(cluster: str) -> str:
 async def start_sweep(client: Client, cluster: str, task_queue: str, t: Timings, sweeps=0):
     """Start the periodic sweep (one per cluster), replacing a running one: the sweep holds
     no state of its own, and a worker started with new settings brings them to it."""
-    return await client.start_workflow(
-        SweepWorkflow.run,
-        SweepInput(t, task_queue, sweeps),
-        id=sweep_workflow_id(cluster),
-        task_queue=task_queue,
-        id_conflict_policy=WorkflowIDConflictPolicy.TERMINATE_EXISTING,
-        task_timeout=timedelta(seconds=t.workflow_task_timeout_s),
-    )
+    inp = SweepInput(t, task_queue, sweeps)
+    return await _replace(client, SweepWorkflow.run, inp, sweep_workflow_id(cluster), task_queue)
 
 
 async def start_keep(client: Client, cluster: str, task_queue: str, t: Timings, rounds=0):
     """Start the kept-nodes rounds (one per cluster), replacing a running one: like the
     sweep, its state lives on the nodes."""
-    return await client.start_workflow(
-        KeepWorkflow.run,
-        KeepInput(t, rounds),
-        id=keep_workflow_id(cluster),
-        task_queue=task_queue,
-        id_conflict_policy=WorkflowIDConflictPolicy.TERMINATE_EXISTING,
-        task_timeout=timedelta(seconds=t.workflow_task_timeout_s),
-    )
+    inp = KeepInput(t, rounds)
+    return await _replace(client, KeepWorkflow.run, inp, keep_workflow_id(cluster), task_queue)
 
 
 async def start_stragglers(client: Client, cluster: str, task_queue: str, t: Timings, rounds=0):
     """Start the straggler sweep (one per cluster), replacing a running one: its findings
     live in ClickHouse, its locks are the node workflows' IDs."""
+    inp = StragglerInput(t, task_queue, rounds)
+    wid = straggler_workflow_id(cluster)
+    return await _replace(client, StragglerWorkflow.run, inp, wid, task_queue)
+
+
+async def _replace(client: Client, run, inp, workflow_id: str, task_queue: str):
+    """Start a periodic workflow under its per-cluster ID, terminating one already running."""
     return await client.start_workflow(
-        StragglerWorkflow.run,
-        StragglerInput(t, task_queue, rounds),
-        id=straggler_workflow_id(cluster),
+        run,
+        inp,
+        id=workflow_id,
         task_queue=task_queue,
         id_conflict_policy=WorkflowIDConflictPolicy.TERMINATE_EXISTING,
-        task_timeout=timedelta(seconds=t.workflow_task_timeout_s),
+        task_timeout=timedelta(seconds=inp.timings.workflow_task_timeout_s),
     )
 
 
