@@ -121,8 +121,6 @@ class Progress:
             print(message, file=sys.stderr, flush=True)
 
     def _poll(self) -> None:
-        if self.metrics.store is not None:
-            self.metrics.store.open()  # chDB starts here, not on the launch path
         while not self._stop.wait(self.interval_s):
             try:
                 self.drain()

@@ -187,9 +187,9 @@ def test_metrics_file_appends_every_attempt_and_resume(tmp_path):
 
 def test_store_gets_every_rank_with_labels(tmp_path):
     metrics = RunMetrics(IDENTITY, tmp_path, "metrics.jsonl", store=True)
-    metrics.write([step_row(1, 0)], HOSTS)  # before the store is opened: not stored
-    metrics.store.open()
-    metrics.write([step_row(s, r) for s in (1, 2) for r in (0, 1)], HOSTS)
+    metrics.write([], HOSTS)  # no rows: chDB does not start yet
+    assert metrics.store.store is None
+    metrics.write([step_row(s, r) for s in (1, 2) for r in (0, 1)], HOSTS)  # starts it
     store = metrics.store.store
     got = store.query("SELECT rank, pod, node, team, run, cluster, count() AS n, "
                       "countIf(name = 'train/loss') AS loss FROM platform.run_metrics "
