@@ -6,23 +6,26 @@ fill, each wake-up takes CPU from training. A Ray cluster (a RayJob) keeps Ray's
 
 - `LOCAL_ENV`: no preemption watcher, no Prometheus metrics, no usage stats, resource
   reports, task events and the dashboard agent's node stats at a slower pace than a shared
-  cluster needs, and a log monitor that looks for new log files once a second rather than
-  ten times. A variable already set wins.
-- `lean_trainer(TorchTrainer)`: a TorchTrainer without two controller callbacks this run
-  does not use: the dataset callback (its DatasetManager actor serves Ray Data shards; the
-  driver feeds its own data) and the placement-group cleaner (an actor that asks the GCS
-  every second whether the controller is alive, to free the workers' placement group if it
-  died; an embedded Ray ends with the driver, and everything it holds with it); and with a
-  fixed-size scaling policy that starts no AutoscalingCoordinator actor (one machine never
-  grows: driver/embedded_train.py). Each actor is a process that would start, and import
-  Ray Train or Ray Data, while the training workers start.
-- The controller without a runtime environment (`started_ray` records the environment
-  the embedded Ray started with, which every Ray process of it inherits; when it holds
-  every variable Ray Train would hand the controller, none is needed): it then starts in
-  one of the worker processes Ray starts with itself instead of a new one.
+  cluster needs, a log monitor that looks for new log files once a second rather than
+  ten times, and local socket connections retried every 0.1 s rather than every second.
+  A variable already set wins.
+- `lean_trainer(DataParallelTrainer)`: Ray Train's trainer without two controller
+  callbacks this run does not use: the dataset callback (its DatasetManager actor serves
+  Ray Data shards; the driver feeds its own data) and the placement-group cleaner (an
+  actor that asks the GCS every second whether the controller is alive, to free the
+  workers' placement group if it died; an embedded Ray ends with the driver, and
+  everything it holds with it); and with a fixed-size scaling policy that starts no
+  AutoscalingCoordinator actor (one machine never grows: driver/embedded_train.py). Each
+  actor is a process that would start, and import Ray Train or Ray Data, while the
+  training workers start.
+- Ray Train's controller in the driver's own process rather than in an actor, when this
+  process started the Ray it runs on (`started_ray`): no process that starts and imports
+  Ray Train while the workers wait for it (driver/embedded_train.py); with the backend of
+  driver/local_backend.py the driver never imports torch.
 - `lean_ray_start()`: no autoscaler monitor, no log monitor (the driver asks Ray for no
   worker output), and Ray's API server started beside the raylet rather than before it
-  (without the dashboard it serves only usage stats).
+  (without the dashboard it serves only usage stats; without it at all, the dashboard
+  agent would ask the GCS for its address every second, logging a traceback each time).
 - `quiet_token_notice()`: token authentication stays on (Ray turns it on for a new local
   cluster), without Ray's start-up warning saying so, which asks nothing of the user.
 - `supervise(run)`: the run (and so the embedded Ray it starts) goes in a child process
@@ -66,29 +69,30 @@ LOCAL_ENV = {
     # lives every 2 s rather than 0.4 s (`supervise` ends the whole session anyway).
     "REPORTER_UPDATE_INTERVAL_MS": "15000",
     "RAY_DASHBOARD_AGENT_CHECK_PARENT_INTERVAL_S": "2",
+    # The raylet connects to its object store, which a thread of its own starts, and
+    # sleeps 1 s when the store is not listening yet (on a busy machine, one start in
+    # two): retry every 0.1 s, with the same 10 s budget as Ray's default.
+    "RAY_raylet_client_connect_timeout_milliseconds": "100",
+    "RAY_raylet_client_num_connect_attempts": "100",
 }
 
-STARTED: tuple[str, dict[str, str]] | None = None
-"""(node ID, environment) of the embedded Ray this process started (`started_ray`): every
-Ray process of it inherits that environment."""
+STARTED: str | None = None
+"""The node ID of the embedded Ray this process started (`started_ray`)."""
 
 
-def started_ray(environ: dict[str, str]) -> None:
-    """Record, just after ray.init, the environment the embedded Ray was started with."""
+def started_ray() -> None:
+    """Record, just after ray.init, that this process started the Ray it is connected to."""
     import ray
 
     global STARTED
-    STARTED = (ray.get_runtime_context().get_node_id(), dict(environ))
+    STARTED = ray.get_runtime_context().get_node_id()
 
 
-def inherited_env() -> dict[str, str] | None:
-    """The environment every process of the connected Ray inherited, when this process
-    started that Ray (`started_ray`); None otherwise."""
+def started_here() -> bool:
+    """Whether this process started the Ray it is connected to (`started_ray`)."""
     import ray
 
-    if STARTED is None or STARTED[0] != ray.get_runtime_context().get_node_id():
-        return None
-    return STARTED[1]
+    return STARTED is not None and STARTED == ray.get_runtime_context().get_node_id()
 
 
 @contextlib.contextmanager
@@ -157,14 +161,16 @@ def keep_callback(callback: object) -> bool:
 
 
 def lean_trainer(base: type) -> type:
-    """A subclass of Ray Train's TorchTrainer `base` without the callbacks in UNUSED_LOCALLY.
+    """A subclass of Ray Train's trainer `base` without the callbacks in UNUSED_LOCALLY, with
+    the lean scaling policy, and with the controller in this process when this process
+    started the Ray it runs on (driver/embedded_train.py).
 
     Ray Train builds its default callbacks in `_create_default_callbacks` and passes the
     scaling policy to `_initialize_and_run_controller` (ray 2.60, pinned in pyproject.toml);
     if a later Ray renames either, the trainer keeps Ray's defaults (a test fails, so the
     upgrade gets looked at)."""
 
-    class LeanTorchTrainer(base):
+    class LeanTrainer(base):
         def _create_default_callbacks(self):
             return [cb for cb in super()._create_default_callbacks() if keep_callback(cb)]
 
@@ -172,11 +178,11 @@ def lean_trainer(base: type) -> type:
             from driver import embedded_train
 
             kwargs = embedded_train.lean_kwargs(controller_init_kwargs)
-            if embedded_train.env_inherited(inherited_env()):
-                return embedded_train.run_controller(self, kwargs)
+            if started_here():
+                return embedded_train.run_controller(kwargs)
             return super()._initialize_and_run_controller(**kwargs)
 
-    return LeanTorchTrainer
+    return LeanTrainer
 
 
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)

@@ -1,5 +1,13 @@
-"""The Ray Train scaling policy of an embedded (local) run: Ray Train's fixed-size policy
-without its AutoscalingCoordinator.
+"""Ray Train's controller for an embedded (local) run: in the driver's own process, with
+Ray Train's fixed-size scaling policy without its AutoscalingCoordinator.
+
+`run_controller` runs Ray Train's `TrainController` in the driver's process instead of in
+an actor of its own: that actor's process would start and import Ray Train, Ray Data and
+the backend (seconds of CPU) before it could ask for the training workers, which wait for
+it; the driver has imported them already, while Ray's daemons started
+(driver/launch.py). Ray Train hands the workers the controller's handle only for
+`ray.train.get_all_reported_checkpoints`, which the driver's loop does not call
+(`LocalWorkerGroup`).
 
 Ray Train's `FixedScalingPolicy` starts an AutoscalingCoordinator actor (a process of its
 own, which imports Ray Data) after the controller starts, and keeps asking it for the
@@ -13,16 +21,18 @@ This module imports Ray Train: import it only when building a trainer (driver/em
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import os
 import threading
 
 import ray
-from ray._common.constants import RAY_WARN_BLOCKING_GET_INSIDE_ASYNC_ENV_VAR
 from ray.train.v2._internal.constants import (
-    DEFAULT_RAY_WARN_BLOCKING_GET_INSIDE_ASYNC_VALUE,
-    get_env_vars_to_propagate,
+    ENABLE_CONTROLLER_STRUCTURED_LOGGING_ENV_VAR as CONTROLLER_LOG_ENV,
 )
 from ray.train.v2._internal.execution.controller import TrainController
 from ray.train.v2._internal.execution.scaling_policy.fixed import FixedScalingPolicy
+from ray.train.v2._internal.execution.worker_group import WorkerGroup
 
 
 class LocalFixedScalingPolicy(FixedScalingPolicy):
@@ -57,34 +67,106 @@ def lean_kwargs(controller_init_kwargs: dict) -> dict:
     return kwargs
 
 
-def controller_env() -> dict[str, str]:
-    """The variables Ray Train hands its controller in a runtime environment."""
-    env_vars = get_env_vars_to_propagate()
-    env_vars.setdefault(
-        RAY_WARN_BLOCKING_GET_INSIDE_ASYNC_ENV_VAR, DEFAULT_RAY_WARN_BLOCKING_GET_INSIDE_ASYNC_VALUE
-    )
-    return env_vars
+class LocalWorkerGroup(WorkerGroup):
+    """Ray Train's worker group for a controller that is not an actor: the workers' train
+    context gets no controller handle (Ray Train uses it only in
+    `ray.train.get_all_reported_checkpoints`, which the driver's loop never calls)."""
+
+    def _init_train_context_on_workers(self, workers, sync_actor, train_context_args) -> None:
+        # Ray 2.60's method, with controller_actor=None instead of the current actor.
+        ray.get([
+            worker.actor.init_train_context.remote(
+                train_run_context=self._train_run_context,
+                distributed_context=worker.distributed_context,
+                synchronization_actor=sync_actor,
+                storage_context=self._storage_context,
+                worker_callbacks=self._worker_callbacks_to_propagate,
+                controller_actor=None,
+                **{arg: values[i] for arg, values in train_context_args.items()},
+            )
+            for i, worker in enumerate(workers)
+        ])  # fmt: skip
+        self._decorate_worker_log_file_paths(workers)
 
 
-def env_inherited(started: dict[str, str] | None) -> bool:
-    """Whether every variable of `controller_env()` already has its value in the
-    environment the embedded Ray started with (`started`; None: not started here)."""
-    return started is not None and all(
-        started.get(key) == value for key, value in controller_env().items()
-    )
+class LocalController(TrainController):
+    """Ray Train's controller, run in the driver's process (`run_controller`)."""
+
+    worker_group_cls = LocalWorkerGroup
 
 
-def run_controller(trainer, controller_init_kwargs: dict):
-    """Ray Train's `_initialize_and_run_controller` (ray 2.60) without the runtime
-    environment: with one, Ray starts the controller in a new process; without, it goes to
-    one of the idle worker processes Ray started with itself (one per CPU). Call it only
-    when `env_inherited`: the variables then reach the controller all the same."""
-    controller_cls = ray.remote(
-        num_cpus=0,
-        label_selector={ray._raylet.RAY_NODE_ID_KEY: ray.get_runtime_context().get_node_id()},
-    )(TrainController)
-    controller = controller_cls.remote(**controller_init_kwargs)
-    if threading.current_thread() is threading.main_thread():
-        trainer._register_sigint_handler(controller)
-    ray.get(controller.run.remote())
-    return ray.get(controller.get_result.remote())
+def run_controller(controller_init_kwargs: dict):
+    """Ray Train's `_initialize_and_run_controller` (ray 2.60) with the controller in this
+    process rather than in an actor: no process to start, and none that imports Ray Train
+    and the backend while the training workers wait for it. It runs in a thread of its own
+    (`ControllerThread`) while this thread waits, so that a signal handler's exception
+    (Ctrl-C, a stop signal during start-up) is raised here, in a wait, never in the middle
+    of one of the controller's Ray calls; the controller then stops (`stop`) before the
+    exception goes on. Its log lines go to the driver's own `ray.train` logger rather than
+    to a log file of its own (Ray Train's structured controller log would configure this
+    process's logging). It reads the variables Ray Train would hand an actor
+    (`get_env_vars_to_propagate`) from this process's environment, where Ray Train takes
+    them from."""
+    before = os.environ.get(CONTROLLER_LOG_ENV)
+    os.environ[CONTROLLER_LOG_ENV] = "0"  # read once, as the controller is made
+    try:
+        controller = LocalController(**controller_init_kwargs)
+    finally:
+        os.environ.pop(CONTROLLER_LOG_ENV) if before is None else os.environ.update(
+            {CONTROLLER_LOG_ENV: before}
+        )
+    thread = ControllerThread(controller)
+    thread.start()
+    try:
+        while thread.is_alive():
+            thread.join(0.5)  # a signal's handler runs, and may raise, in this wait
+    except BaseException:
+        thread.cancel(STOP_TIMEOUT_S)
+        raise
+    if thread.error is not None:
+        raise thread.error
+    return controller.get_result()
+
+
+STOP_TIMEOUT_S = 30.0
+"""How long an interrupted driver waits for its controller to stop the workers."""
+
+
+class ControllerThread(threading.Thread):
+    """Ray Train's controller loop on an event loop of this thread; `error` is what ended
+    it, if anything did; `cancel` stops it from another thread."""
+
+    def __init__(self, controller: TrainController):
+        super().__init__(name="ray-train-controller", daemon=True)
+        self.controller, self.error = controller, None
+        self.loop = asyncio.new_event_loop()
+        self.task: asyncio.Task | None = None
+
+    def run(self) -> None:
+        try:
+            self.task = self.loop.create_task(self.controller.run())
+            self.loop.run_until_complete(self.task)
+        except BaseException as err:  # noqa: BLE001 (handed to the waiting thread)
+            self.error = err
+            stop(self.controller)
+        finally:
+            self.loop.close()
+
+    def cancel(self, timeout_s: float) -> None:
+        """Cancel the loop at its next wait (the controller polls its workers every few
+        seconds), let it stop the workers, and wait up to `timeout_s` for that."""
+        with contextlib.suppress(RuntimeError):  # the loop has already closed
+            self.loop.call_soon_threadsafe(lambda: self.task and self.task.cancel())
+        self.join(timeout_s)
+
+
+def stop(controller: TrainController) -> None:
+    """What Ray Train's `TrainController.abort` does, short of ending an actor's process:
+    the abort callbacks, then the worker group's actors and placement group released, so
+    that nothing of the run is left starting when the driver's Ray shuts down."""
+    with contextlib.suppress(Exception):
+        controller._controller_callback_manager.invoke_best_effort("before_controller_abort")
+    group = controller._worker_group
+    if group is not None:
+        with contextlib.suppress(Exception):
+            group.abort()

@@ -97,9 +97,8 @@ def connect(cfg) -> bool:
     from driver.aux.coordinator import local_cpus
 
     quiet_token_notice()
-    preload(PRELOAD)  # while ray.init waits on its daemons
+    preload(PRELOAD + (FT_PRELOAD if cfg.ft.enabled else ()))  # while ray.init waits
     cpus = cfg.run.local_cpus or local_cpus(cfg, cfg.parallelism.workers or 2)
-    environ = dict(os.environ)  # what every Ray process inherits (driver/embedded_train.py)
     with contextlib.nullcontext() if cfg.run.local_dashboard else lean_ray_start():
         ray.init(
             num_cpus=cpus,
@@ -108,13 +107,21 @@ def connect(cfg) -> bool:
             log_to_driver=False,
             logging_level="WARNING",
         )
-    started_ray(environ)
+    started_ray()
     return True
 
 
-PRELOAD = ("torch", "ray.train.torch", "driver.embedded_train", "driver.loop")
-"""What the driver imports after `ray.init` to build the trainer (torch, Ray Train with
-pandas and Ray Data: seconds), imported while `ray.init` waits for Ray's daemons."""
+PRELOAD = (
+    "ray.train.v2.api.data_parallel_trainer",
+    "driver.embedded_train",
+    "driver.local_backend",
+    "driver.loop",
+)
+"""What the driver of an embedded run imports after `ray.init` to build the trainer (Ray
+Train with pandas and Ray Data: a second and more), imported while `ray.init` waits for
+Ray's daemons. Not torch: the driver of an embedded run never needs it (a test checks)."""
+FT_PRELOAD = ("torch", "driver.ft.launch")
+"""What a torchft run adds (torchft's backend config imports torch)."""
 
 
 def preload(modules: tuple[str, ...]) -> threading.Thread:
@@ -154,10 +161,9 @@ def trainer_for(
     cfg, world: int, use_gpu: bool, sink, output_dir: Path, control=None, embedded=False,
     aux=None,
 ):  # fmt: skip
-    """The Ray Train TorchTrainer running `driver.loop.train_worker` on `world` workers
-    (on an embedded Ray, without the callbacks it does not use: driver/embedded.py)."""
+    """The Ray Train trainer running `driver.loop.train_worker` on `world` workers
+    (`trainer_class`, `backend_config`; torchft's config under `ft.enabled`)."""
     from ray.train import RunConfig, ScalingConfig
-    from ray.train.torch import TorchConfig, TorchTrainer
 
     from driver.checkpoint import failure_config
     from driver.loop import train_worker
@@ -168,21 +174,21 @@ def trainer_for(
     resources = {"CPU": par.cpus_per_worker, **({"GPU": 1} if use_gpu else {})}
     root = cfg.checkpoint.root
     storage = f"{root}/{cfg.run.team}/{cfg.run.name}" if "://" in root else output_dir / "ray"
-    torch_config, failures, ft_args = TorchConfig(backend=backend), None, {}
+    torch_config, failures, ft_args = backend_config(backend, embedded), None, {}
     if cfg.ft.enabled:  # live fault tolerance: TorchftConfig, start gate (driver/ft/launch.py)
         from driver.ft.launch import trainer_parts
 
         torch_config, failures, ft_args = trainer_parts(cfg, world, backend)
     # PyTorch's flight recorder on every rank, set before the process group starts.
     torch_config = flight.with_env(torch_config, flight.worker_env(cfg))
-    trainer = lean_trainer(TorchTrainer) if embedded else TorchTrainer
+    trainer, config_arg = trainer_class(embedded)
     trainer = trainer(
         train_worker,
         train_loop_config={"cfg": cfg, "sink": sink, "control": control, "aux": aux, **ft_args},
         scaling_config=ScalingConfig(
             num_workers=world, use_gpu=use_gpu, resources_per_worker=resources
         ),
-        torch_config=torch_config,
+        **{config_arg: torch_config},
         run_config=RunConfig(
             name=f"{cfg.run.team}-{cfg.run.name}",
             storage_path=str(Path(storage).resolve()) if "://" not in str(storage) else storage,
@@ -193,6 +199,30 @@ def trainer_for(
     # StopRelay turns SIGINT, like SIGTERM, into a final checkpoint and an orderly stop.
     trainer._register_sigint_handler = lambda controller: None
     return trainer
+
+
+def backend_config(backend: str, embedded: bool):
+    """Ray Train's TorchConfig; on an embedded Ray, the same without torch in the driver."""
+    if embedded:
+        from driver.local_backend import LocalTorchConfig
+
+        return LocalTorchConfig(backend=backend)
+    from ray.train.torch import TorchConfig
+
+    return TorchConfig(backend=backend)
+
+
+def trainer_class(embedded: bool) -> tuple[type, str]:
+    """Ray Train's trainer class and the name of its backend config argument: on an
+    embedded Ray, its base DataParallelTrainer (which imports no torch) without the
+    callbacks an embedded run does not use; in a cluster, TorchTrainer."""
+    if embedded:
+        from ray.train.v2.api.data_parallel_trainer import DataParallelTrainer
+
+        return lean_trainer(DataParallelTrainer), "backend_config"
+    from ray.train.torch import TorchTrainer
+
+    return TorchTrainer, "torch_config"
 
 
 def launch(cfg, config_yaml: str, fmt: str, say=print, stops=None) -> dict:
@@ -208,7 +238,8 @@ def launch(cfg, config_yaml: str, fmt: str, say=print, stops=None) -> dict:
 
     started = time.monotonic()
     output_dir = Path(cfg.run.output_dir)
-    embedded = connect(cfg)
+    with stops.held() if stops is not None else contextlib.nullcontext():
+        embedded = connect(cfg)  # a stop signal takes effect once Ray is up
     result, use_gpu = plan_capacity(cfg)
     say(capacity.format_plan(result))
     sink = control = start_channel()  # metrics, failures, attempts, preemption notices

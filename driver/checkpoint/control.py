@@ -18,6 +18,7 @@ committed checkpoint).
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import threading
 import time
@@ -117,6 +118,7 @@ class StopRelay:
         self.at: float | None = None
         self._control = None
         self._attached = False
+        self._holding = False
         self._previous: dict[int, object] = {}
         self._arrived = threading.Event()
         self._stop = threading.Event()
@@ -144,12 +146,27 @@ class StopRelay:
             self._thread = threading.Thread(target=self._relay, name="stop-relay", daemon=True)
             self._thread.start()
 
+    @contextlib.contextmanager
+    def held(self):
+        """Within the block a stop signal is recorded and raises nothing; it raises
+        `Interrupted` as the block ends. For `ray.init`: an exception raised in the middle
+        of it leaves Ray's core worker half made, and the process can crash as it exits."""
+        self._holding = True
+        try:
+            yield self
+        finally:
+            self._holding = False
+        if self.signum is not None and (self._control is None or not self._attached):
+            raise Interrupted(self.signum)
+
     def _handle(self, signum, frame) -> None:  # signal context: record, let a thread relay
         first = self.signum is None
         if first:
             self.signum, self.at = signum, time.time()
         for each in self.signals:  # a second signal of either kind ends the process at once
             signal.signal(each, signal.SIG_DFL)
+        if self._holding:
+            return
         if self._control is None or not self._attached:
             raise Interrupted(signum)
         self._arrived.set()

@@ -124,6 +124,30 @@ def test_stop_relay_before_attach_or_without_checkpoints_interrupts():
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
+def test_stop_relay_held_raises_only_as_the_block_ends():
+    """While Ray starts (`held`) a signal raises nothing; it interrupts right after."""
+    before = signal.getsignal(signal.SIGINT)
+    stops = StopRelay(print).install()
+    reached = []
+    try:
+        with pytest.raises(Interrupted) as caught:
+            with stops.held():
+                os.kill(os.getpid(), signal.SIGINT)
+                time.sleep(0.5)  # the handler has run by now
+                reached.append("end of block")
+        assert reached == ["end of block"] and caught.value.signum == signal.SIGINT
+    finally:
+        stops.restore()
+        signal.signal(signal.SIGINT, before)
+    quiet = StopRelay(print).install()
+    try:
+        with quiet.held():  # no signal: nothing raised
+            pass
+        assert quiet.signum is None
+    finally:
+        quiet.restore()
+
+
 def test_stop_relay_without_a_signal_restores_the_handlers():
     before = signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)
     stops = StopRelay(print).install()

@@ -27,17 +27,46 @@ def test_keep_callback(name, module, kept):
 
 
 def test_an_embedded_run_gets_the_lean_trainer(tmp_path):
-    from ray.train.torch import TorchTrainer
+    from ray.train.torch import TorchConfig, TorchTrainer
+    from ray.train.v2.api.data_parallel_trainer import DataParallelTrainer
 
     from driver.config import compose
     from driver.launch import trainer_for
+    from driver.local_backend import LocalTorchConfig
 
     config = Path(__file__).resolve().parents[2] / "runs/train/tiny-lm.yaml"
     cfg, _ = compose(str(config), [f"run.output_dir={tmp_path}"])
     local = trainer_for(cfg, 2, False, None, tmp_path, embedded=True)
     cluster = trainer_for(cfg, 2, False, None, tmp_path, embedded=False)
-    assert isinstance(local, TorchTrainer) and type(local).__name__ == "LeanTorchTrainer"
-    assert type(cluster) is TorchTrainer
+    assert isinstance(local, DataParallelTrainer) and type(local).__name__ == "LeanTrainer"
+    assert isinstance(local.backend_config, LocalTorchConfig)
+    assert local.backend_config.backend == "gloo" and local.backend_config.timeout_s == 1800
+    assert type(cluster) is TorchTrainer and isinstance(cluster.backend_config, TorchConfig)
+
+
+def test_the_driver_of_an_embedded_run_never_imports_torch(tmp_path):
+    """Everything the driver imports to build and start an embedded run's trainer (the
+    preloaded modules included) leaves torch out: it would cost the driver a second of
+    CPU while Ray's daemons start (driver/local_backend.py)."""
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[2]
+    code = (
+        "import sys, importlib\n"
+        "from driver.config import compose\n"
+        "from driver.launch import PRELOAD, trainer_for\n"
+        "for name in PRELOAD: importlib.import_module(name)\n"
+        f"cfg, _ = compose({str(root / 'runs/train/tiny-lm.yaml')!r}, "
+        f"['run.output_dir={tmp_path}'])\n"
+        f"trainer = trainer_for(cfg, 2, False, None, __import__('pathlib').Path({str(tmp_path)!r}),"
+        " embedded=True)\n"
+        "import driver.embedded_train, driver.train, driver.progress\n"
+        "print(sorted(m for m in sys.modules if m == 'torch' or m.startswith('torch.')))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True,
+                         timeout=120, check=True)  # fmt: skip
+    assert out.stdout.strip().splitlines()[-1] == "[]"
 
 
 def test_lean_trainer_drops_only_the_callbacks_a_local_run_does_not_use():
@@ -82,26 +111,30 @@ def test_ray_train_still_passes_the_policy_where_the_lean_trainer_takes_it():
     assert 'runtime_env={"env_vars": env_vars}' in run and "TrainController" in run
 
 
-@pytest.mark.parametrize(
-    ("started", "inherited"),
-    [
-        (None, False),  # a Ray this process did not start: Ray Train's runtime environment
-        ({}, False),  # a variable Ray Train hands the controller is missing
-        ({"RAY_WARN_BLOCKING_GET_INSIDE_ASYNC": "0", "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": "2"},
-         True),
-        ({"RAY_WARN_BLOCKING_GET_INSIDE_ASYNC": "0", "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": "9"},
-         False),  # a value changed since Ray started
-    ],
-)  # fmt: skip
-def test_the_controller_needs_no_runtime_env_when_ray_inherited_it(monkeypatch, started, inherited):
-    from ray.train.v2._internal.constants import ENV_VARS_TO_PROPAGATE
+def test_the_local_worker_group_passes_what_ray_train_passes_but_the_controller():
+    """`LocalWorkerGroup` repeats Ray 2.60's `_init_train_context_on_workers` with no
+    controller handle (driver/embedded_train.py): a Ray upgrade that changes it fails here."""
+    import inspect
+    import re
 
-    from driver.embedded_train import env_inherited
+    from ray.train.v2._internal.execution.worker_group import WorkerGroup
 
-    for key in ENV_VARS_TO_PROPAGATE:
-        monkeypatch.delenv(key, raising=False)
-    monkeypatch.setenv("RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", "2")
-    assert env_inherited(started) is inherited
+    from driver.embedded_train import LocalWorkerGroup
+
+    def keywords(method) -> set[str]:
+        return set(re.findall(r"^\s+(\w+)=", inspect.getsource(method), re.M))
+
+    ray_source = inspect.getsource(WorkerGroup._init_train_context_on_workers)
+    assert "controller_actor=ray.get_runtime_context().current_actor" in ray_source
+    local = LocalWorkerGroup._init_train_context_on_workers
+    assert keywords(local) == keywords(WorkerGroup._init_train_context_on_workers)
+    assert "controller_actor=None" in inspect.getsource(local)
+    assert "_decorate_worker_log_file_paths" in ray_source
+    # the only place Ray Train gives the workers the controller's handle
+    from ray.train.v2._internal.execution import context
+
+    uses = re.findall(r"self\.controller_actor\.(\w+)", inspect.getsource(context))
+    assert uses == ["get_all_reported_checkpoints"]
 
 
 def test_lean_ray_start_patches_only_while_ray_starts():
