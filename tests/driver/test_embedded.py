@@ -171,3 +171,26 @@ def test_ray_still_has_what_lean_ray_start_replaces():
     )
     head = inspect.getsource(Node.start_head_processes)
     assert "self.start_monitor()" in head and "self.start_api_server(" in head
+
+
+def test_the_dashboard_check_looks_for_what_ray_would_import(monkeypatch):
+    """`dashboard_deps_error` finds the packages Ray's own check imports, without
+    importing them: the same list as Ray 2.60's ray.dashboard.optional_deps."""
+    import ast
+    import importlib.util
+
+    from driver import embedded
+
+    source = Path(importlib.util.find_spec("ray.dashboard.optional_deps").origin).read_text()
+    imported = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            imported |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            imported.add(node.module)
+    # aiohttp's own submodules come with aiohttp (finding them would import it)
+    wanted = {name for name in imported if not name.startswith("aiohttp.")}
+    assert wanted == set(embedded.DASHBOARD_DEPS)
+    assert embedded.dashboard_deps_error() is None  # installed here (ray[default])
+    monkeypatch.setattr(embedded, "DASHBOARD_DEPS", ("pydantic", "no_such_package.sub"))
+    assert "no_such_package" in str(embedded.dashboard_deps_error())
