@@ -121,7 +121,6 @@ class StopRelay:
         self._holding = False
         self._previous: dict[int, object] = {}
         self._arrived = threading.Event()
-        self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
     @property
@@ -172,9 +171,9 @@ class StopRelay:
         self._arrived.set()
 
     def _relay(self) -> None:
-        while not self._arrived.wait(0.2):
-            if self._stop.is_set():
-                return
+        self._arrived.wait()  # set by a signal, or by `restore`: no wake-ups until then
+        if self.signum is None:
+            return
         self.log(f"{self.name}: asking the workers for a final checkpoint, then stopping "
                  "(again to stop at once)")  # fmt: skip
         self._control.preempt.remote(self.at)
@@ -182,7 +181,7 @@ class StopRelay:
     def restore(self) -> None:
         """Stop relaying; the handlers in place before `install` (unless a signal came:
         then a second one keeps its default action)."""
-        self._stop.set()
+        self._arrived.set()  # wakes the relay thread, which relays a signal that came
         if self.signum is None:
             for signum, previous in self._previous.items():
                 signal.signal(signum, previous)

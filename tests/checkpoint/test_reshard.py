@@ -16,6 +16,7 @@ import torch.multiprocessing as mp
 from torch.distributed.checkpoint import FileSystemReader
 
 from driver.checkpoint import Checkpointer
+from driver.checkpoint.auth import KEY_ENV
 from tests.checkpoint.ranks import LAST_STEP, ddp_rank, preempt_rank, run_rank
 from tests.checkpoint.toy import config, full_params, make_state, train
 
@@ -26,10 +27,20 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def spawn(world_size: int, root: str, out: str, tag: str, resume: str = "") -> dict:
+def spawn(world_size: int, root: str, out: str, tag: str, resume: str = "", key=None) -> dict:
+    """Run `run_rank` on `world_size` ranks; `key`: their checkpoint secret (default: the
+    test's own local key, tests/checkpoint/conftest.py)."""
     args = (world_size, free_port(), root, out, tag, resume)
-    mp.spawn(run_rank, args=args, nprocs=world_size, join=True)
+    with pytest.MonkeyPatch.context() as env:
+        if key is not None:
+            env.setenv(KEY_ENV, key)  # the spawned ranks inherit it
+        mp.spawn(run_rank, args=args, nprocs=world_size, join=True)
     return torch.load(f"{out}/{tag}.pt")
+
+
+SHARED_KEY = "reshard-tests-shared-secret"
+"""The secret of `saved_by_two`'s checkpoints and of the runs that resume them: the fixture
+outlives each test's own local key."""
 
 
 @pytest.fixture(scope="module")
@@ -37,7 +48,7 @@ def saved_by_two(tmp_path_factory):
     """An uninterrupted 2-rank run to LAST_STEP that committed step-3 and step-6 on the way."""
     base = tmp_path_factory.mktemp("reshard")
     root, out = str(base / "ckpt"), str(base)
-    reference = spawn(2, root, out, "ref")
+    reference = spawn(2, root, out, "ref", key=SHARED_KEY)
     return root, out, reference, f"{root}/team/ref/step-3"
 
 
@@ -64,19 +75,19 @@ def test_single_process_checkpoint_resumes_on_two_fsdp_ranks(tmp_path):
 @pytest.mark.slow
 def test_resume_on_three_ranks(saved_by_two):
     root, out, reference, step3 = saved_by_two
-    _compare(spawn(3, root, out, "three", resume=step3), reference, bitwise=False)
+    _compare(spawn(3, root, out, "three", step3, SHARED_KEY), reference, bitwise=False)
 
 
 @pytest.mark.slow
 def test_resume_on_one_rank(saved_by_two):
     root, out, reference, step3 = saved_by_two
-    _compare(spawn(1, root, out, "one", resume=step3), reference, bitwise=False)
+    _compare(spawn(1, root, out, "one", step3, SHARED_KEY), reference, bitwise=False)
 
 
 @pytest.mark.slow
 def test_resume_on_same_layout_is_bitwise(saved_by_two):
     root, out, reference, step3 = saved_by_two
-    _compare(spawn(2, root, out, "two", resume=step3), reference, bitwise=True)
+    _compare(spawn(2, root, out, "two", step3, SHARED_KEY), reference, bitwise=True)
 
 
 @pytest.mark.slow
