@@ -24,7 +24,6 @@ from driver.config import check_batch
 from driver.embedded import (
     LOCAL_ENV,
     lean_ray_start,
-    lean_trainer,
     quiet_token_notice,
     started_ray,
 )
@@ -116,6 +115,7 @@ PRELOAD = (
     "driver.embedded_train",
     "driver.local_backend",
     "driver.loop",
+    "driver.trainer",
 )
 """What the driver of an embedded run imports after `ray.init` to build the trainer (Ray
 Train with pandas and Ray Data: a second and more), imported while `ray.init` waits for
@@ -157,74 +157,6 @@ def plan_capacity(cfg) -> tuple[capacity.Plan, bool]:
     return result, use_gpu
 
 
-def trainer_for(
-    cfg, world: int, use_gpu: bool, sink, output_dir: Path, control=None, embedded=False,
-    aux=None,
-):  # fmt: skip
-    """The Ray Train trainer running `driver.loop.train_worker` on `world` workers
-    (`trainer_class`, `backend_config`; torchft's config under `ft.enabled`)."""
-    from ray.train import RunConfig, ScalingConfig
-
-    from driver.checkpoint import failure_config
-    from driver.loop import train_worker
-    from driver.metrics import flight
-
-    par = cfg.parallelism
-    backend = par.backend if par.backend != "auto" else ("nccl" if use_gpu else "gloo")
-    resources = {"CPU": par.cpus_per_worker, **({"GPU": 1} if use_gpu else {})}
-    root = cfg.checkpoint.root
-    storage = f"{root}/{cfg.run.team}/{cfg.run.name}" if "://" in root else output_dir / "ray"
-    torch_config, failures, ft_args = backend_config(backend, embedded), None, {}
-    if cfg.ft.enabled:  # live fault tolerance: TorchftConfig, start gate (driver/ft/launch.py)
-        from driver.ft.launch import trainer_parts
-
-        torch_config, failures, ft_args = trainer_parts(cfg, world, backend)
-    # PyTorch's flight recorder on every rank, set before the process group starts.
-    torch_config = flight.with_env(torch_config, flight.worker_env(cfg))
-    trainer, config_arg = trainer_class(embedded)
-    trainer = trainer(
-        train_worker,
-        train_loop_config={"cfg": cfg, "sink": sink, "control": control, "aux": aux, **ft_args},
-        scaling_config=ScalingConfig(
-            num_workers=world, use_gpu=use_gpu, resources_per_worker=resources
-        ),
-        **{config_arg: torch_config},
-        run_config=RunConfig(
-            name=f"{cfg.run.team}-{cfg.run.name}",
-            storage_path=str(Path(storage).resolve()) if "://" not in str(storage) else storage,
-            failure_config=failures or failure_config(cfg.checkpoint),
-        ),
-    )
-    # Ray Train's own Ctrl-C handler aborts the run without a checkpoint; the driver's
-    # StopRelay turns SIGINT, like SIGTERM, into a final checkpoint and an orderly stop.
-    trainer._register_sigint_handler = lambda controller: None
-    return trainer
-
-
-def backend_config(backend: str, embedded: bool):
-    """Ray Train's TorchConfig; on an embedded Ray, the same without torch in the driver."""
-    if embedded:
-        from driver.local_backend import LocalTorchConfig
-
-        return LocalTorchConfig(backend=backend)
-    from ray.train.torch import TorchConfig
-
-    return TorchConfig(backend=backend)
-
-
-def trainer_class(embedded: bool) -> tuple[type, str]:
-    """Ray Train's trainer class and the name of its backend config argument: on an
-    embedded Ray, its base DataParallelTrainer (which imports no torch) without the
-    callbacks an embedded run does not use; in a cluster, TorchTrainer."""
-    if embedded:
-        from ray.train.v2.api.data_parallel_trainer import DataParallelTrainer
-
-        return lean_trainer(DataParallelTrainer), "backend_config"
-    from ray.train.torch import TorchTrainer
-
-    return TorchTrainer, "torch_config"
-
-
 def launch(cfg, config_yaml: str, fmt: str, say=print, stops=None) -> dict:
     """Run training to the end; the summary, or RunFailed after writing a crash bundle.
     `stops` (a driver.checkpoint.control.StopRelay, installed) turns SIGTERM and SIGINT into
@@ -235,6 +167,7 @@ def launch(cfg, config_yaml: str, fmt: str, say=print, stops=None) -> dict:
     from driver.aux.coordinator import start_services
     from driver.progress import Progress, summarize
     from driver.telemetry import start_channel
+    from driver.trainer import trainer_for
 
     started = time.monotonic()
     output_dir = Path(cfg.run.output_dir)

@@ -133,8 +133,8 @@ def main(argv: list[str] | None = None, supervised: bool = False) -> int:
     if supervised and embedded(cfg):
         from dataclasses import asdict
 
-        from driver.embedded import supervise
         from driver.netns import network_reason
+        from driver.supervise import supervise
 
         shared = network_reason(asdict(cfg), dict(os.environ))
         return supervise(lambda: _run(cfg, config_yaml, output_dir, fmt, args[0]),

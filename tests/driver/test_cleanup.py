@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from driver.embedded import exit_code, kill_session, session_members
+from driver.supervise import exit_code, kill_session, session_members
 from tests.driver.conftest import ROOT
 from tests.driver.test_interrupt import alive, descendants, start_driver, wait_for_rows
 
@@ -46,7 +46,7 @@ def test_no_process_outlives_a_killed_driver(tmp_path):
 SUPERVISED = textwrap.dedent(
     """
     import os, subprocess, sys, time
-    from driver.embedded import supervise
+    from driver.supervise import supervise
 
     def run():
         print("child", os.getpid(), os.getsid(0), flush=True)

@@ -31,8 +31,8 @@ def test_an_embedded_run_gets_the_lean_trainer(tmp_path):
     from ray.train.v2.api.data_parallel_trainer import DataParallelTrainer
 
     from driver.config import compose
-    from driver.launch import trainer_for
     from driver.local_backend import LocalTorchConfig
+    from driver.trainer import trainer_for
 
     config = Path(__file__).resolve().parents[2] / "runs/train/tiny-lm.yaml"
     cfg, _ = compose(str(config), [f"run.output_dir={tmp_path}"])
@@ -55,7 +55,7 @@ def test_the_driver_of_an_embedded_run_never_imports_torch(tmp_path):
     code = (
         "import sys, importlib\n"
         "from driver.config import compose\n"
-        "from driver.launch import PRELOAD, trainer_for\n"
+        "from driver.launch import PRELOAD\nfrom driver.trainer import trainer_for\n"
         "for name in PRELOAD: importlib.import_module(name)\n"
         f"cfg, _ = compose({str(root / 'runs/train/tiny-lm.yaml')!r}, "
         f"['run.output_dir={tmp_path}'])\n"
