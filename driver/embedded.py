@@ -26,6 +26,7 @@ fill, each wake-up takes CPU from training. A Ray cluster (a RayJob) keeps Ray's
   worker output), and Ray's API server started beside the raylet rather than before it
   (without the dashboard it serves only usage stats; without it at all, the dashboard
   agent would ask the GCS for its address every second, logging a traceback each time).
+- `own_sigterm()`: the driver's SIGTERM handler stays through `ray.init`.
 - `quiet_token_notice()`: token authentication stays on (Ray turns it on for a new local
   cluster), without Ray's start-up warning saying so, which asks nothing of the user.
 - `supervise(run)` (driver/supervise.py): the run in a session of its own.
@@ -123,6 +124,23 @@ def lean_ray_start():
             thread.join()
 
 
+@contextlib.contextmanager
+def own_sigterm():
+    """While an embedded `ray.init` runs: Ray does not install its SIGTERM handler (which
+    exits at once, in the middle of whatever the driver is doing); the driver's own
+    (driver/checkpoint/control.py `StopRelay`) stays, and a SIGTERM before the workers
+    train stops the run like Ctrl-C. Ray 2.60's `ray._private.utils.set_sigterm_handler`
+    (a test checks it is still what `ray.init` calls); restored on leaving."""
+    from ray._private import utils
+
+    saved = utils.set_sigterm_handler
+    utils.set_sigterm_handler = lambda handler: None
+    try:
+        yield
+    finally:
+        utils.set_sigterm_handler = saved
+
+
 DASHBOARD_DEPS = ("aiohttp", "aiohttp_cors", "grpc", "opencensus", "opentelemetry",
                   "opentelemetry.exporter.prometheus", "opentelemetry.proto",
                   "prometheus_client", "pydantic")  # fmt: skip
@@ -190,7 +208,7 @@ def lean_trainer(base: type) -> type:
             from driver import embedded_train
 
             kwargs = embedded_train.lean_kwargs(controller_init_kwargs)
-            if started_here():
+            if started_here() and embedded_train.in_process_ok():
                 return embedded_train.run_controller(kwargs)
             return super()._initialize_and_run_controller(**kwargs)
 

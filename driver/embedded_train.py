@@ -27,6 +27,8 @@ import os
 import threading
 
 import ray
+from ray._common.utils import env_bool
+from ray.train.constants import RAY_TRAIN_ENABLE_STATE_TRACKING
 from ray.train.v2._internal.constants import (
     ENABLE_CONTROLLER_STRUCTURED_LOGGING_ENV_VAR as CONTROLLER_LOG_ENV,
 )
@@ -93,6 +95,13 @@ class LocalController(TrainController):
     """Ray Train's controller, run in the driver's process (`run_controller`)."""
 
     worker_group_cls = LocalWorkerGroup
+
+
+def in_process_ok() -> bool:
+    """Whether the controller may run in this process: not when Ray Train's state tracking
+    is on (`RAY_TRAIN_ENABLE_STATE_TRACKING`: its callback records the controller's actor
+    ID, which only an actor has)."""
+    return not env_bool(RAY_TRAIN_ENABLE_STATE_TRACKING, False)
 
 
 def run_controller(controller_init_kwargs: dict):

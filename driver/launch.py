@@ -24,6 +24,7 @@ from driver.config import check_batch
 from driver.embedded import (
     LOCAL_ENV,
     lean_ray_start,
+    own_sigterm,
     quiet_token_notice,
     started_ray,
 )
@@ -98,7 +99,8 @@ def connect(cfg) -> bool:
     quiet_token_notice()
     preload(PRELOAD + (FT_PRELOAD if cfg.ft.enabled else ()))  # while ray.init waits
     cpus = cfg.run.local_cpus or local_cpus(cfg, cfg.parallelism.workers or 2)
-    with contextlib.nullcontext() if cfg.run.local_dashboard else lean_ray_start():
+    lean = contextlib.nullcontext() if cfg.run.local_dashboard else lean_ray_start()
+    with lean, own_sigterm():
         ray.init(
             num_cpus=cpus,
             include_dashboard=bool(cfg.run.local_dashboard),

@@ -18,7 +18,8 @@ that import Ray's torch helpers on the worker, where torch is loaded anyway:
   shutdown timeout.
 - `train_func_context`: Ray Train's own (the worker's CUDA device set before training).
 
-A cluster run, and a torchft run, keep Ray Train's TorchTrainer (driver/launch.py).
+A cluster run keeps Ray Train's TorchTrainer and TorchConfig, and a torchft run torchft's
+TorchftConfig (driver/trainer.py).
 """
 
 from __future__ import annotations
@@ -133,3 +134,6 @@ class LocalTorchConfig(BackendConfig):
         from ray.train.v2._internal.util import TrainingFramework
 
         return TrainingFramework.TORCH
+
+    def to_dict(self) -> dict:
+        return {"backend": self.backend, "init_method": "env", "timeout_s": self.timeout_s}

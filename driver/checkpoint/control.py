@@ -148,15 +148,27 @@ class StopRelay:
     @contextlib.contextmanager
     def held(self):
         """Within the block a stop signal is recorded and raises nothing; it raises
-        `Interrupted` as the block ends. For `ray.init`: an exception raised in the middle
-        of it leaves Ray's core worker half made, and the process can crash as it exits."""
+        `Interrupted` as the block ends (also when the block raised: the signal came first
+        to the user). For `ray.init`: an exception raised in the middle of it leaves Ray's
+        core worker half made, and the process can crash as it exits. The handlers are put
+        back as the block ends, in case the block replaced one (Ray's own SIGTERM handler
+        exits at once: driver/embedded.py keeps `ray.init` from installing it)."""
         self._holding = True
         try:
             yield self
-        finally:
+        except BaseException as err:
             self._holding = False
-        if self.signum is not None and (self._control is None or not self._attached):
+            if self._interrupts():
+                raise Interrupted(self.signum) from err
+            raise
+        self._holding = False
+        self.install()
+        if self._interrupts():
             raise Interrupted(self.signum)
+
+    def _interrupts(self) -> bool:
+        """Whether the recorded signal interrupts (no worker can hear it yet)."""
+        return self.signum is not None and (self._control is None or not self._attached)
 
     def _handle(self, signum, frame) -> None:  # signal context: record, let a thread relay
         first = self.signum is None

@@ -124,28 +124,57 @@ def test_stop_relay_before_attach_or_without_checkpoints_interrupts():
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
-def test_stop_relay_held_raises_only_as_the_block_ends():
-    """While Ray starts (`held`) a signal raises nothing; it interrupts right after."""
-    before = signal.getsignal(signal.SIGINT)
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_stop_relay_held_raises_only_as_the_block_ends(signum):
+    """While Ray starts (`held`) a signal raises nothing; it interrupts right after, with
+    the relay's handlers back even if the block replaced one (as Ray does for SIGTERM)."""
+    before = signal.getsignal(signum)
     stops = StopRelay(print).install()
     reached = []
     try:
         with pytest.raises(Interrupted) as caught:
             with stops.held():
-                os.kill(os.getpid(), signal.SIGINT)
+                signal.signal(signal.SIGTERM, signal.SIG_DFL)  # someone else's handler
+                signal.signal(signal.SIGTERM, stops._handle)  # ... replaced again
+                os.kill(os.getpid(), signum)
                 time.sleep(0.5)  # the handler has run by now
                 reached.append("end of block")
-        assert reached == ["end of block"] and caught.value.signum == signal.SIGINT
+        assert reached == ["end of block"] and caught.value.signum == signum
+    finally:
+        stops.restore()
+        signal.signal(signum, before)
+    quiet = StopRelay(print).install()
+    try:
+        with quiet.held():
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)  # replaced in the block ...
+        assert quiet.signum is None  # no signal: nothing raised
+        assert signal.getsignal(signal.SIGTERM) == quiet._handle  # ... and put back
+    finally:
+        quiet.restore()
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+def test_stop_relay_held_reports_the_signal_when_the_block_fails():
+    before = signal.getsignal(signal.SIGINT)
+    stops = StopRelay(print).install()
+    try:
+        with pytest.raises(Interrupted) as caught:
+            with stops.held():
+                os.kill(os.getpid(), signal.SIGINT)
+                time.sleep(0.5)
+                raise RuntimeError("ray.init failed after the signal")
+        assert isinstance(caught.value.__cause__, RuntimeError)
     finally:
         stops.restore()
         signal.signal(signal.SIGINT, before)
-    quiet = StopRelay(print).install()
+    failing = StopRelay(print).install()
     try:
-        with quiet.held():  # no signal: nothing raised
-            pass
-        assert quiet.signum is None
+        with pytest.raises(RuntimeError):  # no signal: the block's own error
+            with failing.held():
+                raise RuntimeError("no signal")
     finally:
-        quiet.restore()
+        failing.restore()
+        signal.signal(signal.SIGINT, before)
 
 
 def test_stop_relay_without_a_signal_restores_the_handlers():

@@ -194,3 +194,34 @@ def test_the_dashboard_check_looks_for_what_ray_would_import(monkeypatch):
     assert embedded.dashboard_deps_error() is None  # installed here (ray[default])
     monkeypatch.setattr(embedded, "DASHBOARD_DEPS", ("pydantic", "no_such_package.sub"))
     assert "no_such_package" in str(embedded.dashboard_deps_error())
+
+
+def test_ray_init_keeps_the_drivers_sigterm_handler():
+    """`own_sigterm` stops `ray.init` installing Ray's SIGTERM handler (which exits at
+    once): Ray 2.60 installs it through `set_sigterm_handler`, which a Ray upgrade that
+    changes fails here."""
+    import inspect
+
+    from ray._private import utils, worker
+
+    from driver.embedded import own_sigterm
+
+    assert "ray._private.utils.set_sigterm_handler(sigterm_handler)" in inspect.getsource(
+        worker.init
+    )
+    saved = utils.set_sigterm_handler
+    with own_sigterm():
+        assert utils.set_sigterm_handler(lambda *a: None) is None
+        assert utils.set_sigterm_handler is not saved
+    assert utils.set_sigterm_handler is saved
+
+
+@pytest.mark.parametrize(("value", "ok"), [(None, True), ("0", True), ("1", False)])
+def test_the_controller_stays_an_actor_with_state_tracking(monkeypatch, value, ok):
+    from driver.embedded_train import in_process_ok
+
+    if value is None:
+        monkeypatch.delenv("RAY_TRAIN_ENABLE_STATE_TRACKING", raising=False)
+    else:
+        monkeypatch.setenv("RAY_TRAIN_ENABLE_STATE_TRACKING", value)
+    assert in_process_ok() is ok
