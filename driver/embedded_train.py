@@ -121,9 +121,10 @@ def run_controller(controller_init_kwargs: dict):
     try:
         controller = LocalController(**controller_init_kwargs)
     finally:
-        os.environ.pop(CONTROLLER_LOG_ENV) if before is None else os.environ.update(
-            {CONTROLLER_LOG_ENV: before}
-        )
+        if before is None:
+            del os.environ[CONTROLLER_LOG_ENV]
+        else:
+            os.environ[CONTROLLER_LOG_ENV] = before
     thread = ControllerThread(controller)
     thread.start()
     try:

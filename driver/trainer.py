@@ -28,11 +28,12 @@ def trainer_for(
     resources = {"CPU": par.cpus_per_worker, **({"GPU": 1} if use_gpu else {})}
     root = cfg.checkpoint.root
     storage = f"{root}/{cfg.run.team}/{cfg.run.name}" if "://" in root else output_dir / "ray"
-    torch_config, failures, ft_args = backend_config(backend, embedded), None, {}
     if cfg.ft.enabled:  # live fault tolerance: TorchftConfig, start gate (driver/ft/launch.py)
         from driver.ft.launch import trainer_parts
 
         torch_config, failures, ft_args = trainer_parts(cfg, world, backend)
+    else:
+        torch_config, failures, ft_args = backend_config(backend, embedded), None, {}
     # PyTorch's flight recorder on every rank, set before the process group starts.
     torch_config = flight.with_env(torch_config, flight.worker_env(cfg))
     trainer, config_arg = trainer_class(embedded)
