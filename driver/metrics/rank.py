@@ -25,6 +25,7 @@ thread that wakes takes the interpreter lock from the training thread.
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import threading
 import time
@@ -124,7 +125,8 @@ class RankReporter:
         self.memory = MemorySampler(device)
         self.every_s, self.idle_s = every_s, idle_s
         self.pending: list[dict] = []
-        self.pushed = self.added = self.polled = time.monotonic()
+        self.pushed = self.added = time.monotonic()
+        self.polled = -math.inf  # the first step's row carries the services' figures
         self.in_flight: deque = deque(maxlen=16)  # the newest batches' call refs
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -132,7 +134,8 @@ class RankReporter:
         self._thread.start()
 
     def due(self) -> bool:
-        """True once per `every_s` (rank 0 then adds the aux services' figures to the row).
+        """True at the first call, then once per `every_s` (rank 0 then adds the aux services'
+        figures to the row: a run shorter than `every_s` still reports them once).
         Its own clock: the sending thread pushes the moment a batch is due, so the time of
         the last push is almost never seen `every_s` old."""
         now = time.monotonic()
