@@ -149,8 +149,9 @@ def aux_session(cfg, spec: dict | None, rank: int):
 def train_steps(cfg, loop, source, session, start: int, reporter, logger, aux=None) -> dict:
     """Steps `start`..`train.steps`, or until a preemption notice stops every rank; every
     rank hands each row to its reporter (rank 0's with the checkpoint fields and the aux
-    services' metrics), whose thread sends a batch every second; at the end or on a
-    failure it waits until the sink has the rest. The last row."""
+    services' figures: the newest once a second, the final ones on the last row, taken
+    before that row is queued), whose thread sends a batch every second; at the end or on
+    a failure it waits until the sink has the rest. The last row."""
     rank = reporter.rank
     batches = aux.batches(iter(source)) if aux else iter(source)
     row: dict = {}
@@ -164,15 +165,16 @@ def train_steps(cfg, loop, source, session, start: int, reporter, logger, aux=No
                 session.after_step(step + 1, row)
             if aux:
                 aux.after_step(step + 1, loop.model)
-            if aux and rank == 0 and reporter.due():
+            stop = bool(session and session.should_stop(step + 1))
+            if aux and rank == 0 and (stop or step + 1 == cfg.train.steps):
+                row.update(aux.metrics(final=True))
+            elif aux and rank == 0 and reporter.due():
                 row.update(aux.metrics())
             reporter.add(row)
             inject_failure(cfg, step, rank)
-            if session and session.should_stop(step + 1):
+            if stop:
                 break
     finally:
-        if aux and rank == 0:
-            reporter.update_last(aux.metrics(final=True))
         reporter.flush()
     return row
 

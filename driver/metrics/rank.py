@@ -153,12 +153,6 @@ class RankReporter:
             self.pending.append(row)
             self.added = time.monotonic()
 
-    def update_last(self, fields: dict) -> None:
-        """Add fields to the newest row not sent yet (none: nothing)."""
-        with self._lock:
-            if self.pending:
-                self.pending[-1].update(fields)
-
     def _run(self) -> None:
         wait = self.idle_s
         while not self._stop.wait(wait):
