@@ -18,7 +18,8 @@ from catalog import labels
 from runner import keepnodes
 from runner.gpupod import NOBODY, gpu_settings, pod_context
 from runner.resolve import CPU_ONLY_SHM, Plan, resolve
-from runner.spec import RunSpec, entrypoint
+from runner.spec import entrypoint
+from runner.spec_schema import RunSpec
 from runner.templating import render_template
 from runner.validation.inputs import EnvPlan, check_spec, load_env
 from runner.validation.manifests import validate_manifests

@@ -20,7 +20,7 @@ from catalog.quantity import format_bytes, format_cpu, parse_bytes
 from catalog.schema import Accelerator, Cluster, GpuPool
 from runner import keepnodes
 from runner.runfile import shown
-from runner.spec import RunSpec
+from runner.spec_schema import RunSpec
 from runner.validation.requests import bytes_request, check_fits, cpu_request
 
 CPU_ONLY_CPUS = 4.0

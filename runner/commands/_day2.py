@@ -50,7 +50,7 @@ class Day2Command(click.Command):
 def cluster_spec(name: str):
     """The catalog's cluster named by `--cluster`; unknown: `command line: --cluster: …`."""
     from catalog import load_cluster
-    from runner.spec import COMMAND_LINE
+    from runner.spec_schema import COMMAND_LINE
 
     return load_cluster(name, source=COMMAND_LINE, field="--cluster")
 

@@ -54,7 +54,7 @@ def dev_context(
     """The values dev-job.yaml.j2 reads, from the cluster and accelerator catalogs."""
     from catalog import accelerator as find_accelerator
     from runner.gpupod import gpu_settings, pod_context
-    from runner.spec import COMMAND_LINE
+    from runner.spec_schema import COMMAND_LINE
 
     spec = cluster_spec(cluster)
     tags = {

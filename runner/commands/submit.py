@@ -24,9 +24,11 @@ from catalog import exitcodes
 from catalog.errors import InputError
 from catalog.loader import repo_root
 from runner import gitops
-from runner.commands.render import apps_text, load_with_flags, overrides_from, run_options
+from runner.commands._run_flags import load_with_flags, overrides_from, run_options
+from runner.commands.render import apps_text
 from runner.render import render as render_spec
-from runner.spec import COMMAND_LINE, RunSpec, build_spec, display_path, dump_spec
+from runner.spec import build_spec, display_path, dump_spec
+from runner.spec_schema import COMMAND_LINE, RunSpec
 
 RUN_FILE_HEADER = (
     "# Run definition written by `runner submit`; edit it and run `runner render {}`.\n"

@@ -14,7 +14,8 @@ from typing import Any
 from catalog.errors import InputError
 from catalog.loader import repo_root
 from runner.runfile import FileMissing, is_regular_file, read_yaml_file, shown
-from runner.spec import COMMAND_LINE, RunSpec, display_path
+from runner.spec import display_path
+from runner.spec_schema import COMMAND_LINE, RunSpec
 
 DNS_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 # KubeRay appends suffixes (`-<5 chars>` for a RayJob's cluster, `-head-svc`), so its names

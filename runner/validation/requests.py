@@ -13,7 +13,7 @@ import math
 
 from catalog.quantity import QuantityError, format_bytes, format_cpu, parse_bytes, parse_cpu
 from runner.runfile import shown
-from runner.spec import RunSpec
+from runner.spec_schema import RunSpec
 
 MAX_CPUS = 10**5  # far above any node: a typo, not a request
 MAX_BYTES = 2**60

@@ -8,7 +8,7 @@ import pytest
 
 from runner.commands.render import render_command
 from runner.commands.submit import submit
-from runner.spec import RunSpec
+from runner.spec_schema import RunSpec
 from tests.runner.conftest import ROOT
 
 DOC = (ROOT / "docs" / "runner.md").read_text()
@@ -47,7 +47,7 @@ def test_every_flag_is_documented(command):
 
 
 def test_every_field_but_name_and_env_has_a_render_flag():
-    from runner.commands.render import _BOOL_FIELDS, _VALUE_FIELDS
+    from runner.commands._run_flags import _BOOL_FIELDS, _VALUE_FIELDS
 
     flagged = {*_VALUE_FIELDS, *_BOOL_FIELDS, "train_overrides"}
     assert flagged | {"name", "env"} == set(RunSpec.model_fields)

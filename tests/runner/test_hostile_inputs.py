@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from catalog import exitcodes
-from runner import runfile, spec
+from runner import runfile, spec_schema
 from runner.cli import MAX_LINE
 from tests.runner.conftest import ROOT, write_run
 from tests.runner.test_cli import run_cli
@@ -134,11 +134,11 @@ def test_limits_are_the_documented_ones():
         f"{runfile.MAX_ITEMS} entries",
         f"{runfile.MAX_SCALAR // 1024} KiB",
         f"{runfile.MAX_INT_DIGITS} digits",
-        f"{spec.MAX_TEXT} characters",
-        f"{spec.MAX_CMD // 1024} KiB",
-        f"{spec.MAX_ENTRIES} entries",
-        f"{spec.MAX_PODS:,}",
-        f"at most {spec.MAX_GPUS}",
+        f"{spec_schema.MAX_TEXT} characters",
+        f"{spec_schema.MAX_CMD // 1024} KiB",
+        f"{spec_schema.MAX_ENTRIES} entries",
+        f"{spec_schema.MAX_PODS:,}",
+        f"at most {spec_schema.MAX_GPUS}",
     ):
         assert figure in text, figure
 

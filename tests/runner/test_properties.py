@@ -17,7 +17,8 @@ from catalog import exitcodes
 from catalog.errors import InputError
 from runner.cli import main
 from runner.render import render
-from runner.spec import RunSpec, build_spec
+from runner.spec import build_spec
+from runner.spec_schema import RunSpec
 from tests.runner import hostile
 from tests.runner.conftest import IMAGE
 

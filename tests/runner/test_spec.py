@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 
 from catalog.errors import InputError
-from runner.commands.render import load_with_flags
-from runner.spec import COMMAND_LINE, build_spec, dump_spec, entrypoint, flag_name, load_run
+from runner.commands._run_flags import load_with_flags
+from runner.spec import build_spec, dump_spec, entrypoint, load_run
+from runner.spec_schema import COMMAND_LINE, flag_name
 from tests.runner.conftest import write_run
 
 
