@@ -98,7 +98,8 @@ class AuxSession:
             self.evaluations.append((step, client.submit("evaluate", {"version": step})))
 
     def _sender(self, state: dict, refresh):
-        from driver.aux.refresh import Sender, layout_of, ray_alive, ray_join
+        from driver.aux.refresh import layout_of
+        from driver.aux.refresh_sender import Sender, ray_alive, ray_join
 
         workers = self.services[refresh.service]["workers"]
         backend = refresh.backend

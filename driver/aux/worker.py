@@ -8,11 +8,10 @@ bounded FIFO, `routing.FairQueues`), then serves one request from the next rank 
 a request costs no more than its handler; while a handler call runs, pings wait (the
 proxy does not count a worker busy with its requests as hung).
 
-A request that finds its rank's queue full: policy "fail_fast" answers `queue_full` as
-soon as it is taken in; policy "wait" holds it at the worker (in arrival order, at most
-`hold_bound` per rank) until a slot frees or its deadline passes (then `timeout`): the
-caller blocks up to its deadline and the worker never serves a held request ahead of
-other ranks' queued ones.
+This module holds the worker's socket, its loop and the serving of a request; where a
+request waits until served (its rank's queue, or held when that is full, under
+`full_policy`) is worker_queues.py (`Queueing`, a part of `WorkerServer`: a mixin over the
+one worker's state, so a request costs no extra call).
 
     server = WorkerServer(handler, "ipc:///tmp/enc-0.sock", queue_bound=64)
     address = server.start(); ...; server.stop()
@@ -37,6 +36,7 @@ from driver.aux.multipart import NOBLOCK, nbytes, recv_frames, send_frames
 from driver.aux.payload import decode, encode
 from driver.aux.routing import FairQueues, admit
 from driver.aux.shm_worker import Attached, Borrowed
+from driver.aux.worker_queues import Item, Queueing, error_reply
 
 DRAIN = 10_000  # messages taken in at most between two handler calls
 _EVENTS, _POLLIN = int(zmq.EVENTS), int(zmq.POLLIN)
@@ -53,7 +53,7 @@ COUNTERS = (
 )
 
 
-class WorkerServer:
+class WorkerServer(Queueing):
     """Serves `handler` at `address` (ipc://, inproc:// or tcp://; a tcp port may be *)."""
 
     def __init__(
@@ -160,7 +160,7 @@ class WorkerServer:
             msg = parse(frames[2:], self.max_bytes)
         except WireError as err:
             self.counters[f"refused_{err.reason}"] += 1
-            self._reply(route, _error(peek_id(frames[2:]), "protocol", str(err)))
+            self._reply(route, error_reply(peek_id(frames[2:]), "protocol", str(err)))
             return
         if msg.kind == "ping":
             info = {"pending": len(self.queues), "node": self.node}
@@ -171,81 +171,17 @@ class WorkerServer:
             self._admit(Item(route, msg, time.time()))
         else:
             self.counters["refused_kind"] += 1
-            self._reply(route, _error(msg.id, "protocol", f"unexpected {msg.kind}"))
-
-    def _admit(self, item: Item) -> None:
-        rank = item.msg.rank
-        with self.lock:
-            held = self.held.get(rank)
-            full = self.queues.full(rank) or bool(held)  # held ones go first
-            decision = admit(full, self.policy, item.arrived, item.msg.deadline)
-            if decision == "hold" and held and len(held) >= self.hold_bound:
-                decision = "refuse"
-            if decision == "accept":
-                self.queues.push(rank, item)
-                return
-            if decision == "hold":
-                self.held.setdefault(rank, deque()).append(item)
-                self.counters["held_total"] += 1
-                return
-        code, text = {
-            "expire": ("timeout", "deadline passed before the worker got the request"),
-            "refuse": ("queue_full", f"rank {rank}'s queue at the worker is full"),
-        }[decision]
-        self.counters[f"refused_{code}"] += 1
-        self._reply(item.route, _error(item.msg.id, code, text))
-
-    def _cancel(self, client: bytes, msg: Message) -> None:
-        def match(item: Item) -> bool:
-            return item.msg.id == msg.id and item.route[1].bytes == client
-
-        with self.lock:
-            taken = self.queues.remove(msg.rank, match)
-            held = self.held.pop(msg.rank, None)
-            if held:
-                taken += [item for item in held if match(item)]
-                kept = deque(item for item in held if not match(item))
-                if kept:
-                    self.held[msg.rank] = kept
-        self.counters["cancelled"] += len(taken)
-
-    def _expire_held(self) -> None:
-        now, expired = time.time(), []
-        with self.lock:
-            for rank, queue in list(self.held.items()):
-                if any(item.msg.deadline <= now for item in queue):
-                    expired += [item for item in queue if item.msg.deadline <= now]
-                    kept = deque(item for item in queue if item.msg.deadline > now)
-                    if kept:
-                        self.held[rank] = kept
-                    else:
-                        del self.held[rank]
-        for item in expired:
-            self.counters["refused_timeout"] += 1
-            self._reply(item.route, _error(item.msg.id, "timeout", "deadline passed in queue"))
+            self._reply(route, error_reply(msg.id, "protocol", f"unexpected {msg.kind}"))
 
     def _reply(self, route: list[Any], msg: Message) -> None:
         send_frames(self.router, [*route, *pack(msg)])
-
-    def _next(self) -> Item | None:
-        with self.lock:
-            popped = self.queues.pop()
-            if popped is None:
-                return None
-            rank, item = popped
-            held = self.held.get(rank)
-            if held:
-                self.queues.push(rank, held.popleft())
-                if not held:
-                    del self.held[rank]
-            return item
 
     def _serve(self, item: Item) -> Message:
         msg, start = item.msg, time.time()
         self.wait_s += start - item.arrived
         if start >= msg.deadline:
             self.counters["expired_in_queue"] += 1
-            return _error(msg.id, "timeout", "deadline passed in queue")
+            return error_reply(msg.id, "timeout", "deadline passed in queue")
         shared = Borrowed(self.attached)  # the rank's shared memory, if it sent any
         try:
             payload = decode(msg.body, torch=self.torch, shm=shared.read)
@@ -265,22 +201,9 @@ class WorkerServer:
             self.per_rank[msg.rank] += 1
         except WireError as err:
             self.counters["refused_" + err.reason] += 1
-            reply = _error(msg.id, "protocol", str(err))
+            reply = error_reply(msg.id, "protocol", str(err))
         except Exception as err:  # the caller gets it as AuxRemoteError
             self.counters["errors"] += 1
-            reply = _error(msg.id, "remote", f"{type(err).__name__}: {err}")
+            reply = error_reply(msg.id, "remote", f"{type(err).__name__}: {err}")
         self.process_s += time.time() - start
         return reply
-
-
-class Item:
-    """A request waiting at the worker: its route back, the message, its arrival time."""
-
-    __slots__ = ("route", "msg", "arrived")
-
-    def __init__(self, route: list[Any], msg: Message, arrived: float):
-        self.route, self.msg, self.arrived = route, msg, arrived
-
-
-def _error(request_id: int, code: str, text: str) -> Message:
-    return Message("err", request_id, code=code, error=text)

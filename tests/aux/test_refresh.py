@@ -9,7 +9,8 @@ import threading
 import pytest
 import torch
 
-from driver.aux.refresh import Receiver, Sender, Versioned, flatten, layout_of, unflatten
+from driver.aux.refresh import Receiver, Versioned, flatten, layout_of, unflatten
+from driver.aux.refresh_sender import Sender
 
 
 def state(value: float) -> dict:
