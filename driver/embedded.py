@@ -22,11 +22,12 @@ fill, each wake-up takes CPU from training. A Ray cluster (a RayJob) keeps Ray's
   process started the Ray it runs on (`started_ray`): no process that starts and imports
   Ray Train while the workers wait for it (driver/embedded_train.py); with the backend of
   driver/local_backend.py the driver never imports torch.
-- `lean_ray_start()`: no autoscaler monitor, no log monitor (the driver asks Ray for no
-  worker output), and Ray's API server started beside the raylet rather than before it
-  (without the dashboard it serves only usage stats; without it at all, the dashboard
-  agent would ask the GCS for its address every second, logging a traceback each time).
-- `own_sigterm()`: the driver's SIGTERM handler stays through `ray.init`.
+- `lean_ray_start()`, `own_sigterm()` (driver/ray_start.py): `ray.init` without the
+  autoscaler monitor and the log monitor (the driver asks Ray for no worker output), with
+  Ray's API server started beside the raylet rather than before it (without the dashboard
+  it serves only usage stats; without it at all, the dashboard agent would ask the GCS
+  for its address every second, logging a traceback each time), a wait for the raylet in
+  short steps, and the driver's SIGTERM handler kept.
 - `quiet_token_notice()`: token authentication stays on (Ray turns it on for a new local
   cluster), without Ray's start-up warning saying so, which asks nothing of the user.
 - `supervise(run)` (driver/supervise.py): the run in a session of its own.
@@ -34,7 +35,6 @@ fill, each wake-up takes CPU from training. A Ray cluster (a RayJob) keeps Ray's
 
 from __future__ import annotations
 
-import contextlib
 import logging
 
 LOCAL_ENV = {
@@ -79,87 +79,6 @@ def started_here() -> bool:
     import ray
 
     return STARTED is not None and STARTED == ray.get_runtime_context().get_node_id()
-
-
-@contextlib.contextmanager
-def lean_ray_start():
-    """While an embedded `ray.init` without the dashboard runs: no autoscaler monitor (a
-    Python process that polls the GCS every second for an autoscaler an embedded Ray does
-    not have), no log monitor (a Python process that polls the workers' log files ten
-    times a second to send their lines to a driver that asks for none: `log_to_driver=False`;
-    the files stay in the session's logs folder), and Ray's API server (which Ray starts
-    even without the dashboard; it then serves only usage stats) starts beside the raylet
-    instead of before it: `ray.init` waits for it, then for the raylet, which waits for its
-    agents. And Ray's check that the dashboard's packages are installed (which decides
-    whether its agents run in their minimal mode) looks for them (`dashboard_deps_error`)
-    instead of importing them all in the driver (0.3 s of CPU before the raylet starts).
-    Ray 2.60's `Node.start_monitor`, `Node.start_log_monitor`, `Node.start_api_server` and
-    `get_dashboard_dependency_error` (pinned in pyproject.toml; a test checks they are
-    still there); restored on leaving."""
-    import threading
-
-    from ray._private import utils
-    from ray._private.node import Node
-
-    monitor, log_monitor = Node.start_monitor, Node.start_log_monitor
-    api_server, deps_error = Node.start_api_server, utils.get_dashboard_dependency_error
-    started: list[threading.Thread] = []
-
-    def start_api_server(self, **kwargs):
-        thread = threading.Thread(target=api_server, args=(self,), kwargs=kwargs,
-                                  name="ray-api-server", daemon=True)  # fmt: skip
-        thread.start()
-        started.append(thread)
-
-    Node.start_monitor = Node.start_log_monitor = lambda self: None
-    Node.start_api_server = start_api_server
-    utils.get_dashboard_dependency_error = dashboard_deps_error
-    try:
-        yield
-    finally:
-        Node.start_monitor, Node.start_log_monitor = monitor, log_monitor
-        Node.start_api_server = api_server
-        utils.get_dashboard_dependency_error = deps_error
-        for thread in started:
-            thread.join()
-
-
-@contextlib.contextmanager
-def own_sigterm():
-    """While an embedded `ray.init` runs: Ray does not install its SIGTERM handler (which
-    exits at once, in the middle of whatever the driver is doing); the driver's own
-    (driver/checkpoint/control.py `StopRelay`) stays, and a SIGTERM before the workers
-    train stops the run like Ctrl-C. Ray 2.60's `ray._private.utils.set_sigterm_handler`
-    (a test checks it is still what `ray.init` calls); restored on leaving."""
-    from ray._private import utils
-
-    saved = utils.set_sigterm_handler
-    utils.set_sigterm_handler = lambda handler: None
-    try:
-        yield
-    finally:
-        utils.set_sigterm_handler = saved
-
-
-DASHBOARD_DEPS = ("aiohttp", "aiohttp_cors", "grpc", "opencensus", "opentelemetry",
-                  "opentelemetry.exporter.prometheus", "opentelemetry.proto",
-                  "prometheus_client", "pydantic")  # fmt: skip
-"""The packages Ray 2.60's `ray.dashboard.optional_deps` imports."""
-
-
-def dashboard_deps_error() -> ImportError | None:
-    """Ray's `get_dashboard_dependency_error` without importing the packages: an
-    ImportError naming the first of DASHBOARD_DEPS that is not installed, or None."""
-    import importlib.util
-
-    for name in DASHBOARD_DEPS:
-        try:
-            found = importlib.util.find_spec(name) is not None
-        except ImportError:  # a parent package is missing
-            found = False
-        if not found:
-            return ImportError(f"No module named {name!r}")
-    return None
 
 
 TOKEN_LOGGER = "ray._private.authentication.authentication_token_setup"

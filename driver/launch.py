@@ -21,13 +21,8 @@ from catalog.errors import InputError
 from driver import capacity
 from driver.aux.config import check_run
 from driver.config import check_batch
-from driver.embedded import (
-    LOCAL_ENV,
-    lean_ray_start,
-    own_sigterm,
-    quiet_token_notice,
-    started_ray,
-)
+from driver.embedded import LOCAL_ENV, quiet_token_notice, started_ray
+from driver.ray_start import lean_ray_start, own_sigterm
 
 # Ray Train's controller polls every worker each health-check interval, and a
 # ray.train.report call waits for the next poll. Per-step metrics bypass report (the metrics

@@ -138,11 +138,13 @@ def test_the_local_worker_group_passes_what_ray_train_passes_but_the_controller(
 
 
 def test_lean_ray_start_patches_only_while_ray_starts():
+    from ray._private import services
     from ray._private.node import Node
 
-    from driver.embedded import lean_ray_start
+    from driver.ray_start import lean_ray_start
 
     monitor, api_server = Node.start_monitor, Node.start_api_server
+    get_node = services.get_node
     log_monitor = Node.start_log_monitor
     calls = []
     Node.start_api_server = lambda self, **kwargs: calls.append(kwargs)  # Ray's, stood in
@@ -151,8 +153,10 @@ def test_lean_ray_start_patches_only_while_ray_starts():
             assert Node.start_monitor(object()) is None  # no autoscaler monitor
             assert Node.start_log_monitor(object()) is None  # no log monitor
             Node.start_api_server(object(), include_dashboard=False, raise_on_failure=False)
+            assert services.get_node is not get_node  # the wait in short steps
         assert calls == [{"include_dashboard": False, "raise_on_failure": False}]  # joined
         assert Node.start_monitor is monitor and Node.start_log_monitor is log_monitor
+        assert services.get_node is get_node
     finally:
         Node.start_api_server = api_server
 
@@ -171,6 +175,11 @@ def test_ray_still_has_what_lean_ray_start_replaces():
     )
     head = inspect.getsource(Node.start_head_processes)
     assert "self.start_monitor()" in head and "self.start_api_server(" in head
+    # the new node's wait for its raylet, looked up at call time (so the stand-in is used)
+    from ray._private import services
+
+    assert "ray._private.services.get_node(" in inspect.getsource(Node.__init__)
+    assert list(inspect.signature(services.get_node).parameters) == ["gcs_address", "node_id"]
 
 
 def test_the_dashboard_check_looks_for_what_ray_would_import(monkeypatch):
@@ -179,7 +188,7 @@ def test_the_dashboard_check_looks_for_what_ray_would_import(monkeypatch):
     import ast
     import importlib.util
 
-    from driver import embedded
+    from driver import ray_start
 
     source = Path(importlib.util.find_spec("ray.dashboard.optional_deps").origin).read_text()
     imported = set()
@@ -190,10 +199,10 @@ def test_the_dashboard_check_looks_for_what_ray_would_import(monkeypatch):
             imported.add(node.module)
     # aiohttp's own submodules come with aiohttp (finding them would import it)
     wanted = {name for name in imported if not name.startswith("aiohttp.")}
-    assert wanted == set(embedded.DASHBOARD_DEPS)
-    assert embedded.dashboard_deps_error() is None  # installed here (ray[default])
-    monkeypatch.setattr(embedded, "DASHBOARD_DEPS", ("pydantic", "no_such_package.sub"))
-    assert "no_such_package" in str(embedded.dashboard_deps_error())
+    assert wanted == set(ray_start.DASHBOARD_DEPS)
+    assert ray_start.dashboard_deps_error() is None  # installed here (ray[default])
+    monkeypatch.setattr(ray_start, "DASHBOARD_DEPS", ("pydantic", "no_such_package.sub"))
+    assert "no_such_package" in str(ray_start.dashboard_deps_error())
 
 
 def test_ray_init_keeps_the_drivers_sigterm_handler():
@@ -204,7 +213,7 @@ def test_ray_init_keeps_the_drivers_sigterm_handler():
 
     from ray._private import utils, worker
 
-    from driver.embedded import own_sigterm
+    from driver.ray_start import own_sigterm
 
     assert "ray._private.utils.set_sigterm_handler(sigterm_handler)" in inspect.getsource(
         worker.init
@@ -225,3 +234,51 @@ def test_the_controller_stays_an_actor_with_state_tracking(monkeypatch, value, o
     else:
         monkeypatch.setenv("RAY_TRAIN_ENABLE_STATE_TRACKING", value)
     assert in_process_ok() is ok
+
+
+class Clock:
+    def __init__(self):
+        self.now, self.slept = 0.0, []
+
+    def __call__(self):
+        return self.now
+
+    def sleep(self, seconds):
+        self.slept.append(seconds)
+        self.now += seconds
+
+
+@pytest.mark.parametrize(
+    ("answers", "timeout_s", "found", "asked"),
+    [
+        ([True], 30, True, 1),  # registered already: no sleep at all
+        ([False, False, True], 30, True, 3),  # found 0.1 s later, not a second later
+        ([False] * 100, 0.22, False, 5),  # never: Ray's own wait decides after the timeout
+        ([False, True], 0.0, False, 1),  # no time at all: one question
+    ],
+    ids=["at once", "in steps", "never", "no time"],
+)
+def test_the_raylet_wait_asks_in_short_steps(answers, timeout_s, found, asked):
+    from driver.ray_start import NODE_POLL_S, wait_until
+
+    clock, replies = Clock(), iter(answers)
+    calls = []
+
+    def probe():
+        calls.append(clock.now)
+        return next(replies)
+
+    assert wait_until(probe, timeout_s, clock=clock, sleep=clock.sleep) is found
+    assert len(calls) == asked and set(clock.slept) <= {NODE_POLL_S}
+
+
+def test_the_raylet_wait_falls_back_to_rays_own(monkeypatch):
+    """If the GCS cannot be asked at all, Ray's own `get_node` waits, as it did before."""
+    from driver import ray_start
+
+    def no_client(gcs_address, node_id):
+        raise RuntimeError("no GCS client")
+
+    monkeypatch.setattr(ray_start, "node_alive_probe", no_client)
+    got = ray_start.wait_then_get_node(lambda address, node: (address, node))
+    assert got("127.0.0.1:1", "ab" * 28) == ("127.0.0.1:1", "ab" * 28)
