@@ -19,7 +19,7 @@ from pathlib import Path
 
 from catalog.errors import InputError
 from catalog.loader import repo_root
-from runner.runfile import is_regular_file, read_bytes
+from runner.boundedfile import is_regular_file, read_bytes
 from runner.yamltext import dump_documents
 
 NOT_RUNS = ("train", "env")

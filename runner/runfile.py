@@ -4,7 +4,7 @@ Every problem is one `InputError` naming the file (and the key or line), never a
 or a hang, whatever the file holds:
 
 - only a regular file is read (a FIFO, a device such as /dev/zero or a folder is refused
-  before a byte is read), at most `MAX_FILE_BYTES`;
+  before a byte is read), at most `MAX_FILE_BYTES` (`runner.boundedfile`);
 - the text must be UTF-8;
 - the YAML is built from the parser's events without recursion: at most `MAX_DEPTH`
   levels of nesting, `MAX_ITEMS` entries per mapping or list, `MAX_SCALAR` characters per
@@ -19,8 +19,6 @@ The limits are documented in docs/runner.md (Validation).
 
 from __future__ import annotations
 
-import os
-import stat
 from pathlib import Path
 from typing import Any
 
@@ -37,8 +35,8 @@ from yaml.events import (
 from yaml.nodes import ScalarNode
 
 from catalog.errors import InputError
+from runner.boundedfile import read_bytes
 
-MAX_FILE_BYTES = 256 * 1024
 MAX_DEPTH = 16
 MAX_ITEMS = 1000
 MAX_SCALAR = 64 * 1024
@@ -50,65 +48,10 @@ _TAGS = {f"tag:yaml.org,2002:{t}" for t in ("str", "int", "float", "bool", "null
 _INT = "tag:yaml.org,2002:int"
 
 
-class FileMissing(InputError):
-    """The file does not exist (callers may word this their own way)."""
-
-
 def shown(value: Any, limit: int = SHOWN) -> str:
     """`repr(value)`, cut to `limit` characters: for quoting user values in messages."""
     text = repr(value)
     return text if len(text) <= limit else text[: limit - 4] + "...'"
-
-
-def is_regular_file(path: Path) -> bool:
-    """True for a regular file (after symlinks); False for anything else or any OS error."""
-    try:
-        return stat.S_ISREG(os.stat(path).st_mode)
-    except (OSError, ValueError):
-        return False
-
-
-def read_bytes(path: Path, source: str, limit: int = MAX_FILE_BYTES) -> bytes:
-    """The bytes of a regular file of at most `limit` bytes; never blocks on a FIFO."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0))
-    except FileNotFoundError:
-        raise FileMissing(source, None, "file not found") from None
-    except OSError as err:
-        raise InputError(source, None, f"cannot read: {err.strerror}") from None
-    except ValueError:
-        raise InputError(source, None, "cannot read: the file name contains a NUL") from None
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise InputError(source, None, f"not a regular file ({_kind(info.st_mode)})")
-        if info.st_size > limit:
-            raise InputError(source, None, f"{info.st_size} bytes; at most {limit} are read")
-        chunks, size = [], 0
-        while size <= limit:
-            chunk = os.read(fd, limit + 1 - size)
-            if not chunk:
-                break
-            chunks.append(chunk)
-            size += len(chunk)
-        if size > limit:
-            raise InputError(source, None, f"more than {limit} bytes; at most {limit} are read")
-        return b"".join(chunks)
-    except OSError as err:
-        raise InputError(source, None, f"cannot read: {err.strerror}") from None
-    finally:
-        os.close(fd)
-
-
-def _kind(mode: int) -> str:
-    kinds = [
-        (stat.S_ISDIR, "a folder"),
-        (stat.S_ISFIFO, "a FIFO"),
-        (stat.S_ISCHR, "a character device"),
-        (stat.S_ISBLK, "a block device"),
-        (stat.S_ISSOCK, "a socket"),
-    ]
-    return next((name for test, name in kinds if test(mode)), "not a file")
 
 
 def decode(data: bytes, source: str) -> str:

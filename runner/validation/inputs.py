@@ -13,7 +13,8 @@ from typing import Any
 
 from catalog.errors import InputError
 from catalog.loader import repo_root
-from runner.runfile import FileMissing, is_regular_file, read_yaml_file, shown
+from runner.boundedfile import FileMissing, is_regular_file
+from runner.runfile import read_yaml_file, shown
 from runner.spec import display_path
 from runner.spec_schema import COMMAND_LINE, RunSpec
 

@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from catalog import exitcodes
-from runner import runfile, spec_schema
+from runner import boundedfile, runfile, spec_schema
 from runner.cli import MAX_LINE
 from tests.runner.conftest import ROOT, write_run
 from tests.runner.test_cli import run_cli
@@ -129,7 +129,7 @@ def test_a_file_name_that_is_not_utf8(repo, capsys):
 def test_limits_are_the_documented_ones():
     text = (ROOT / "docs" / "runner.md").read_text()
     for figure in (
-        f"{runfile.MAX_FILE_BYTES // 1024} KiB",
+        f"{boundedfile.MAX_FILE_BYTES // 1024} KiB",
         f"{runfile.MAX_DEPTH} levels",
         f"{runfile.MAX_ITEMS} entries",
         f"{runfile.MAX_SCALAR // 1024} KiB",
