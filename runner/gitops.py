@@ -1,10 +1,9 @@
-"""apps/ files: deterministic text, headers naming the source, the check and PR staging.
+"""apps/ files: deterministic text, headers naming the source, and the check.
 
 `runner render` writes `apps/<cluster>/<namespace>/<run>.yaml`; the first header line names
 the run definition it came from. `check_apps()` re-renders every committed run definition
 (`runs/**/*.yaml` except `runs/train/` and `runs/env/`) and reports files that differ.
-`stage()` commits texts onto a branch `run/<name>` through a temporary index, so the working
-tree, the index and the current branch stay exactly as they are.
+Staging those files onto a branch for a PR is `runner.gitstage`.
 """
 
 from __future__ import annotations
@@ -12,7 +11,6 @@ from __future__ import annotations
 import difflib
 import os
 import re
-import subprocess
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -188,89 +186,3 @@ def orphans(expected: set[Path], root: Path | None = None) -> list[Path]:
         if path not in expected and rendered_source(path) is not None:
             found.append(path)
     return found
-
-
-class GitError(RuntimeError):
-    """A git command failed (the message is one line: the command and git's last line)."""
-
-
-def _last_line(text: str) -> str:
-    lines = text.strip().splitlines()
-    return lines[-1] if lines else "failed"
-
-
-def git(root: Path, *args: str, env: dict | None = None, check: bool = True) -> str:
-    result = subprocess.run(
-        ["git", *args],
-        cwd=root,
-        capture_output=True,
-        text=True,
-        env={**os.environ, **(env or {})},
-    )
-    if check and result.returncode != 0:
-        raise GitError(f"git {' '.join(args)}: {_last_line(result.stderr)}")
-    return result.stdout.strip()
-
-
-def is_git_repo(root: Path) -> bool:
-    """A git work tree (False too when git is not installed: the files are then written)."""
-    try:
-        result = subprocess.run(
-            ["git", "rev-parse", "--is-inside-work-tree"], cwd=root, capture_output=True, text=True
-        )
-    except FileNotFoundError:
-        return False
-    return result.returncode == 0 and result.stdout.strip() == "true"
-
-
-def branch_name(run: str) -> str:
-    return f"run/{run}"
-
-
-def stage(root: Path, run: str, files: dict[str, str], message: str) -> str:
-    """Commit `files` (repository path -> text) onto branch run/<run>; returns the commit.
-
-    Blobs are written straight into the object store and the tree is built in a temporary
-    index, so the working tree, the index and HEAD stay exactly as they are. The branch
-    starts at HEAD, or continues from its own tip if it exists.
-    """
-    branch = branch_name(run)
-    tip = git(root, "rev-parse", "--verify", "--quiet", f"refs/heads/{branch}", check=False)
-    parent = tip or git(root, "rev-parse", "HEAD")
-    with tempfile.TemporaryDirectory() as folder:
-        env = {"GIT_INDEX_FILE": str(Path(folder) / "index")}
-        git(root, "read-tree", parent, env=env)
-        for relative, text in sorted(files.items()):
-            blob = git_input(root, text, "hash-object", "-w", "--stdin")
-            git(root, "update-index", "--add", "--cacheinfo", f"100644,{blob},{relative}", env=env)
-        tree = git(root, "write-tree", env=env)
-    commit = git(root, "commit-tree", tree, "-p", parent, "-m", message)
-    git(root, "update-ref", f"refs/heads/{branch}", commit)
-    return commit
-
-
-def git_input(root: Path, text: str, *args: str) -> str:
-    result = subprocess.run(
-        ["git", *args], cwd=root, input=text, capture_output=True, text=True, check=False
-    )
-    if result.returncode != 0:
-        raise GitError(f"git {' '.join(args)}: {_last_line(result.stderr)}")
-    return result.stdout.strip()
-
-
-def has_commits(root: Path) -> bool:
-    """A git work tree whose HEAD names a commit (staging needs a parent)."""
-    if not is_git_repo(root):
-        return False
-    return bool(git(root, "rev-parse", "--verify", "--quiet", "HEAD", check=False))
-
-
-def manual_commands(run: str, files: list[str], message: str) -> list[str]:
-    """The git commands that stage a run when the tree is not a git repository."""
-    branch = branch_name(run)
-    return [
-        f"git switch -c {branch}",
-        f"git add {' '.join(files)}",
-        f"git commit -m {message!r}",
-        f"git push -u origin {branch}",
-    ]

@@ -23,7 +23,7 @@ import yaml
 from catalog import exitcodes
 from catalog.errors import InputError
 from catalog.loader import repo_root
-from runner import gitops
+from runner import gitops, gitstage
 from runner.commands._run_flags import load_with_flags, overrides_from, run_options
 from runner.commands.render import apps_text
 from runner.render import render as render_spec
@@ -128,13 +128,13 @@ def gitops_files(spec: RunSpec) -> tuple[RunSpec, dict[str, str], str]:
 def stage_or_write(spec: RunSpec, files: dict[str, str], totals: str, no_stage: bool) -> None:
     root = repo_root()
     message = f"run {spec.name} on {spec.cluster}/{spec.namespace}: {totals}"
-    if not no_stage and gitops.has_commits(root):
+    if not no_stage and gitstage.has_commits(root):
         try:
-            commit = gitops.stage(root, spec.name, files, message)
-        except gitops.GitError as err:
+            commit = gitstage.stage(root, spec.name, files, message)
+        except gitstage.GitError as err:
             click.echo(f"error: {err}", err=True)
             sys.exit(exitcodes.FAILURE)
-        branch = gitops.branch_name(spec.name)
+        branch = gitstage.branch_name(spec.name)
         click.echo(f"committed {', '.join(files)} on branch {branch} ({commit[:12]})")
         click.echo(f"the working tree is unchanged; next: git push -u origin {branch}")
         return
@@ -144,7 +144,7 @@ def stage_or_write(spec: RunSpec, files: dict[str, str], totals: str, no_stage: 
     if no_stage:
         return
     click.echo("not a git repository with commits; stage the run with:")
-    for line in gitops.manual_commands(spec.name, list(files), message):
+    for line in gitstage.manual_commands(spec.name, list(files), message):
         click.echo(f"  {line}")
 
 
