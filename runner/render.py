@@ -17,7 +17,8 @@ from typing import Any
 from catalog import labels
 from runner import keepnodes
 from runner.gpupod import NOBODY, gpu_settings, pod_context
-from runner.resolve import CPU_ONLY_SHM, Plan, resolve
+from runner.resolve import Plan, resolve
+from runner.sizing import CPU_ONLY_SHM
 from runner.spec import entrypoint
 from runner.spec_schema import RunSpec
 from runner.templating import render_template

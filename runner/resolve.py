@@ -2,7 +2,8 @@
 
 Pure functions. `resolve(spec)` fills every default from the cluster and accelerator catalogs
 and refuses requests the cluster cannot place, each as one `InputError` naming where the
-value came from (the run file and key, or the flag).
+value came from (the run file and key, or the flag). Each pod's requests are sized by
+`runner.sizing`.
 
     from runner.resolve import resolve
     plan = resolve(load_run("runs/examples/tiny-lm.yaml"))
@@ -16,18 +17,12 @@ from dataclasses import dataclass, field
 from catalog import labels
 from catalog.loader import accelerator as find_accelerator
 from catalog.loader import load_cluster
-from catalog.quantity import format_bytes, format_cpu, parse_bytes
+from catalog.quantity import format_bytes, format_cpu
 from catalog.schema import Accelerator, Cluster, GpuPool
 from runner import keepnodes
 from runner.runfile import shown
+from runner.sizing import cpu_requests, gpu_requests, head_requests
 from runner.spec_schema import RunSpec
-from runner.validation.requests import bytes_request, check_fits, cpu_request
-
-CPU_ONLY_CPUS = 4.0
-CPU_ONLY_MEMORY = 16 * 2**30
-CPU_ONLY_SHM = 2**30
-GIB = 2**30
-POD, HEAD = ("cpus", "memory"), ("head_cpus", "head_memory")
 
 
 @dataclass(frozen=True)
@@ -167,48 +162,6 @@ def _pools(spec: RunSpec, cluster: Cluster, accel: Accelerator) -> list[GpuPool]
     return pools
 
 
-def _gpu_requests(spec: RunSpec, accel: Accelerator) -> tuple[int, float, int, int]:
-    """(gpus, cpus, memory, shm) per pod on an accelerator; defaults scale with the GPUs."""
-    gpus = accel.gpus_per_node if spec.gpus is None else spec.gpus
-    if gpus == 0:
-        raise spec.error("gpus", f"0 GPUs on {accel.name}; leave out accelerator for a CPU run")
-    if gpus > accel.gpus_per_node:
-        raise spec.error(
-            "gpus", f"{gpus} GPUs exceed the {accel.gpus_per_node} of one {accel.name} node"
-        )
-    share = gpus / accel.gpus_per_node
-    cpus = cpu_request(spec, "cpus")
-    if cpus is None:
-        cpus = float(int(accel.allocatable_cpu * share)) or 1.0
-    memory = bytes_request(spec, "memory")
-    if memory is None:
-        memory = (int(accel.allocatable_memory_bytes * share) // GIB or 1) * GIB
-    shm = bytes_request(spec, "shm")
-    if shm is None:
-        shm = min((int(parse_bytes(accel.default_shm) * share) // GIB or 1) * GIB, memory // 2)
-    node_memory = accel.allocatable_memory_bytes
-    check_fits(spec, POD, cpus, memory, accel.allocatable_cpu, node_memory, accel.name)
-    return gpus, cpus, memory, shm
-
-
-def _cpu_requests(spec: RunSpec, cluster: Cluster) -> tuple[int, float, int, int]:
-    cpus = cpu_request(spec, "cpus") or CPU_ONLY_CPUS
-    memory = bytes_request(spec, "memory") or CPU_ONLY_MEMORY
-    shm = bytes_request(spec, "shm") or min(CPU_ONLY_SHM, memory // 2)
-    pool = cluster.cpu_pool
-    node_memory = parse_bytes(pool.allocatable_memory)
-    check_fits(spec, POD, cpus, memory, pool.allocatable_cpu, node_memory, "CPU")
-    return 0, cpus, memory, shm
-
-
-def _head(spec: RunSpec, cluster: Cluster) -> tuple[float, int]:
-    cpus, memory = cpu_request(spec, "head_cpus"), bytes_request(spec, "head_memory")
-    pool = cluster.cpu_pool
-    node_memory = parse_bytes(pool.allocatable_memory)
-    check_fits(spec, HEAD, cpus, memory, pool.allocatable_cpu, node_memory, "CPU")
-    return cpus, memory
-
-
 def _priority(spec: RunSpec) -> str:
     if spec.priority is not None and spec.priority not in labels.PRIORITY_VALUES:
         known = ", ".join(labels.PRIORITY_VALUES)
@@ -227,17 +180,17 @@ def resolve(spec: RunSpec) -> Plan:
     accel = _accelerator(spec, cluster)
     if accel is not None:
         pools = _pools(spec, cluster, accel)
-        gpus, cpus, memory, shm = _gpu_requests(spec, accel)
+        gpus, cpus, memory, shm = gpu_requests(spec, accel)
         _whole_nodes(spec, accel, gpus)
         _capacity(spec, cluster, accel, pools)
     else:
         pools = []
-        gpus, cpus, memory, shm = _cpu_requests(spec, cluster)
+        gpus, cpus, memory, shm = cpu_requests(spec, cluster)
     if shm > memory:
         raise spec.error(
             "shm", f"{format_bytes(shm)} exceeds the pod memory {format_bytes(memory)}"
         )
-    head_cpus, head_memory = _head(spec, cluster)
+    head_cpus, head_memory = head_requests(spec, cluster)
     return Plan(
         spec=spec,
         cluster=cluster,
