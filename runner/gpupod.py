@@ -17,12 +17,10 @@ partial pod holding them would block the node. A partial-node pod gets the defau
 (eth0) and NCCL's socket transport (`SOCKET_NCCL_ENV`), plus the driver libraries. Runs of
 more than one pod take whole nodes (`runner.resolve` refuses the rest).
 
-Every container of every pod runner builds gets a securityContext (`_pod.yaml.j2`): no
-privilege escalation, every capability dropped except those the catalog lists for a sidecar
-(the TCPXO receive daemon: NET_ADMIN, NET_BIND_SERVICE) or a pod asks for
-(`capabilities`: the node check's SYSLOG), and a non-root user where `run_as_user` is set.
-Every host path is mounted read-only, but for a sidecar mount the catalog marks `writable`
-(with its reason; kustomize.tooling.security reads the same field to validate `apps/`).
+A sidecar gets the capabilities the catalog lists for it (the TCPXO receive daemon:
+NET_ADMIN, NET_BIND_SERVICE; every other one is dropped, `runner.podcontext`), and every
+host path is mounted read-only, but for a sidecar mount the catalog marks `writable` (with
+its reason; kustomize.tooling.security reads the same field to validate `apps/`).
 
 With the catalog's `nccl_inspector`, every GPU container loads NCCL Inspector
 (`NCCL_PROFILER_PLUGIN`, `NCCL_INSPECTOR_*`) and writes its dumps to the catalog's host
@@ -33,14 +31,15 @@ one writable host mount a run pod has (kustomize.tooling.security allows exactly
 Every GPU pod also tolerates its namespace's kept-nodes taint and prefers nodes kept for
 its namespace (`runner.keepnodes`), so a relaunch lands on the nodes a finished RayJob kept.
 
-Every training pod (role head, worker or job; `pod_context`) can reach Warden's gateway
-(docs/warden.md, "The gateway"): `WARDEN_URL`, a projected service-account token of
-audience `warden` (`WARDEN_TOKEN_FILE`, ten minutes, rotated by the kubelet) and
-`POD_NAMESPACE`; Ray pods also `RAY_CLUSTER` (KubeRay's `ray.io/cluster` label: the
-RayCluster's name, which for a RayJob KubeRay picks) and `RAY_WORKER_GROUP` (the run's
-worker group, written by the template next to `groupName`). Every run gets them, fault
-tolerance on or not: the runner cannot see the driver's composed config, and the token
-grants nothing the namespace's own pods could not already ask for (docs/security.md).
+Every training pod (role head, worker or job; `runner.podcontext.pod_context` adds
+`warden_access`) can reach Warden's gateway (docs/warden.md, "The gateway"): `WARDEN_URL`, a
+projected service-account token of audience `warden` (`WARDEN_TOKEN_FILE`, ten minutes,
+rotated by the kubelet) and `POD_NAMESPACE`; Ray pods also `RAY_CLUSTER` (KubeRay's
+`ray.io/cluster` label: the RayCluster's name, which for a RayJob KubeRay picks) and
+`RAY_WORKER_GROUP` (the run's worker group, written by the template next to `groupName`).
+Every run gets them, fault tolerance on or not: the runner cannot see the driver's composed
+config, and the token grants nothing the namespace's own pods could not already ask for
+(docs/security.md).
 """
 
 from __future__ import annotations
@@ -61,8 +60,6 @@ GKE_DEFAULT_INTERFACE = "networking.gke.io/default-interface"
 GKE_INTERFACES = "networking.gke.io/interfaces"
 GKE_DEVICES = "devices.gke.io/container.{name}"
 TCPXO_DEVICES = ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/dmabuf_import_helper")
-# A non-root user for containers that only wait (the sentinel): `nobody`.
-NOBODY = 65534
 # NCCL on the default network: sockets over eth0, no GPUDirect plugin.
 SOCKET_NCCL_ENV = {"NCCL_NET": "Socket", "NCCL_SOCKET_IFNAME": "eth0"}
 # Warden's gateway (kustomize/bases/warden/gateway.yaml; its audience is the Deployment's
@@ -109,31 +106,6 @@ class GpuSettings:
         return pod
 
 
-POD_DEFAULTS: dict[str, Any] = {
-    "annotations": {},
-    "restart_policy": None,
-    "priority_class": None,
-    "service_account": None,
-    "node_name": None,
-    "node_selector": {},
-    "tolerations": [],
-    "node_affinity": [],
-    "rack_topology": None,
-    "sidecars": [],
-    "command": None,
-    "working_dir": None,
-    "capabilities": [],
-    "run_as_user": None,
-    "field_env": {labels.NODE_NAME_ENV: "spec.nodeName"},
-    "env": {},
-    "secrets": {},
-    "configmap": None,
-    "mounts": [],
-    "host_volumes": [],
-    "warden_token": None,
-}
-
-
 def warden_access(role: str | None) -> dict[str, Any]:
     """What a pod of `role` needs to reach Warden's gateway (pod context keys; nothing for
     roles other than TRAINING_ROLES)."""
@@ -148,23 +120,6 @@ def warden_access(role: str | None) -> dict[str, Any]:
         "env": {"WARDEN_URL": WARDEN_URL, "WARDEN_TOKEN_FILE": token_file},
         "warden_token": dict(WARDEN_TOKEN),
     }
-
-
-def pod_context(**values: Any) -> dict[str, Any]:
-    """The keys `_pod.yaml.j2` reads: `values` over `POD_DEFAULTS`, and Warden's gateway
-    access for a training pod (`warden_access`). Required: labels, container, image,
-    resources, shm. Every pod runner renders goes through here."""
-    missing = {"labels", "container", "image", "resources", "shm"} - values.keys()
-    if missing:
-        raise TypeError(f"pod_context lacks {sorted(missing)}")
-    fresh = {k: v.copy() if isinstance(v, dict | list) else v for k, v in POD_DEFAULTS.items()}
-    pod = {**fresh, **values}
-    access = warden_access(pod["labels"].get(labels.ROLE))
-    if access:
-        pod["field_env"] = {**pod["field_env"], **access["field_env"]}
-        pod["env"] = {**pod["env"], **access["env"]}
-        pod["warden_token"] = access["warden_token"]
-    return pod
 
 
 def _sidecar(values: dict[str, Any]) -> dict[str, Any]:

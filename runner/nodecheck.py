@@ -19,7 +19,8 @@ from catalog import InputError, labels
 from catalog import accelerator as find_accelerator
 from catalog.loader import repo_root
 from catalog.schema import Cluster
-from runner.gpupod import gpu_settings, pod_context
+from runner.gpupod import gpu_settings
+from runner.podcontext import pod_context
 from runner.templating import render_template
 
 ROLE = "node-check"

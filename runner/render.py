@@ -16,7 +16,8 @@ from typing import Any
 
 from catalog import labels
 from runner import keepnodes
-from runner.gpupod import NOBODY, gpu_settings, pod_context
+from runner.gpupod import gpu_settings
+from runner.podcontext import NOBODY, pod_context
 from runner.resolve import Plan, resolve
 from runner.sizing import CPU_ONLY_SHM
 from runner.spec import entrypoint

@@ -53,7 +53,8 @@ def dev_context(
 ) -> dict:
     """The values dev-job.yaml.j2 reads, from the cluster and accelerator catalogs."""
     from catalog import accelerator as find_accelerator
-    from runner.gpupod import gpu_settings, pod_context
+    from runner.gpupod import gpu_settings
+    from runner.podcontext import pod_context
     from runner.spec_schema import COMMAND_LINE
 
     spec = cluster_spec(cluster)

@@ -12,7 +12,6 @@ from runner.commands.shell import dev_context
 from runner.gpupod import (
     GKE_DEVICES,
     GKE_INTERFACES,
-    NOBODY,
     SOCKET_NCCL_ENV,
     WARDEN_TOKEN,
     gpu_settings,
@@ -20,6 +19,7 @@ from runner.gpupod import (
     warden_access,
 )
 from runner.nodecheck import check_job
+from runner.podcontext import NOBODY
 from runner.render import TRAINING_ENV, render_run
 from runner.spec import build_spec, load_run
 from runner.templating import render_template
@@ -151,7 +151,7 @@ def test_the_driver_library_mount_is_the_one_a_partial_pod_keeps():
 
 
 def test_pod_contexts_share_no_mutable_default():
-    from runner.gpupod import pod_context
+    from runner.podcontext import pod_context
 
     required = {"labels": {}, "container": "c", "image": IMAGE, "resources": {}, "shm": "1Gi"}
     first, second = pod_context(**required), pod_context(**required)
