@@ -22,7 +22,7 @@ from driver import capacity
 from driver.aux.config import check_run
 from driver.config import check_batch
 from driver.embedded import LOCAL_ENV, quiet_token_notice, started_ray
-from driver.ray_start import lean_ray_start, own_sigterm
+from driver.ray_start import lean_ray_start, own_sigterm, short_raylet_wait
 
 # Ray Train's controller polls every worker each health-check interval, and a
 # ray.train.report call waits for the next poll. Per-step metrics bypass report (the metrics
@@ -95,7 +95,7 @@ def connect(cfg) -> bool:
     preload(PRELOAD + (FT_PRELOAD if cfg.ft.enabled else ()))  # while ray.init waits
     cpus = cfg.run.local_cpus or local_cpus(cfg, cfg.parallelism.workers or 2)
     lean = contextlib.nullcontext() if cfg.run.local_dashboard else lean_ray_start()
-    with lean, own_sigterm():
+    with lean, short_raylet_wait(), own_sigterm():
         ray.init(
             num_cpus=cpus,
             include_dashboard=bool(cfg.run.local_dashboard),

@@ -149,9 +149,12 @@ def aux_session(cfg, spec: dict | None, rank: int):
 def train_steps(cfg, loop, source, session, start: int, reporter, logger, aux=None) -> dict:
     """Steps `start`..`train.steps`, or until a preemption notice stops every rank; every
     rank hands each row to its reporter (rank 0's with the checkpoint fields and the aux
-    services' figures: the newest once a second, the final ones on the last row, taken
-    before that row is queued), whose thread sends a batch every second; at the end or on
-    a failure it waits until the sink has the rest. The last row."""
+    services' figures: the newest once a second, and on the step that reaches
+    `train.steps` a fresh poll, taken before that row is queued), whose thread sends a
+    batch every second; at the end or on a failure it waits until the sink has the rest.
+    A preemption stop queues the step's row before the stop's agreement and final save
+    (`should_stop`, which every rank calls once per step), so it leaves while they run.
+    The last row."""
     rank = reporter.rank
     batches = aux.batches(iter(source)) if aux else iter(source)
     row: dict = {}
@@ -165,14 +168,13 @@ def train_steps(cfg, loop, source, session, start: int, reporter, logger, aux=No
                 session.after_step(step + 1, row)
             if aux:
                 aux.after_step(step + 1, loop.model)
-            stop = bool(session and session.should_stop(step + 1))
-            if aux and rank == 0 and (stop or step + 1 == cfg.train.steps):
+            if aux and rank == 0 and step + 1 == cfg.train.steps:  # a fresh poll, then queued
                 row.update(aux.metrics(final=True))
             elif aux and rank == 0 and reporter.due():
                 row.update(aux.metrics())
             reporter.add(row)
             inject_failure(cfg, step, rank)
-            if stop:
+            if session and session.should_stop(step + 1):  # the row is on its way first
                 break
     finally:
         reporter.flush()

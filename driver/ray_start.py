@@ -1,12 +1,14 @@
 """What an embedded `ray.init` is run with (driver/launch.py `connect`): Ray's start-up,
 trimmed for one training run on one machine (driver/embedded.py says why).
 
-    with lean_ray_start(), own_sigterm():
+    with lean_ray_start(), short_raylet_wait(), own_sigterm():
         ray.init(...)
 
-- `lean_ray_start()`: no autoscaler monitor, no log monitor, Ray's API server started
-  beside the raylet rather than before it, the dashboard packages looked for rather than
-  imported, and the wait for the raylet in short steps (`wait_then_get_node`).
+- `lean_ray_start()` (not with `run.local_dashboard`): no autoscaler monitor, no log
+  monitor, Ray's API server started beside the raylet rather than before it, and the
+  dashboard packages looked for rather than imported.
+- `short_raylet_wait()`: the driver waits for its new raylet in short steps
+  (`wait_then_get_node`) rather than Ray's whole seconds.
 - `own_sigterm()`: the driver's SIGTERM handler stays through `ray.init`.
 
 Each replaces a function of Ray 2.60 (pinned in pyproject.toml) only while `ray.init` runs;
@@ -19,7 +21,8 @@ import contextlib
 import time
 
 RAYLET_WAIT_S = 30.0
-"""How long Ray 2.60 waits for a new node's raylet to register (`Node.__init__`)."""
+"""How long the short steps go on (Ray 2.60's `Node.__init__` gives a new raylet 30 s);
+then Ray's own wait (`GlobalStateAccessor::GetNode`, `raylet_start_wait_time_s`) decides."""
 NODE_POLL_S = 0.05
 
 
@@ -36,15 +39,16 @@ def wait_until(probe, timeout_s: float, step_s: float = NODE_POLL_S,
 
 
 def node_alive_probe(gcs_address: str, node_id: str):
-    """A probe: whether the GCS at `gcs_address` lists raylet `node_id` (hex) as alive; an
-    RPC that fails (the GCS busy or starting) counts as not yet."""
+    """A probe: whether the GCS at `gcs_address` lists raylet `node_id` (hex) as alive. An
+    RPC that fails (the GCS busy or starting) counts as not yet; any other error (Ray's
+    client API changed) ends the short wait at once: Ray's own wait then decides."""
     from ray._raylet import GcsClient, NodeID
     from ray.core.generated.gcs_pb2 import GcsNodeInfo
     from ray.core.generated.gcs_service_pb2 import GetAllNodeInfoRequest
+    from ray.exceptions import RpcError
 
     client = GcsClient(address=gcs_address)
     selector = [GetAllNodeInfoRequest.NodeSelector(node_id=NodeID.from_hex(node_id).binary())]
-
     alive = GcsNodeInfo.GcsNodeState.ALIVE
 
     def probe() -> bool:
@@ -52,7 +56,7 @@ def node_alive_probe(gcs_address: str, node_id: str):
             return bool(
                 client.get_all_node_info(timeout=1, node_selectors=selector, state_filter=alive)
             )
-        except Exception:  # noqa: BLE001 (asked again NODE_POLL_S later)
+        except RpcError:  # asked again NODE_POLL_S later
             return False
 
     return probe
@@ -75,6 +79,21 @@ def wait_then_get_node(get_node):
 
 
 @contextlib.contextmanager
+def short_raylet_wait():
+    """While an embedded `ray.init` runs: Ray 2.60's `services.get_node`, which
+    `Node.__init__` calls to wait for the new raylet, waits in short steps first
+    (`wait_then_get_node`); restored on leaving."""
+    from ray._private import services
+
+    get_node = services.get_node
+    services.get_node = wait_then_get_node(get_node)
+    try:
+        yield
+    finally:
+        services.get_node = get_node
+
+
+@contextlib.contextmanager
 def lean_ray_start():
     """While an embedded `ray.init` without the dashboard runs: no autoscaler monitor (a
     Python process that polls the GCS every second for an autoscaler an embedded Ray does
@@ -86,16 +105,14 @@ def lean_ray_start():
     agents. And Ray's check that the dashboard's packages are installed (which decides
     whether its agents run in their minimal mode) looks for them (`dashboard_deps_error`)
     instead of importing them all in the driver (0.3 s of CPU before the raylet starts).
-    And the driver waits for its raylet in short steps (`wait_then_get_node`) rather than
-    Ray's whole seconds. Ray 2.60's `Node.start_monitor`, `Node.start_log_monitor`,
-    `Node.start_api_server`, `services.get_node` and `get_dashboard_dependency_error`
-    (pinned in pyproject.toml; a test checks they are still there); restored on leaving."""
+    Ray 2.60's `Node.start_monitor`, `Node.start_log_monitor`, `Node.start_api_server` and
+    `get_dashboard_dependency_error` (pinned in pyproject.toml; a test checks they are
+    still there); restored on leaving."""
     import threading
 
-    from ray._private import services, utils
+    from ray._private import utils
     from ray._private.node import Node
 
-    get_node = services.get_node
     monitor, log_monitor = Node.start_monitor, Node.start_log_monitor
     api_server, deps_error = Node.start_api_server, utils.get_dashboard_dependency_error
     started: list[threading.Thread] = []
@@ -109,14 +126,12 @@ def lean_ray_start():
     Node.start_monitor = Node.start_log_monitor = lambda self: None
     Node.start_api_server = start_api_server
     utils.get_dashboard_dependency_error = dashboard_deps_error
-    services.get_node = wait_then_get_node(get_node)
     try:
         yield
     finally:
         Node.start_monitor, Node.start_log_monitor = monitor, log_monitor
         Node.start_api_server = api_server
         utils.get_dashboard_dependency_error = deps_error
-        services.get_node = get_node
         for thread in started:
             thread.join()
 

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 
 from driver.embedded import UNUSED_LOCALLY, keep_callback, lean_trainer
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _callback(name: str, module: str) -> object:
@@ -138,13 +141,11 @@ def test_the_local_worker_group_passes_what_ray_train_passes_but_the_controller(
 
 
 def test_lean_ray_start_patches_only_while_ray_starts():
-    from ray._private import services
     from ray._private.node import Node
 
     from driver.ray_start import lean_ray_start
 
     monitor, api_server = Node.start_monitor, Node.start_api_server
-    get_node = services.get_node
     log_monitor = Node.start_log_monitor
     calls = []
     Node.start_api_server = lambda self, **kwargs: calls.append(kwargs)  # Ray's, stood in
@@ -153,10 +154,8 @@ def test_lean_ray_start_patches_only_while_ray_starts():
             assert Node.start_monitor(object()) is None  # no autoscaler monitor
             assert Node.start_log_monitor(object()) is None  # no log monitor
             Node.start_api_server(object(), include_dashboard=False, raise_on_failure=False)
-            assert services.get_node is not get_node  # the wait in short steps
         assert calls == [{"include_dashboard": False, "raise_on_failure": False}]  # joined
         assert Node.start_monitor is monitor and Node.start_log_monitor is log_monitor
-        assert services.get_node is get_node
     finally:
         Node.start_api_server = api_server
 
@@ -270,6 +269,53 @@ def test_the_raylet_wait_asks_in_short_steps(answers, timeout_s, found, asked):
 
     assert wait_until(probe, timeout_s, clock=clock, sleep=clock.sleep) is found
     assert len(calls) == asked and set(clock.slept) <= {NODE_POLL_S}
+
+
+def test_the_short_raylet_wait_patches_only_while_ray_starts():
+    from ray._private import services
+
+    from driver.ray_start import short_raylet_wait
+
+    get_node = services.get_node
+    with short_raylet_wait():
+        assert services.get_node is not get_node
+    assert services.get_node is get_node
+
+
+def test_the_raylet_probe_asks_a_real_gcs(tmp_path):
+    """`node_alive_probe` against a real GCS, through an embedded `ray.init` run as the
+    driver runs it (a fresh process): the probe is asked and finds the new raylet, and the
+    same probe finds no raylet of another ID."""
+    import json
+    import subprocess
+    import sys
+
+    script = tmp_path / "probe.py"
+    script.write_text(
+        "import json, ray\n"
+        "from driver import ray_start\n"
+        "asked = []\n"
+        "real = ray_start.node_alive_probe\n"
+        "def recording(address, node_id):\n"
+        "    probe = real(address, node_id)\n"
+        "    def ask():\n"
+        "        asked.append(probe())\n"
+        "        return asked[-1]\n"
+        "    return ask\n"
+        "ray_start.node_alive_probe = recording\n"
+        "with ray_start.lean_ray_start(), ray_start.short_raylet_wait():\n"
+        "    ray.init(num_cpus=1, include_dashboard=False, logging_level='ERROR')\n"
+        "node = ray._private.worker._global_node\n"
+        "other = real(node.gcs_address, 'ab' * 28)()\n"
+        "print(json.dumps({'asked': asked, 'other': other}))\n"
+        "ray.shutdown()\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    done = subprocess.run([sys.executable, str(script)], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=120)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    got = json.loads(done.stdout.strip().splitlines()[-1])
+    assert got["asked"] and got["asked"][-1] is True and got["other"] is False
 
 
 def test_the_raylet_wait_falls_back_to_rays_own(monkeypatch):

@@ -1,8 +1,10 @@
-"""driver.loop.train_steps's rows: rank 0's last row carries the auxiliary services' final
-figures, taken before that row is queued (the reporter's thread may send a queued row at
-any moment), whether the run ends at `train.steps` or at a preemption stop; the newest
-figures ride on a row once per reporter interval; other ranks never ask for them; the
-reporter is flushed however the loop ends."""
+"""driver.loop.train_steps's rows: rank 0's row of the step that reaches `train.steps`
+carries a fresh poll of the auxiliary services' figures, taken before that row is queued
+(the reporter's thread may send a queued row at any moment); the newest figures ride on a
+row once per reporter interval; other ranks never ask for them; a preemption stop queues
+its step's row before the stop's agreement and final save and asks for no fresh poll;
+every rank calls `should_stop` (a collective) once per step, in order; the reporter is
+flushed however the loop ends."""
 
 from __future__ import annotations
 
@@ -52,13 +54,15 @@ class Aux:
 
 
 class Session:
-    def __init__(self, stop_at=None):
-        self.stop_at = stop_at
+    def __init__(self, reporter, stop_at=None):
+        self.reporter, self.stop_at, self.asked = reporter, stop_at, []
 
     def after_step(self, step, row):
         pass
 
     def should_stop(self, step):
+        self.asked.append(step)
+        assert self.reporter.rows[-1]["step"] == step  # the step's row is queued first
         return step == self.stop_at
 
 
@@ -74,18 +78,24 @@ def run(steps, reporter, aux, session=None, fail_at=None):
                        LOG, aux)  # fmt: skip
 
 
-@pytest.mark.parametrize(
-    ("steps", "stop_at", "last"),
-    [(3, None, 3), (5, 2, 2), (1, None, 1)],
-    ids=["the last step", "a preemption stop", "a one-step run"],
-)
-def test_the_last_row_carries_the_final_figures(steps, stop_at, last):
+@pytest.mark.parametrize("steps", [3, 1], ids=["the last step", "a one-step run"])
+def test_the_last_row_carries_the_final_figures(steps):
     reporter, aux = Reporter(due=[True]), Aux()
-    row = run(steps, reporter, aux, Session(stop_at))
-    assert [r["step"] for r in reporter.rows] == list(range(1, last + 1))
+    session = Session(reporter)
+    row = run(steps, reporter, aux, session)
+    assert [r["step"] for r in reporter.rows] == list(range(1, steps + 1))
     assert reporter.rows[-1]["aux/scored"] == "final" and row["aux/scored"] == "final"
-    assert aux.asked[-1] is True and aux.asked.count(True) == 1
-    assert reporter.flushed
+    assert aux.asked.count(True) == 1 and aux.asked[-1] is True
+    assert session.asked == list(range(1, steps + 1)) and reporter.flushed
+
+
+@pytest.mark.parametrize("rank", [0, 1])
+def test_a_preemption_stop_queues_the_row_first_and_polls_nothing_fresh(rank):
+    reporter, aux = Reporter(rank=rank, due=[True, False]), Aux()
+    session = Session(reporter, stop_at=2)
+    run(5, reporter, aux, session)
+    assert [r["step"] for r in reporter.rows] == [1, 2] and session.asked == [1, 2]
+    assert True not in aux.asked and reporter.flushed
 
 
 def test_the_newest_figures_ride_on_a_row_when_due():
@@ -94,14 +104,19 @@ def test_the_newest_figures_ride_on_a_row_when_due():
     assert [r.get("aux/scored") for r in reporter.rows] == ["newest", None, "newest", "final"]
 
 
-def test_other_ranks_never_ask_for_the_figures():
-    reporter, aux = Reporter(rank=1, due=[True] * 5), Aux()
-    run(3, reporter, aux)
-    assert aux.asked == [] and all("aux/scored" not in r for r in reporter.rows)
+@pytest.mark.parametrize("aux", [True, False], ids=["with aux", "without"])
+def test_other_ranks_never_ask_for_the_figures(aux):
+    reporter = Reporter(rank=1, due=[True] * 5)
+    services, session = (Aux() if aux else None), Session(reporter)
+    run(3, reporter, services, session)
+    assert all("aux/scored" not in r for r in reporter.rows) and session.asked == [1, 2, 3]
+    assert services is None or services.asked == []
 
 
 def test_a_failure_still_flushes_the_rows_so_far():
-    reporter = Reporter()
+    reporter, aux = Reporter(), Aux()
+    session = Session(reporter)
     with pytest.raises(RuntimeError, match="injected failure on rank 0"):
-        run(5, reporter, Aux(), fail_at=1)
+        run(5, reporter, aux, session, fail_at=1)
     assert [r["step"] for r in reporter.rows] == [1, 2] and reporter.flushed
+    assert aux.asked == [] and session.asked == [1]  # no blocking poll on the way out
