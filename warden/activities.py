@@ -19,19 +19,17 @@ from datetime import UTC, datetime
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from catalog import labels
 from warden import annotations as ann
 from warden import jobs, rules
 from warden.control import ControlActivities
 from warden.draining import DrainActivities
 from warden.errors import Fatal, NotFound
 from warden.faults import FailureActivities, log
-from warden.gcp import Instance, WardenGcp, request_id
+from warden.gcp import WardenGcp
 from warden.keep import KeepActivities
-from warden.kube import Object, WardenKube, event_manifest, job_state
+from warden.kube import Object, WardenKube, event_manifest, job_state, resource_version
 from warden.model import (
     ActionResult,
-    BootState,
     CordonResult,
     JobInput,
     JobRef,
@@ -40,6 +38,7 @@ from warden.model import (
     RecordInput,
 )
 from warden.prom import Prometheus
+from warden.rebooting import RebootActivities
 from warden.stragglers import StragglerActivities, StragglerSweep
 from warden.telemetry import record
 
@@ -64,22 +63,17 @@ def _now() -> datetime:
     return datetime.now(UTC)
 
 
-def _version(node: Object) -> str | None:
-    """The node's resourceVersion: a patch with it fails (Conflict, retried) if another
-    attempt changed the node since this one read it."""
-    return node["metadata"].get("resourceVersion")
-
-
-def _boot_id(node: Object) -> str:
-    return node["status"].get("nodeInfo", {}).get("bootID", "")
-
-
 def _short(remediation_id: str) -> str:
     return hashlib.sha1(remediation_id.encode()).hexdigest()[:10]
 
 
 class WardenActivities(
-    ControlActivities, DrainActivities, KeepActivities, FailureActivities, StragglerActivities
+    ControlActivities,
+    DrainActivities,
+    RebootActivities,
+    KeepActivities,
+    FailureActivities,
+    StragglerActivities,
 ):
     """Activities bound to one cluster's adapters and a telemetry sink."""
 
@@ -112,15 +106,6 @@ class WardenActivities(
         node_name = node or target["metadata"]["name"]
         self.sink.write(record(self.settings.cluster, node_name, action, reason, rid, detail))
 
-    def _instance(self, node: Object) -> Instance:
-        node_labels = node["metadata"].get("labels") or {}
-        return Instance(
-            project=self.settings.project,
-            zone=node_labels.get("topology.kubernetes.io/zone", ""),
-            name=node["metadata"]["name"],
-            pool=node_labels.get(labels.GKE_NODEPOOL, ""),
-        )
-
     # --- cordon and uncordon ----------------------------------------------------------------
 
     @activity.defn
@@ -143,7 +128,7 @@ class WardenActivities(
             }
             patch |= {ann.REMEDIATION: inp.remediation_id, ann.REBOOT: None, ann.CLEARED: None}
             patch[ann.ESCALATED] = None
-            node = self.kube.patch_node(inp.node, True, patch, _version(node))
+            node = self.kube.patch_node(inp.node, True, patch, resource_version(node))
             changed = True
         self._emit(node, inp.remediation_id, "cordon", inp.reason, f"{recent} recent", True)
         return CordonResult(inp.node, changed, recent)
@@ -156,7 +141,7 @@ class WardenActivities(
         if ann.REASON in have or node["spec"].get("unschedulable"):
             clear = {ann.REASON: None, ann.REMEDIATION: None, ann.REBOOT: None, ann.ESCALATED: None}
             clear[ann.REPAIRED] = _now().isoformat()
-            node = self.kube.patch_node(inp.node, False, clear, _version(node))
+            node = self.kube.patch_node(inp.node, False, clear, resource_version(node))
             changed = True
         self._emit(node, inp.remediation_id, "uncordon", inp.reason)
         return ActionResult(inp.node, changed)
@@ -190,50 +175,7 @@ class WardenActivities(
     def job_status(self, ref: JobRef) -> JobState:
         return JobState(job_state(self.kube.get_job(ref.namespace, ref.name)))
 
-    # --- reboot, escalation, records --------------------------------------------------------
-
-    @activity.defn
-    def reboot(self, inp: NodeAction) -> ActionResult:
-        node = self._node(inp.node)
-        marker = (node["metadata"].get("annotations") or {}).get(ann.REBOOT, "")
-        if marker.split(" ")[0] != inp.remediation_id:
-            if not rules.cordoned_by_warden(rules.node_facts(node, _now())):
-                return ActionResult(inp.node, False, "released")  # uncordoned meanwhile
-            report = self.inspect(NodeAction(inp.node, inp.remediation_id))
-            if report.blocking or report.drainable or report.terminating:
-                return ActionResult(inp.node, False, "busy")
-            marker = {ann.REBOOT: f"{inp.remediation_id} {_boot_id(node)}"}
-            node = self.kube.patch_node(inp.node, None, marker, _version(node))
-        self.gcp.reset(self._instance(node), request_id(inp.remediation_id, "reset"))
-        self._emit(node, inp.remediation_id, "reboot", inp.reason, warning=True)
-        return ActionResult(inp.node, True)
-
-    @activity.defn
-    def boot_state(self, inp: NodeAction) -> BootState:
-        node = self._node(inp.node)
-        marker = (node["metadata"].get("annotations") or {}).get(ann.REBOOT, "")
-        before = marker.split(" ")[1] if " " in marker else ""
-        boot = _boot_id(node)
-        ready = any(
-            c["type"] == "Ready" and c["status"] == "True"
-            for c in node["status"].get("conditions", [])
-        )
-        return BootState(inp.node, bool(before) and boot != before, ready)
-
-    @activity.defn
-    def escalate(self, inp: NodeAction) -> ActionResult:
-        """Hand the VM to GCP. The marker keeps the boot id from before the repair: once the
-        node boots anew (GCP moved or recreated it), the recovery sweep stress-tests it."""
-        node = self._node(inp.node)
-        marker = (node["metadata"].get("annotations") or {}).get(ann.ESCALATED, "")
-        changed = marker.split(" ")[0] != inp.remediation_id
-        if changed:
-            mark = {ann.ESCALATED: f"{inp.remediation_id} {_boot_id(node)}"}
-            node = self.kube.patch_node(inp.node, None, mark, _version(node))
-        repair_id = request_id(inp.remediation_id, "repair")
-        detail = self.gcp.repair(self._instance(node), inp.reason, repair_id)
-        self._emit(node, inp.remediation_id, "escalate", inp.reason, detail, warning=True)
-        return ActionResult(inp.node, changed, detail)
+    # --- records ----------------------------------------------------------------------------
 
     @activity.defn
     def record(self, inp: RecordInput) -> ActionResult:

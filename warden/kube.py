@@ -1,24 +1,22 @@
 """The narrow adapter through which Warden reaches the Kubernetes API.
 
 Activities depend on the `WardenKube` protocol only; every object is a plain manifest dict.
-`RealKube` speaks REST through the official `kubernetes` client's ApiClient (in-cluster
-credentials or a kubeconfig); `warden.fake.FakeKube` is the in-memory (or on-disk) cluster
-the tests use. Every request carries a timeout (`timeout_s`); a failed one raises the
-`warden.errors` class its status calls for (no answer: `Transient`), and urllib3 does not
-retry on its own: Temporal's retry policy is the only one, with its bound.
+`warden.kube_rest.RealKube` speaks REST through the official `kubernetes` client (every
+request with a timeout; Temporal's retry policy the only retry); `warden.fake.FakeKube` is
+the in-memory (or on-disk) cluster the tests use. Here too: the Event manifest Warden
+writes (`event_manifest`), the state of a Job it reads (`job_state`) and the
+`resource_version` a conditional node patch carries.
 """
 
 from __future__ import annotations
 
-import json
 from datetime import UTC, datetime
 from typing import Any, Protocol
-from urllib.parse import quote
 
-from warden.errors import Conflict, NotFound, Refused, api_error
+from warden.errors import Conflict, NotFound, Refused
 
 Object = dict[str, Any]
-__all__ = ["Conflict", "NotFound", "Refused", "RealKube", "WardenKube", "api_client"]
+__all__ = ["Conflict", "NotFound", "Refused", "WardenKube"]
 
 
 class WardenKube(Protocol):
@@ -124,12 +122,10 @@ def event_manifest(
     }
 
 
-def _message(data: bytes) -> str:
-    """The `message` of a Kubernetes Status body, else the start of the body."""
-    try:
-        return str(json.loads(data).get("message", ""))
-    except (ValueError, AttributeError):
-        return data[:200].decode(errors="replace")
+def resource_version(obj: Object) -> str | None:
+    """An object's resourceVersion: a `patch_node` or `set_node_keep` given it fails
+    (Conflict, retried) if another attempt changed the node since this one read it."""
+    return obj["metadata"].get("resourceVersion")
 
 
 def job_state(job: Object | None) -> str:
@@ -143,131 +139,3 @@ def job_state(job: Object | None) -> str:
         if cond.get("status") == "True" and cond.get("type") in ("Failed", "FailureTarget"):
             return "failed"
     return "running"
-
-
-def api_client(host: str | None = None) -> Any:
-    """A `kubernetes` ApiClient: in-cluster credentials, else the kubeconfig, or a bare
-    `host` (tests); urllib3's own retries off (Temporal retries, within bounds)."""
-    from kubernetes import client, config
-
-    if host is None:
-        try:
-            config.load_incluster_config()
-        except config.ConfigException:
-            config.load_kube_config()
-        configuration = client.Configuration.get_default_copy()
-    else:
-        configuration = client.Configuration()
-        configuration.host = host
-    configuration.retries = False
-    return client.ApiClient(configuration)
-
-
-class RealKube:
-    """WardenKube over the Kubernetes REST API; each request gives up after `timeout_s`."""
-
-    def __init__(self, api: Any = None, timeout_s: float = 20.0):
-        self.api = api if api is not None else api_client()
-        self.timeout_s = timeout_s
-
-    def _call(self, method: str, path: str, body: Any = None, content_type: str | None = None):
-        from kubernetes.client.exceptions import ApiException
-        from urllib3.exceptions import HTTPError
-
-        headers = {"Accept": "application/json"}
-        if body is not None:
-            headers["Content-Type"] = content_type or "application/json"
-        params = self.api.param_serialize(
-            method, path, header_params=headers, body=body, auth_settings=["BearerToken"]
-        )
-        call = f"{method} {path.partition('?')[0]}"
-        try:
-            response = self.api.call_api(*params, _request_timeout=self.timeout_s)
-            data = response.read()
-        except ApiException as err:  # status 0: TLS or protocol trouble, no answer
-            raise api_error("kube", call, err.status or None, str(err.reason or "")) from None
-        except (HTTPError, OSError) as err:  # timeouts, refused or reset connections
-            raise api_error("kube", call, None, f"{type(err).__name__}: {err}") from None
-        if 200 <= response.status < 300:
-            return json.loads(data) if data else None
-        raise api_error("kube", call, response.status, _message(data))
-
-    def list_nodes(self) -> list[Object]:
-        # resourceVersion=0: served from the API server's watch cache, cheap every sweep
-        return self._call("GET", "/api/v1/nodes?resourceVersion=0")["items"]
-
-    def get_node(self, name: str) -> Object:
-        return self._call("GET", f"/api/v1/nodes/{name}")
-
-    def patch_node(self, name, unschedulable, annotations, resource_version=None) -> Object:
-        patch: Object = {"metadata": {"annotations": annotations}}
-        if resource_version:  # the API server's precondition: 409 when the node changed
-            patch["metadata"]["resourceVersion"] = resource_version
-        if unschedulable is not None:
-            patch["spec"] = {"unschedulable": unschedulable}
-        kind = "application/strategic-merge-patch+json"
-        return self._call("PATCH", f"/api/v1/nodes/{name}", patch, kind)
-
-    def set_node_keep(self, name, labels, annotations, taints, resource_version=None) -> Object:
-        # spec.taints has no merge key: the list given replaces the node's whole list
-        patch: Object = {"metadata": {"labels": labels, "annotations": annotations}}
-        if resource_version:
-            patch["metadata"]["resourceVersion"] = resource_version
-        patch["spec"] = {"taints": taints}
-        kind = "application/strategic-merge-patch+json"
-        return self._call("PATCH", f"/api/v1/nodes/{name}", patch, kind)
-
-    def list_pods(self, node=None, namespace=None, labels=None) -> list[Object]:
-        path = f"/api/v1/namespaces/{namespace}/pods" if namespace else "/api/v1/pods"
-        query = []
-        if node:
-            query.append("fieldSelector=" + quote(f"spec.nodeName={node}"))
-        if labels:
-            query.append("labelSelector=" + quote(",".join(f"{k}={v}" for k, v in labels.items())))
-        return self._call("GET", path + ("?" + "&".join(query) if query else ""))["items"]
-
-    def evict_pod(self, namespace: str, name: str) -> bool:
-        body = {"apiVersion": "policy/v1", "kind": "Eviction"}
-        body["metadata"] = {"name": name, "namespace": namespace}
-        try:
-            self._call("POST", f"/api/v1/namespaces/{namespace}/pods/{name}/eviction", body)
-        except (NotFound, Refused):
-            return False
-        return True
-
-    def _create(self, path: str, obj: Object) -> bool:
-        try:
-            self._call("POST", path, obj)
-        except Conflict:
-            return False
-        return True
-
-    def create_event(self, event: Object) -> bool:
-        return self._create(f"/api/v1/namespaces/{event['metadata']['namespace']}/events", event)
-
-    def create_job(self, job: Object) -> bool:
-        return self._create(f"/apis/batch/v1/namespaces/{job['metadata']['namespace']}/jobs", job)
-
-    def get_job(self, namespace: str, name: str) -> Object | None:
-        try:
-            return self._call("GET", f"/apis/batch/v1/namespaces/{namespace}/jobs/{name}")
-        except NotFound:
-            return None
-
-    def get_raycluster(self, namespace: str, name: str) -> Object:
-        return self._call("GET", f"/apis/ray.io/v1/namespaces/{namespace}/rayclusters/{name}")
-
-    def set_worker_replicas(self, namespace: str, name: str, index: int, replicas: int) -> None:
-        base = f"/spec/workerGroupSpecs/{index}"
-        ops = [{"op": "replace", "path": f"{base}/replicas", "value": replicas}]
-        group = self.get_raycluster(namespace, name)["spec"]["workerGroupSpecs"][index]
-        if group.get("minReplicas", 0) > replicas:
-            ops.append({"op": "replace", "path": f"{base}/minReplicas", "value": replicas})
-        path = f"/apis/ray.io/v1/namespaces/{namespace}/rayclusters/{name}"
-        self._call("PATCH", path, ops, "application/json-patch+json")
-
-    def review_token(self, token: str, audiences: list[str]) -> Object:
-        body = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview"}
-        body["spec"] = {"token": token, "audiences": audiences}
-        review = self._call("POST", "/apis/authentication.k8s.io/v1/tokenreviews", body)
-        return (review or {}).get("status") or {}

@@ -147,7 +147,7 @@ def activities_for(config: WardenConfig, fake: str | None = None) -> WardenActiv
         return WardenActivities(fleet.kube, fleet.gcp, fleet.prom, sink, settings,
                                 straggler_sweep(config))  # fmt: skip
     from warden.gcp import RealGcp
-    from warden.kube import RealKube
+    from warden.kube_rest import RealKube
     from warden.prom import HttpPrometheus
 
     t = config.timings  # every request gives up after this, never outliving its attempt

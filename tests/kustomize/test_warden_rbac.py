@@ -1,6 +1,6 @@
 """Warden's RBAC covers every Kubernetes API call its adapter makes.
 
-The calls are read from `warden/kube.py` itself (every `self._call(METHOD, PATH)` and
+The calls are read from `warden/kube_rest.py` itself (every `self._call(METHOD, PATH)` and
 `self._create(PATH)` of the real adapter), turned into (API group, resource, verb) and
 checked against the ClusterRole and Role the overlay grants the `warden` service account.
 """
@@ -14,7 +14,7 @@ import pytest
 
 from tests.kustomize.conftest import ROOT, by_kind
 
-ADAPTER = ROOT / "warden" / "kube.py"
+ADAPTER = ROOT / "warden" / "kube_rest.py"
 VERBS = {"POST": "create", "PATCH": "patch", "PUT": "update", "DELETE": "delete"}
 
 

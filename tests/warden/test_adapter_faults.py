@@ -13,7 +13,8 @@ from tests.warden.test_adapters import VM, Recorder
 from warden import errors
 from warden.config import load_config
 from warden.gcp import RealGcp, WardenGcp
-from warden.kube import RealKube, WardenKube, api_client, event_manifest
+from warden.kube import WardenKube, event_manifest
+from warden.kube_rest import RealKube, api_client
 from warden.prom import HttpPrometheus, PromError
 from warden.worker import activities_for
 
@@ -152,7 +153,7 @@ def test_the_worker_builds_every_adapter_with_the_request_timeout(
 
     monkeypatch.setattr(google.auth, "default", lambda scopes: (None, "p"))
     monkeypatch.setattr("google.auth.transport.requests.AuthorizedSession", lambda c: object())
-    monkeypatch.setattr("warden.kube.api_client", lambda: object())
+    monkeypatch.setattr("warden.kube_rest.api_client", lambda: object())
     cluster = SimpleNamespace(name="ultra-usc1", project="p", region="us-central1")
     monkeypatch.setattr("catalog.load_cluster", lambda name: cluster)
     path = tmp_path / "warden.yaml"

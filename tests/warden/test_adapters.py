@@ -10,7 +10,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from warden.gcp import Instance, RealGcp, request_id
-from warden.kube import RealKube, event_manifest
+from warden.kube import event_manifest
+from warden.kube_rest import RealKube
 from warden.prom import HttpPrometheus, PromError, queries
 
 
