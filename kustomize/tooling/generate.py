@@ -15,7 +15,6 @@ its accelerators need, from `kustomize/bases/node-addons/`) and
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
@@ -23,19 +22,15 @@ import yaml
 
 from catalog import Cluster, InputError, accelerator, cluster_names, load_cluster, repo_root
 from catalog import labels as names
-from kustomize.tooling import images, objects, security
+from kustomize.tooling import images, kueue, objects, platform_objects, security_objects
 
 KUSTOMIZE_API = "kustomize.config.k8s.io/v1beta1"
 KUSTOMIZE_COMPONENT_API = "kustomize.config.k8s.io/v1alpha1"
-WARDEN_IMAGE = "warden"
-SECRETS_NS = "platform-secrets"
 RUNS_PROJECT_FILE = "runs-project.yaml"
 FAIR_SHARING_SUFFIX = "-fair-sharing"
 NODE_ADDONS_SUFFIX = "-node-addons"
 NODE_ADDONS_BASES = Path("kustomize/bases/node-addons")
 IMAGE_CACHE_TARGET = {"kind": "DaemonSet", "namespace": "image-cache", "name": "image-cache"}
-# Entries of kustomize/images.yaml that Warden's node-check and DCGM diag Jobs run.
-WARDEN_JOB_IMAGES = {"WARDEN_CHECK_IMAGE": "preflight", "WARDEN_DIAG_IMAGE": "dcgm-diag"}
 
 
 def header(cluster: Cluster) -> str:
@@ -46,16 +41,13 @@ def header(cluster: Cluster) -> str:
     )
 
 
-class LiteralText(str):
-    """A multi-line string dumped as a YAML literal block (`|`)."""
-
-
 class _Dumper(yaml.SafeDumper):
     pass
 
 
 _Dumper.add_representer(
-    LiteralText, lambda d, s: d.represent_scalar("tag:yaml.org,2002:str", s, style="|")
+    platform_objects.LiteralText,
+    lambda d, s: d.represent_scalar("tag:yaml.org,2002:str", s, style="|"),
 )
 
 
@@ -63,55 +55,12 @@ def dump(docs: list) -> str:
     return "---\n".join(yaml.dump(d, Dumper=_Dumper, sort_keys=False, width=100) for d in docs)
 
 
-def image_cache_patch(cluster: Cluster, entries: list[dict]) -> list[dict]:
-    """JSON patch appending one pull init container per image (after copy-busybox)."""
-    pulls = [images.init_container(i) for i in images.cluster_images(cluster, entries)]
-    path = "/spec/template/spec/initContainers/-"
-    return [{"op": "add", "path": path, "value": pull} for pull in pulls]
-
-
-def warden_patch(cluster: Cluster, entries: list[dict]) -> dict:
-    """Strategic-merge patch: the images of Warden's Jobs, the ones the GPU nodes cache."""
-    env = [{"name": var, "value": images.image_named(cluster, entries, name)}
-           for var, name in WARDEN_JOB_IMAGES.items()]  # fmt: skip
-    container = {"name": WARDEN_IMAGE, "env": env}
-    return {"apiVersion": "apps/v1", "kind": "Deployment",
-            "metadata": {"name": "warden", "namespace": "warden"},
-            "spec": {"template": {"spec": {"containers": [container]}}}}  # fmt: skip
-
-
-def cluster_info(cluster: Cluster, namespace: str) -> dict:
-    """Facts pods of the platform read through env (cluster name, project, region)."""
-    data = {"cluster": cluster.name, "project": cluster.project, "region": cluster.region}
-    return {"apiVersion": "v1", "kind": "ConfigMap",
-            "metadata": {"name": "cluster-info", "namespace": namespace}, "data": data}  # fmt: skip
-
-
-def secret_maker(cluster: Cluster) -> list[dict]:
-    """The secret-maker's list (a ConfigMap) and its RoleBinding in each namespace it writes."""
-    lines = [json.dumps(spec) for spec in security.secret_specs(cluster)]
-    specs = LiteralText("[\n" + ",\n".join(lines) + "\n]\n")
-    docs: list[dict] = [{"apiVersion": "v1", "kind": "ConfigMap",
-                         "metadata": {"name": "secret-maker-specs", "namespace": SECRETS_NS},
-                         "data": {"secrets.json": specs}}]  # fmt: skip
-    for namespace in security.secret_namespaces(cluster):
-        docs.append({
-            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
-            "metadata": {"name": "secret-maker", "namespace": namespace},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
-                        "name": "secret-maker"},
-            "subjects": [{"kind": "ServiceAccount", "name": "secret-maker",
-                          "namespace": SECRETS_NS}],
-        })  # fmt: skip
-    return docs
-
-
 def component_files(cluster: Cluster, entries: list[dict]) -> dict[str, str]:
     """`overlays/<name>/generated/`: a Component the cluster's overlay includes."""
     head = header(cluster)
     teams = [o for t in cluster.teams for o in objects.team_objects(cluster, t)]
-    kueue = [*objects.resource_flavors(cluster), objects.admit_all_queue(cluster)]
-    info = [cluster_info(cluster, ns) for ns in ("warden", "observability")]
+    kueue_objs = [*kueue.resource_flavors(cluster), kueue.admit_all_queue(cluster)]
+    info = [platform_objects.cluster_info(cluster, ns) for ns in ("warden", "observability")]
     kustomization = {
         "apiVersion": KUSTOMIZE_COMPONENT_API,
         "kind": "Component",
@@ -122,30 +71,30 @@ def component_files(cluster: Cluster, entries: list[dict]) -> dict[str, str]:
             {"path": "warden.yaml"},
         ],
         "labels": [{"pairs": {names.CLUSTER: cluster.name}, "includeSelectors": False}],
-        "images": [{"name": WARDEN_IMAGE,
-                    "newName": f"{images.registry_url(cluster)}/{WARDEN_IMAGE}"}],
+        "images": [{"name": platform_objects.WARDEN_IMAGE,
+                    "newName": f"{images.registry_url(cluster)}/{platform_objects.WARDEN_IMAGE}"}],
     }  # fmt: skip
     return {
         "kustomization.yaml": head + dump([kustomization]),
         "teams.yaml": head + dump(teams),
-        "kueue.yaml": head + dump(kueue),
+        "kueue.yaml": head + dump(kueue_objs),
         "cluster-info.yaml": head + dump(info),
-        "secret-maker.yaml": head + dump(secret_maker(cluster)),
-        "image-cache.yaml": head + dump([image_cache_patch(cluster, entries)]),
+        "secret-maker.yaml": head + dump(platform_objects.secret_maker(cluster)),
+        "image-cache.yaml": head + dump([platform_objects.image_cache_patch(cluster, entries)]),
         "service-accounts.yaml": head + dump(objects.service_account_patches(cluster)),
-        "warden.yaml": head + dump([warden_patch(cluster, entries)]),
+        "warden.yaml": head + dump([platform_objects.warden_patch(cluster, entries)]),
     }
 
 
 def fair_sharing_files(cluster: Cluster) -> dict[str, str]:
     """`overlays/<name>-fair-sharing/`: the cluster's overlay with per-team capacity quotas."""
     head = header(cluster)
-    delete_shared = {"apiVersion": objects.KUEUE_API, "kind": "ClusterQueue",
-                     "metadata": {"name": objects.CLUSTER_QUEUE}, "$patch": "delete"}  # fmt: skip
+    delete_shared = {"apiVersion": kueue.KUEUE_API, "kind": "ClusterQueue",
+                     "metadata": {"name": kueue.CLUSTER_QUEUE}, "$patch": "delete"}  # fmt: skip
     patches = [{"patch": yaml.safe_dump(delete_shared, sort_keys=False)}]
     for team in cluster.teams:
         repoint = [{"op": "replace", "path": "/spec/clusterQueue",
-                    "value": objects.team_queue(team)}]  # fmt: skip
+                    "value": kueue.team_queue(team)}]  # fmt: skip
         target = {"kind": "LocalQueue", "namespace": team, "name": names.LOCAL_QUEUE}
         patches.append({"target": target, "patch": yaml.safe_dump(repoint, sort_keys=False)})
     kustomization = {
@@ -156,7 +105,7 @@ def fair_sharing_files(cluster: Cluster) -> dict[str, str]:
     }
     return {
         "kustomization.yaml": head + dump([kustomization]),
-        "queues.yaml": head + dump(objects.fair_share_queues(cluster)),
+        "queues.yaml": head + dump(kueue.fair_share_queues(cluster)),
     }
 
 
@@ -198,7 +147,7 @@ def expected_files(root: Path) -> dict[Path, str]:
         for rel, text in node_addons_files(cluster, root).items():
             out[overlay.parent / f"{name}{NODE_ADDONS_SUFFIX}" / rel] = text
         argocd = root / "kustomize" / "argocd" / name / RUNS_PROJECT_FILE
-        out[argocd] = header(cluster) + dump([security.runs_project(cluster)])
+        out[argocd] = header(cluster) + dump([security_objects.runs_project(cluster)])
     return out
 
 

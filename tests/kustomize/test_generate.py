@@ -7,7 +7,7 @@ import shutil
 import pytest
 
 from catalog import InputError, load_cluster
-from kustomize.tooling import generate, images, objects
+from kustomize.tooling import generate, images, kueue, platform_objects
 from tests.kustomize.conftest import ROOT
 
 
@@ -32,24 +32,24 @@ def test_check_mode_names_a_stale_file(tmp_path, capsys, monkeypatch):
     [(10, 2, [5, 5]), (11, 2, [6, 5]), (7, 3, [3, 2, 2]), (0, 2, [0, 0]), (1, 3, [1, 0, 0])],
 )
 def test_even_shares_add_up(total, teams, shares):
-    got = [objects._share(total, teams, i) for i in range(teams)]
+    got = [kueue._share(total, teams, i) for i in range(teams)]
     assert got == shares and sum(got) == total
 
 
 def test_admit_all_queue_has_unbounded_quota_for_every_flavor():
     cluster = load_cluster("mega-euw4")
-    queue = objects.admit_all_queue(cluster)
+    queue = kueue.admit_all_queue(cluster)
     flavors = queue["spec"]["resourceGroups"][0]["flavors"]
     assert [f["name"] for f in flavors] == ["cpu", "h100"]
     cpu_gpus = next(r for r in flavors[0]["resources"] if r["name"] == "nvidia.com/gpu")
     assert cpu_gpus["nominalQuota"] == "0"
     for resource in flavors[1]["resources"]:
-        assert resource["nominalQuota"] == objects.UNBOUNDED[resource["name"]]
+        assert resource["nominalQuota"] == kueue.UNBOUNDED[resource["name"]]
 
 
 def test_gpu_capacity_sums_pools():
-    assert objects.gpu_capacity(load_cluster("mega-euw4"), "H100") == (64 + 32) * 8
-    assert objects.gpu_capacity(load_cluster("ultra-usc1"), "H200") == (128 + 8) * 8
+    assert kueue.gpu_capacity(load_cluster("mega-euw4"), "H100") == (64 + 32) * 8
+    assert kueue.gpu_capacity(load_cluster("ultra-usc1"), "H200") == (128 + 8) * 8
 
 
 @pytest.mark.parametrize(
@@ -111,6 +111,6 @@ def test_bad_image_list_names_file_and_field(tmp_path, text, field):
 def test_warden_job_images_must_be_in_the_list():
     cluster = load_cluster("mega-euw4")
     with pytest.raises(InputError) as err:
-        generate.warden_patch(cluster, [{"name": "preflight", "image": "{registry}/p:1.0"}])
+        platform_objects.warden_patch(cluster, [{"name": "preflight", "image": "{registry}/p:1.0"}])
     assert (err.value.source, err.value.field) == (images.IMAGES_FILE, "images")
     assert "'dcgm-diag'" in err.value.message

@@ -10,7 +10,7 @@ import yaml
 
 from catalog import accelerator, cluster_names, load_cluster
 from catalog import labels as names
-from kustomize.tooling import images, objects
+from kustomize.tooling import images, kueue, objects
 from tests.kustomize.conftest import ROOT, by_kind
 
 CLUSTERS = cluster_names(ROOT)
@@ -45,14 +45,14 @@ def test_priority_classes_match_the_catalog(overlay, cluster):
 @pytest.mark.parametrize("cluster", CLUSTERS)
 def test_every_team_has_a_namespace_and_a_local_queue(overlay, cluster):
     objs = overlay(cluster)
-    queue = named(objs, "ClusterQueue", objects.CLUSTER_QUEUE)
+    queue = named(objs, "ClusterQueue", kueue.CLUSTER_QUEUE)
     selector = queue["spec"]["namespaceSelector"]["matchExpressions"][0]
     assert selector == {"key": names.TEAM, "operator": "Exists"}
     for team in load_cluster(cluster).teams:
         namespace = named(objs, "Namespace", team)
         assert namespace["metadata"]["labels"][names.TEAM] == team
         local = named(objs, "LocalQueue", names.LOCAL_QUEUE, team)
-        assert local["spec"]["clusterQueue"] == objects.CLUSTER_QUEUE
+        assert local["spec"]["clusterQueue"] == kueue.CLUSTER_QUEUE
     team_namespaces = {
         o["metadata"]["name"] for o in by_kind(objs, "Namespace")
         if names.TEAM in o["metadata"].get("labels", {})
@@ -65,37 +65,37 @@ def test_fair_sharing_overlay_gives_each_team_its_queue(built, cluster):
     objs = built[f"kustomize/overlays/{cluster}-fair-sharing"]
     spec = load_cluster(cluster)
     queues = {o["metadata"]["name"]: o for o in by_kind(objs, "ClusterQueue")}
-    assert set(queues) == {objects.team_queue(t) for t in spec.teams}
+    assert set(queues) == {kueue.team_queue(t) for t in spec.teams}
     for team in spec.teams:
         local = named(objs, "LocalQueue", names.LOCAL_QUEUE, team)
-        assert local["spec"]["clusterQueue"] == objects.team_queue(team)
-        assert queues[objects.team_queue(team)]["spec"]["cohortName"] == objects.COHORT
+        assert local["spec"]["clusterQueue"] == kueue.team_queue(team)
+        assert queues[kueue.team_queue(team)]["spec"]["cohortName"] == kueue.COHORT
     for key in spec.accelerators():
-        flavor = objects.flavor_name(key)
+        flavor = kueue.flavor_name(key)
         gpus = sum(
             int(r["nominalQuota"])
             for q in queues.values()
             for f in q["spec"]["resourceGroups"][0]["flavors"] if f["name"] == flavor
             for r in f["resources"] if r["name"] == "nvidia.com/gpu"
         )  # fmt: skip
-        assert gpus == objects.gpu_capacity(spec, key)
+        assert gpus == kueue.gpu_capacity(spec, key)
 
 
 @pytest.mark.parametrize("cluster", CLUSTERS)
 def test_resource_flavors_follow_the_accelerator_catalog(overlay, cluster):
     objs = overlay(cluster)
     flavors = {o["metadata"]["name"]: o["spec"] for o in by_kind(objs, "ResourceFlavor")}
-    expected = {objects.CPU_FLAVOR} | {k.lower() for k in load_cluster(cluster).accelerators()}
+    expected = {kueue.CPU_FLAVOR} | {k.lower() for k in load_cluster(cluster).accelerators()}
     assert set(flavors) == expected
-    assert flavors[objects.CPU_FLAVOR]["nodeLabels"] == names.cpu_node_labels()
+    assert flavors[kueue.CPU_FLAVOR]["nodeLabels"] == names.cpu_node_labels()
     for key in load_cluster(cluster).accelerators():
         spec = flavors[key.lower()]
         assert spec["nodeLabels"][names.GKE_ACCELERATOR] == accelerator(key).gke_accelerator
         assert spec["nodeLabels"][names.POOL_ROLE] == "gpu"
         assert spec["nodeTaints"] == [names.GPU_TAINT]
-    queue = named(objs, "ClusterQueue", objects.CLUSTER_QUEUE)
+    queue = named(objs, "ClusterQueue", kueue.CLUSTER_QUEUE)
     order = [f["name"] for f in queue["spec"]["resourceGroups"][0]["flavors"]]
-    assert order[0] == objects.CPU_FLAVOR and set(order) == expected
+    assert order[0] == kueue.CPU_FLAVOR and set(order) == expected
 
 
 @pytest.mark.parametrize("cluster", CLUSTERS)
@@ -228,7 +228,7 @@ def test_rendered_runs_fit_queues_priorities_and_flavors(built):
             assert RUN_KIND_FRAMEWORK[obj["kind"]] in frameworks, path
             named(objs, "LocalQueue", queue, obj["metadata"]["namespace"])
             flavors = [o["spec"] for o in by_kind(objs, "ResourceFlavor")]
-            queue = named(objs, "ClusterQueue", objects.CLUSTER_QUEUE)
+            queue = named(objs, "ClusterQueue", kueue.CLUSTER_QUEUE)
             covered = set(queue["spec"]["resourceGroups"][0]["coveredResources"])
             for pod in run_pod_specs(obj):
                 assert pod["priorityClassName"] in names.PRIORITY_VALUES, path

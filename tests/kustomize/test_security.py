@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from catalog import load_cluster
-from kustomize.tooling import checks, objects, security, validate
+from kustomize.tooling import checks, objects, security, security_objects, validate
 from tests.kustomize.conftest import ROOT, by_kind
 
 CLUSTERS = ["mega-euw4", "ultra-usc1"]
@@ -45,7 +45,7 @@ def template_kinds() -> set[tuple[str, str]]:
 
 
 def test_run_kinds_are_what_the_templates_write():
-    assert set(security.RUN_KINDS) == template_kinds()
+    assert set(security_objects.RUN_KINDS) == template_kinds()
 
 
 @pytest.mark.parametrize("cluster", CLUSTERS)
@@ -56,7 +56,7 @@ def test_runs_project_admits_only_run_kinds_in_team_namespaces(built, cluster):
     spec = load_cluster(cluster)
     team = spec.teams[0]
     admitted = {"apiVersion": "ray.io/v1", "kind": "RayJob", "metadata": {"namespace": team}}
-    assert security.project_admits(project, admitted)
+    assert security_objects.project_admits(project, admitted)
     refused = [
         {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
          "metadata": {"name": "pwn"}},
@@ -69,7 +69,7 @@ def test_runs_project_admits_only_run_kinds_in_team_namespaces(built, cluster):
         {"apiVersion": "v1", "kind": "Pod", "metadata": {"namespace": team}},
     ]  # fmt: skip
     for obj in refused:
-        assert not security.project_admits(project, obj), obj
+        assert not security_objects.project_admits(project, obj), obj
     assert security.runs_gate_problems(objs) == []
 
 
@@ -79,7 +79,7 @@ def test_every_rendered_run_passes_the_gate(built, cluster):
     project = named(built[f"kustomize/argocd/{cluster}"], "AppProject", "runs", "argocd")
     for path, objs in validate.app_objects(ROOT, cluster).items():
         for obj in objs:
-            assert security.project_admits(project, obj), f"{path}: {checks.ident(obj)}"
+            assert security_objects.project_admits(project, obj), f"{path}: {checks.ident(obj)}"
 
 
 @pytest.mark.parametrize(
@@ -106,8 +106,8 @@ def test_gate_check_fails_when_the_project_is_widened(built, change):
         {"apiVersion": "ray.io/v1", "kind": "RayJob", "metadata": {"namespace": "kube-system"}},
     ]  # fmt: skip
     real = named(built["kustomize/argocd/ultra-usc1"], "AppProject", "runs", "argocd")
-    assert not any(security.project_admits(real, o) for o in probes)
-    assert any(security.project_admits(project, o) for o in probes)
+    assert not any(security_objects.project_admits(real, o) for o in probes)
+    assert any(security_objects.project_admits(project, o) for o in probes)
 
 
 def test_gate_check_fails_when_runs_use_the_platform_project(built):
@@ -228,7 +228,7 @@ def secret_refs(obj: dict) -> list[tuple[str, str]]:
 def test_every_secret_referenced_is_made_by_the_secret_maker(overlay, cluster):
     spec = load_cluster(cluster)
     made = set()
-    for s in security.secret_specs(spec):
+    for s in security_objects.secret_specs(spec):
         for ns in [s["namespace"], *s.get("copy_to", [])]:
             made |= {(ns, s["name"], key) for key in s["keys"]}
     referenced = 0
@@ -239,7 +239,10 @@ def test_every_secret_referenced_is_made_by_the_secret_maker(overlay, cluster):
             assert (namespace, name, key) in made, f"{checks.ident(obj)}: {name}/{key}"
     assert referenced >= 6
     for team in spec.teams:
-        assert {(team, *security.CHECKPOINT_KEY), (team, *security.RAY_TOKEN)} <= made
+        assert {
+            (team, *security_objects.CHECKPOINT_KEY),
+            (team, *security_objects.RAY_TOKEN),
+        } <= made
 
 
 @pytest.mark.parametrize("cluster", CLUSTERS)
@@ -247,7 +250,9 @@ def test_the_secret_maker_may_write_exactly_where_it_must(overlay, cluster):
     spec = load_cluster(cluster)
     bindings = [b for b in by_kind(overlay(cluster), "RoleBinding")
                 if b["roleRef"]["name"] == "secret-maker"]  # fmt: skip
-    assert {b["metadata"]["namespace"] for b in bindings} == set(security.secret_namespaces(spec))
+    assert {b["metadata"]["namespace"] for b in bindings} == set(
+        security_objects.secret_namespaces(spec)
+    )
     role = named(overlay(cluster), "ClusterRole", "secret-maker")
     assert role["rules"] == [{"apiGroups": [""], "resources": ["secrets"],
                               "verbs": ["get", "create"]}]  # fmt: skip
@@ -256,7 +261,7 @@ def test_the_secret_maker_may_write_exactly_where_it_must(overlay, cluster):
     specs = named(overlay(cluster), "ConfigMap", "secret-maker-specs", "platform-secrets")
     import json
 
-    assert json.loads(specs["data"]["secrets.json"]) == security.secret_specs(spec)
+    assert json.loads(specs["data"]["secrets.json"]) == security_objects.secret_specs(spec)
 
 
 def test_grafana_has_no_anonymous_access_and_a_secret_admin_password(overlay):
@@ -373,7 +378,7 @@ def test_researchers_read_only_their_ray_token(overlay):
     role = named(overlay("ultra-usc1"), "ClusterRole", "training-researcher")
     secret_rules = [r for r in role["rules"] if "secrets" in r["resources"]]
     wanted = {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"],
-              "resourceNames": [security.RAY_TOKEN[0]]}  # fmt: skip
+              "resourceNames": [security_objects.RAY_TOKEN[0]]}  # fmt: skip
     assert secret_rules == [wanted]
     bindings = [b for b in by_kind(overlay("ultra-usc1"), "ClusterRoleBinding")
                 if b["roleRef"]["name"] == "training-researcher"]  # fmt: skip

@@ -8,7 +8,7 @@ from urllib.parse import urlparse
 
 import pytest
 
-from kustomize.tooling import objects
+from kustomize.tooling import kueue
 from runner.gpupod import WARDEN_TOKEN, WARDEN_URL
 from tests.kustomize.conftest import built, by_kind, kubectl, overlay  # noqa: F401 (fixtures)
 from tests.kustomize.test_warden import named, resolved_env, warden_container
@@ -40,14 +40,14 @@ def test_team_namespaces_reach_the_gateway_port_only(overlay, cluster):  # noqa:
     policy = named(objs, "NetworkPolicy", "warden-gateway", "warden")
     assert policy["spec"]["podSelector"] == {"matchLabels": {"app.kubernetes.io/name": "warden"}}
     [rule] = policy["spec"]["ingress"]
-    assert rule["from"] == [{"namespaceSelector": objects.team_selector()}]
+    assert rule["from"] == [{"namespaceSelector": kueue.team_selector()}]
     assert rule["ports"] == [{"port": urlparse(WARDEN_URL).port, "protocol": "TCP"}]
     warden_policies = [p for p in by_kind(objs, "NetworkPolicy")
                        if p["metadata"]["namespace"] == "warden"]  # fmt: skip
     for p in warden_policies:  # no other policy opens Warden or Temporal to team namespaces
         if p["metadata"]["name"] != "warden-gateway":
             peers = [peer for r in p["spec"]["ingress"] for peer in r["from"]]
-            assert all(peer.get("namespaceSelector") != objects.team_selector() for peer in peers)
+            assert all(peer.get("namespaceSelector") != kueue.team_selector() for peer in peers)
 
 
 def test_warden_gains_only_the_token_review(overlay):  # noqa: F811
