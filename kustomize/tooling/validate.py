@@ -39,8 +39,8 @@ from kustomize.tooling import (
     refs,
     security,
 )
+from kustomize.tooling.security_objects import OWN_REPO  # the one place it is set
 
-OWN_REPO = "https://github.com/reve-platform/platform.git"
 OFFLINE_NOTE = (
     "not checked offline: CEL transition rules and rules cel-python cannot evaluate (counted "
     "above), admission webhooks, and chart templates unless --charts DIR gives their sources"
