@@ -1,7 +1,7 @@
 """Resource requests of a run: parse CPU and memory quantities and check they fit a node.
 
 Pure functions over a RunSpec; each problem is one `InputError` naming the file and field (or
-the flag). Used by `runner.resolve` once it knows the node the pods land on.
+the flag). Used by `runner.sizing` (for `runner.resolve`) once it knows the node the pods land on.
 
     cpus = cpu_request(spec, "cpus")          # 80.0, or None when not given
     check_fits(spec, ("cpus", "memory"), cpus, memory, node_cpu, node_memory, "H200")
