@@ -17,9 +17,8 @@ answer the same parameterized SQL (`{team:String}`), so every query (the straggl
 
 chDB runs ONE embedded server per process, on one folder at a time, and locks that folder
 (`status`) against other processes. So a store is written by one process (the driver) and
-read by others through a hard-linked snapshot (`snapshot`): `StoreWorker` is a child process
-(`python -m observability.store serve`, JSON lines on its pipes) that reads stores that way,
-so a reader never blocks the writer and never meets another chDB server of its own process.
+read by others through a hard-linked snapshot (`snapshot`, `signature`: observability/snapshot.py,
+also importable from here), as `runner ui`'s reader (runner.ui.reader) does.
 The embedded server's memory worker (which tracks the process's resident memory against
 ClickHouse's limits) runs once a second (`SERVER_ARGS`), not at its default pace: the
 driver holds the store beside training for a whole run, and on a small machine every
@@ -32,7 +31,6 @@ import json
 import math
 import os
 import re
-import shutil
 import threading
 import urllib.parse
 import urllib.request
@@ -41,6 +39,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from catalog.labels import ATTEMPT_LABEL, RANK_LABEL, TELEMETRY_LABELS
+from observability.snapshot import signature, snapshot  # noqa: F401 (runner.ui.reader's names)
 
 STORE_DIR = "chdb"
 RUN_METRICS = "platform.run_metrics"
@@ -51,7 +50,6 @@ METRIC_COLUMNS = ("ts", "cluster", "team", "run", "learner", "attempt", "rank", 
 the time, step, name and value."""
 IDENTITY = tuple(k for k in TELEMETRY_LABELS if k not in (ATTEMPT_LABEL, RANK_LABEL))
 """The string labels of a metric row (`attempt` and `rank` are numbers)."""
-_SKIP = ("status", "tmp", "user_files", "preprocessed_configs")
 TABLE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\.[A-Za-z_][A-Za-z0-9_]*$")
 _HELD: dict[str, object] = {}  # this process's open store: {"path": ..., "session": ...}
 _LOCK = threading.Lock()
@@ -234,41 +232,3 @@ def table_name(table: str) -> str:
 def first_line(err: BaseException) -> str:
     text = str(err).strip().splitlines()
     return text[0][:300] if text else type(err).__name__
-
-
-def signature(path: Path) -> tuple:
-    """Changes whenever a table gains or loses a part (or the schema changes)."""
-    marks = []
-    for top in ("store", "metadata"):
-        root = path / top
-        if root.is_dir():
-            for dirpath, dirnames, _ in os.walk(root):
-                if dirpath.count(os.sep) - str(root).count(os.sep) >= 2:
-                    dirnames[:] = []
-                marks.append((dirpath, os.stat(dirpath).st_mtime_ns))
-    return tuple(sorted(marks))
-
-
-def snapshot(path: Path, dest: Path) -> Path:
-    """A readable copy of a store another process may hold: parts are immutable, so their
-    files are hard-linked (copied across file systems); half-written parts are left out."""
-
-    def ignore(folder: str, names: list[str]) -> list[str]:
-        top = Path(folder) == path
-        return [n for n in names if n.startswith(("tmp_", "delete_tmp_")) or top and n in _SKIP]
-
-    def link(src: str, dst: str) -> None:
-        try:
-            os.link(src, dst)
-        except OSError:
-            shutil.copy2(src, dst)
-
-    for attempt in range(3):  # a part merged away while we copied: copy again
-        shutil.rmtree(dest, ignore_errors=True)
-        try:
-            shutil.copytree(path, dest, symlinks=True, ignore=ignore, copy_function=link)
-            return dest
-        except (FileNotFoundError, shutil.Error):
-            if attempt == 2:
-                raise
-    return dest
