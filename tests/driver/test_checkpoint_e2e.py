@@ -21,7 +21,8 @@ import torch
 
 from driver.aux.listeners import listener_name
 from driver.checkpoint.layout import MARKER
-from driver.train import PREEMPTED, checkpoint_lines, main
+from driver.summary import checkpoint_lines
+from driver.train import PREEMPTED, main
 from tests.driver.conftest import ROOT, TINY_LM
 
 STEPS = 8
