@@ -14,7 +14,8 @@ kill_when_full (wait for a quorum of every group), ckpt_root
 and ckpt_interval (checkpoints through driver.checkpoint; the lowest live group writes),
 step_sleep_s (simulated extra compute per micro-batch), hold_step and hold_file (wait
 before that step until a joining group wrote ready_file). A run that stops below
-`ft.min_replicas` prints the one-line reason and exits 3.
+`ft.min_replicas` prints the one-line reason and exits 3. The job every group trains (model,
+data, the failure-free reference losses) is driver.ft.drill_job's.
 
 A group started again (a joiner, or every group with `resume`) reads its checkpoint as the
 training loop does: not up front, only if its first quorum has no live group ahead
@@ -26,90 +27,15 @@ after the copies a group that just became the writer sends (driver.ft.records).
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import signal
 import sys
 import time
 
+from driver.ft.drill_job import Job, checkpointer, digest, finite
+
 STOPPED = 3  # exit code: too few replica groups left (FtStopped)
-
-
-def digest(model) -> str:
-    """Bytes of every parameter, hashed: equal digests are bit-identical weights."""
-    h = hashlib.sha256()
-    for p in model.parameters():
-        h.update(p.detach().contiguous().numpy().tobytes())
-    return h.hexdigest()[:16]
-
-
-class Job:
-    """The model, optimizer and data of the drill (identical on every group)."""
-
-    def __init__(self, spec: dict):
-        import torch
-
-        torch.manual_seed(spec.get("seed", 0))
-        torch.set_num_threads(1)
-        dim, hidden = spec.get("dim", 32), spec.get("hidden", 64)
-        self.model = torch.nn.Sequential(
-            torch.nn.Linear(dim, hidden), torch.nn.Tanh(), torch.nn.Linear(hidden, 1)
-        )
-        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=spec.get("lr", 1e-2))
-        gen = torch.Generator().manual_seed(1234)
-        self.x = torch.randn(4096, dim, generator=gen)
-        self.y = torch.sin(self.x @ torch.randn(dim, 1, generator=gen))
-        self.micro, self.sleep = spec.get("micro_batch", 8), spec.get("step_sleep_s", 0.0)
-
-    def micro_loss(self, step: int, slot: int, slots: int):
-        """Mean loss of one global micro-batch slot (its samples are fixed by step, slot)."""
-        from driver.ft.batch import slot_sample_ids
-
-        ids = slot_sample_ids(step, slot, slots, self.micro)
-        idx = [i % len(self.x) for i in ids]
-        if self.sleep:
-            time.sleep(self.sleep)
-        return (self.model(self.x[idx]) - self.y[idx]).pow(2).mean()
-
-
-def checkpointer(spec: dict, rank: int, world: int, replica_group: int = 0):
-    """driver.checkpoint's Checkpointer for the drill, or None without `ckpt_root`."""
-    if not spec.get("ckpt_root"):
-        return None
-    from driver.checkpoint import CheckpointConfig, Checkpointer
-
-    cfg = CheckpointConfig(
-        root=spec["ckpt_root"],
-        interval_steps=spec.get("ckpt_interval", 0),
-        async_mode="sync",
-        keep_last=2,
-    )
-    run = spec.get("run", "drill")
-    return Checkpointer(
-        cfg, "drill", run, rank, world, replica_group=replica_group, secret=b"drill"
-    )
-
-
-def finite(model) -> bool:
-    return all(bool(p.isfinite().all()) for p in model.parameters())
-
-
-def reference_losses(spec: dict) -> list[float]:
-    """The failure-free run's loss per step, in one process: every slot of every step,
-    gradients summed locally (the same maths as the drill up to reduction order)."""
-    job, groups, accum = Job(spec), spec["groups"], spec.get("grad_accum", 1)
-    slots, losses = groups * accum, []
-    for step in range(spec["steps"]):
-        total = 0.0
-        for slot in range(slots):
-            loss = job.micro_loss(step, slot, slots) / slots
-            loss.backward()
-            total += loss.item()
-        job.optimizer.step()
-        job.optimizer.zero_grad(set_to_none=True)
-        losses.append(total)
-    return losses
 
 
 def hold(spec: dict, step: int) -> None:

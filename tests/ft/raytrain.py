@@ -14,7 +14,7 @@ def train_func(config: dict) -> None:
     import ray.train
 
     from driver.ft.config import FtConfig
-    from driver.ft.drill import Job, digest
+    from driver.ft.drill_job import Job, digest
     from driver.ft.replica import FtReplica
 
     rank = ray.train.get_context().get_world_rank()
@@ -71,7 +71,7 @@ def stop_func(config: dict) -> None:
 
     from driver.checkpoint import TrainState
     from driver.ft.config import FtConfig
-    from driver.ft.drill import Job, checkpointer, digest
+    from driver.ft.drill_job import Job, checkpointer, digest
     from driver.ft.replica import FtReplica
     from driver.parallel import Topology
 

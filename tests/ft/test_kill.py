@@ -9,7 +9,7 @@ import math
 import pytest
 
 from driver.ft.batch import plan_step
-from driver.ft.drill import reference_losses
+from driver.ft.drill_job import reference_losses
 from driver.ft.harness import Drill
 
 FT = {

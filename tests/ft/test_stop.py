@@ -66,7 +66,7 @@ def test_below_the_minimum_under_ray_train_stops_at_once_and_the_checkpoint_resu
 
     from driver.checkpoint import TrainState
     from driver.ft.config import FtConfig
-    from driver.ft.drill import Job, checkpointer, digest
+    from driver.ft.drill_job import Job, checkpointer, digest
     from driver.ft.lighthouse import lighthouse_kwargs
 
     ft = {"min_replicas": 2, "heartbeat_timeout_ms": 500, "quorum_timeout_s": 1, "timeout_s": 10}
