@@ -39,7 +39,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from catalog.labels import ATTEMPT_LABEL, RANK_LABEL, TELEMETRY_LABELS
-from observability.snapshot import signature, snapshot  # noqa: F401 (runner.ui.reader's names)
 
 STORE_DIR = "chdb"
 RUN_METRICS = "platform.run_metrics"

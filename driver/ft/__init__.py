@@ -12,7 +12,8 @@
 - `loop.run_ft`: the training loop of one worker under torchft (`ft.enabled`), fed by
   `source.SlotSource` (batches by step and slot), checkpointing through
   `session.FtCheckpointSession` (the lowest live group writes).
-- `drill`: one replica group of a small job as a process, for tests and the benchmark.
+- `drill`: one replica group of a small job as a process, for tests and the benchmark;
+  `drill_job` the job it trains (the model, its fixed data, the digest of its weights).
 
 See docs/ft.md.
 """

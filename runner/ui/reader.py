@@ -3,7 +3,7 @@
 chDB has one embedded server per process, on one folder, locked against other processes
 (docs/observability.md). The child (`python -m runner.ui.reader`) answers JSON lines on its
 pipes: each query names a run's output folder; the child reads a hard-linked snapshot of
-its store (`observability.store.snapshot`), taken again when the store gained parts and
+its store (`observability.snapshot.snapshot`), taken again when the store gained parts and
 the last one is older than `max_age_s`, so a training run keeps writing while it is read.
 
     reader = StoreReader()
@@ -100,18 +100,18 @@ class Child:
         return self.open[1]
 
     def snapshot_of(self, folder: str) -> Path:
-        from observability import store
+        from observability import snapshot, store
 
         source = store.store_path(folder)
         if not source.is_dir():
             raise FileNotFoundError(f"{source}: no store")
-        sig, now = store.signature(source), time.monotonic()
+        sig, now = snapshot.signature(source), time.monotonic()
         known = self.snaps.get(folder)
         if known and (known[0] == sig or now - known[1] < self.max_age_s):
             return known[2]
         self.count += 1
         dest = self.tmp / f"s{self.count}" / store.STORE_DIR
-        store.snapshot(source, dest)
+        snapshot.snapshot(source, dest)
         if known:
             if self.open and self.open[0] == str(known[2]):
                 self.open[1].close()
