@@ -111,8 +111,11 @@ class Client:
     def __init__(self, address: str, curve: tuple[bytes, bytes, bytes], max_bytes: int = MAX_BYTES):
         """`curve`: this learner's public and secret keys and the synchronizer's public key."""
         public, secret, server_public = curve
-        self.ctx = zmq.Context()
-        self.sock = self.ctx.socket(zmq.DEALER)
+        # The process's shared context, never terminated here: a Client dropped unclosed
+        # in a reference cycle then has only its socket closed by the garbage collector.
+        # A context of its own would be terminated there, before its socket was closed
+        # (the order of finalizers in a cycle is arbitrary), and wait for it forever.
+        self.sock = zmq.Context.instance().socket(zmq.DEALER)
         _heartbeats(self.sock)
         self.sock.curve_publickey, self.sock.curve_secretkey = public, secret
         self.sock.curve_serverkey = server_public
@@ -144,4 +147,3 @@ class Client:
 
     def close(self) -> None:
         self.sock.close(0)
-        self.ctx.term()

@@ -55,9 +55,10 @@ def summary(out: Path, name: str) -> dict:
 def test_process_synchronizer_merges_the_hand_computed_step_and_refuses_unknown_keys(out, tmp_path):
     sync, address = local.start_synchronizer(out, ["--outer-lr", str(LR), "--outer-momentum",
                                                    str(MU), "--compression", "fp32"])  # fmt: skip
+    ls = []
     try:
         models = [linear(0), linear(0)]
-        ls = [learner(address, str(out / "keys"), n) for n in "ab"]
+        ls += [learner(address, str(out / "keys"), n) for n in "ab"]
         in_threads(*[lambda ln=ln, m=m: ln.start(m) for ln, m in zip(ls, models, strict=True)])
         w = flat(models[0])
         moves = [np.full(w.shape, 0.01, np.float32), np.full(w.shape, -0.03, np.float32)]
@@ -66,13 +67,13 @@ def test_process_synchronizer_merges_the_hand_computed_step_and_refuses_unknown_
         np.testing.assert_allclose(flat(models[1]), w - LR * (g + MU * g), rtol=1e-5, atol=1e-6)
         rogue = keys.generate(tmp_path / "rogue", ["a"])
         shutil.copy(out / "keys" / "synchronizer.key", rogue / "synchronizer.key")
-        intruder = learner(address, str(rogue), "a", join_timeout_s=1.0)
-        intruder.start(linear(1))
-        assert intruder.round == -1  # no answer
-        for ln in (*ls, intruder):
-            ln.close()
-        wait_for(lambda: "unknown Curve key" in (out / "synchronizer.log").read_text(), 30)
+        ls.append(learner(address, str(rogue), "a", join_timeout_s=1.0))  # an intruder
+        ls[-1].start(linear(1))
+        assert ls[-1].round == -1  # no answer
+        wait_for(lambda: "unknown Curve key" in (out / "synchronizer.log").read_text(), 60)
     finally:
+        for ln in ls:  # however the test ends: no connection left to the garbage collector
+            ln.close()
         stop(sync)
 
 
