@@ -22,7 +22,8 @@ fill, each wake-up takes CPU from training. A Ray cluster (a RayJob) keeps Ray's
   process started the Ray it runs on (`started_ray`): no process that starts and imports
   Ray Train while the workers wait for it (driver/embedded_train.py); with the backend of
   driver/local_backend.py the driver never imports torch.
-- `lean_ray_start()`, `own_sigterm()` (driver/ray_start.py): `ray.init` without the
+- `lean_ray_start()`, `short_raylet_wait()`, `own_sigterm()` (driver/ray_start.py; the
+  first not with `run.local_dashboard`): `ray.init` without the
   autoscaler monitor and the log monitor (the driver asks Ray for no worker output), with
   Ray's API server started beside the raylet rather than before it (without the dashboard
   it serves only usage stats; without it at all, the dashboard agent would ask the GCS
