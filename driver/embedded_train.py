@@ -36,6 +36,8 @@ from ray.train.v2._internal.execution.controller import TrainController
 from ray.train.v2._internal.execution.scaling_policy.fixed import FixedScalingPolicy
 from ray.train.v2._internal.execution.worker_group import WorkerGroup
 
+from driver.lazy_sync import lazy_sync_actor
+
 
 class LocalFixedScalingPolicy(FixedScalingPolicy):
     """`FixedScalingPolicy` that asks no AutoscalingCoordinator for resources."""
@@ -115,7 +117,8 @@ def run_controller(controller_init_kwargs: dict):
     to a log file of its own (Ray Train's structured controller log would configure this
     process's logging). It reads the variables Ray Train would hand an actor
     (`get_env_vars_to_propagate`) from this process's environment, where Ray Train takes
-    them from."""
+    them from. Ray Train's synchronization actor is created only if someone calls it
+    (driver/lazy_sync.py)."""
     before = os.environ.get(CONTROLLER_LOG_ENV)
     os.environ[CONTROLLER_LOG_ENV] = "0"  # read once, as the controller is made
     try:
@@ -126,13 +129,14 @@ def run_controller(controller_init_kwargs: dict):
         else:
             os.environ[CONTROLLER_LOG_ENV] = before
     thread = ControllerThread(controller)
-    thread.start()
-    try:
-        while thread.is_alive():
-            thread.join(0.5)  # a signal's handler runs, and may raise, in this wait
-    except BaseException:
-        thread.cancel(STOP_TIMEOUT_S)
-        raise
+    with lazy_sync_actor():  # Ray Train's barrier actor only if anyone calls it
+        thread.start()
+        try:
+            while thread.is_alive():
+                thread.join(0.5)  # a signal's handler runs, and may raise, in this wait
+        except BaseException:
+            thread.cancel(STOP_TIMEOUT_S)
+            raise
     if thread.error is not None:
         raise thread.error
     return controller.get_result()

@@ -25,8 +25,8 @@ from driver.embedded import LOCAL_ENV, quiet_token_notice, started_ray
 from driver.ray_start import lean_ray_start, own_sigterm, short_raylet_wait
 
 # Ray Train's controller polls every worker each health-check interval, and a
-# ray.train.report call waits for the next poll. Per-step metrics bypass report (the metrics
-# sink), so report runs once, at the end: no step waits on the poll. Each poll costs every
+# ray.train.report call waits for the next poll. The driver never calls report (metrics and
+# the final figures go to the run's channel), so no step waits on the poll. Each poll costs every
 # worker CPU time (it is served between training steps), so the interval is set explicitly
 # rather than short: 2 s detects a dead worker soon enough and keeps the polls cheap.
 HEALTH_CHECK_ENV = "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S"

@@ -67,11 +67,12 @@ def train_worker(args: dict) -> None:
         with contextlib.suppress(Exception):
             ray.get(sink.fail.remote(rank, record), timeout=10)
         raise
-    if cfg.ft.enabled:  # run_ft sent the final figures; no ray.train.report: it is a
-        return  # barrier of every worker, and a replaced group's peers may have left it
-    if rank == 0 and control is not None:  # the summary's checkpoint fields
+    # No `ray.train.report`: the final figures go to the run's channel (run_ft sent them
+    # already), and nothing reads Ray Train's result. A report is a barrier of every worker
+    # through Ray Train's synchronization actor, which a local run then never starts
+    # (driver/lazy_sync.py); under ft a replaced group's peers may have left it.
+    if not cfg.ft.enabled and rank == 0 and control is not None:
         ray.get(control.finish.remote(final), timeout=30)
-    ray.train.report(final)
 
 
 def share_handlers(logger, name: str) -> None:

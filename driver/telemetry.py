@@ -7,8 +7,8 @@ returns its attempt: the run's first attempt in this driver (after the attempts 
 metrics.jsonl, set by `begin`) plus the times this rank started before (worker-group
 restarts). Any rank that fails records its traceback and last log lines there before it
 re-raises, for the crash bundle.
-`ray.train.report` is still called at the end of the run (not under torchft:
-driver/ft/end.py), not per step: each call is a barrier across ranks.
+Rank 0 leaves the run's final figures there too (`finish`): the driver never calls
+`ray.train.report`, a barrier across ranks.
 """
 
 from __future__ import annotations

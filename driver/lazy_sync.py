@@ -1,0 +1,114 @@
+"""Ray Train's synchronization actor for an embedded (local) run, created on first use.
+
+Ray Train 2.60 starts a `SynchronizationActor` with every worker group, beside the training
+workers. It serves only Ray Train's collectives (`ray.train.report`, its barrier and
+broadcast) and the controller's barrier resets; the driver's loop calls none of them (its
+final figures go to the run's channel, driver.telemetry), so on a local run the actor would
+only cost CPU: its process starts and imports Ray Train (about 1 s of CPU, taken from the
+training workers while they start) and then wakes 100 times a second for Ray's signal check
+(0.6 % of a core for the whole run).
+
+`lazy_sync_actor()` makes the in-process controller (driver/embedded_train.py) create a
+`LazySyncActor` instead: a picklable stand-in with the same methods that creates the real
+actor, named after the worker group and with the options Ray Train gave it, the first time
+anyone (the controller, or a worker it was handed to) calls one of its methods. It is created
+detached, so whichever process creates it, the others keep reaching it, and the worker
+group's shutdown kills it if it exists.
+
+    with lazy_sync_actor():          # while the controller runs
+        ...                          # worker groups get LazySyncActor handles
+"""
+
+from __future__ import annotations
+
+import contextlib
+import uuid
+
+_STATE = "ray.train.v2._internal.execution.worker_group.state"
+_GROUP = "ray.train.v2._internal.execution.worker_group.worker_group"
+PREFIX = "train-sync-"
+
+
+class LazySyncActor:
+    """A `SynchronizationActor` handle that creates the actor on its first method call."""
+
+    def __init__(self, name: str, namespace: str, options: dict, kwargs: dict):
+        self.name, self.namespace = name, namespace
+        self.options, self.kwargs = dict(options), dict(kwargs)
+        self._handle = None
+
+    def __reduce__(self):  # the handle stays behind: each process finds the actor by name
+        return (LazySyncActor, (self.name, self.namespace, self.options, self.kwargs))
+
+    def handle(self):
+        """The real actor's handle: the existing one, or one created now."""
+        if self._handle is None:
+            from ray.train.v2._internal.execution.checkpoint.sync_actor import (
+                SynchronizationActor,
+            )
+
+            self._handle = SynchronizationActor.options(
+                name=self.name, namespace=self.namespace, get_if_exists=True,
+                lifetime="detached", **self.options,
+            ).remote(**self.kwargs)  # fmt: skip
+        return self._handle
+
+    def __getattr__(self, method: str):
+        if method.startswith("_"):
+            raise AttributeError(method)
+        return getattr(self.handle(), method)
+
+    def kill(self) -> None:
+        """Kill the actor if anyone created it (a worker group's shutdown)."""
+        import ray
+
+        handle = self._handle
+        if handle is None:
+            try:
+                handle = ray.get_actor(self.name, namespace=self.namespace)
+            except ValueError:  # never created: nothing to kill
+                return
+        ray.kill(handle)
+
+
+class LazyFactory:
+    """What the worker group calls in place of the `SynchronizationActor` class:
+    `.options(**options).remote(**kwargs)` returns a `LazySyncActor`."""
+
+    def __init__(self, namespace: str, options: dict | None = None):
+        self.namespace, self._options = namespace, dict(options or {})
+
+    def options(self, **options) -> LazyFactory:
+        return LazyFactory(self.namespace, {**self._options, **options})
+
+    def remote(self, **kwargs) -> LazySyncActor:
+        name = f"{PREFIX}{uuid.uuid4().hex[:12]}"
+        return LazySyncActor(name, self.namespace, self._options, kwargs)
+
+
+def shutdown_sync_actor(sync_actor) -> None:
+    """The worker group's `_shutdown_sync_actor` for either kind of handle."""
+    if isinstance(sync_actor, LazySyncActor):
+        sync_actor.kill()
+    else:
+        import ray
+
+        ray.kill(sync_actor)
+
+
+@contextlib.contextmanager
+def lazy_sync_actor():
+    """While inside: new worker groups get a `LazySyncActor`, and shutting one down kills
+    either kind. Both names are restored on the way out."""
+    import importlib
+
+    import ray
+
+    group, state = importlib.import_module(_GROUP), importlib.import_module(_STATE)
+    saved = group.SynchronizationActor, state._shutdown_sync_actor
+    group.SynchronizationActor = LazyFactory(ray.get_runtime_context().namespace)
+    state._shutdown_sync_actor = shutdown_sync_actor
+    try:
+        yield
+    finally:
+        group.SynchronizationActor, state._shutdown_sync_actor = saved

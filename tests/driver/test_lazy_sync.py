@@ -1,0 +1,94 @@
+"""Ray Train's synchronization actor on a local run: created only when someone calls it
+(driver/lazy_sync.py), so a local run, which calls none of Ray Train's collectives, never
+starts its process."""
+
+from __future__ import annotations
+
+import inspect
+import json
+import pickle
+import subprocess
+import sys
+
+from driver.lazy_sync import PREFIX, LazyFactory, LazySyncActor, lazy_sync_actor
+from tests.driver.conftest import ROOT, TINY_LM
+
+
+def test_the_factory_hands_out_named_lazy_handles_with_ray_trains_options():
+    factory = LazyFactory("ns").options(label_selector={"node": "n1"})
+    one, two = factory.remote(timeout_s=5.0, warn_interval_s=1.0), factory.remote()
+    assert isinstance(one, LazySyncActor) and one.name.startswith(PREFIX)
+    assert one.name != two.name and one.namespace == "ns"
+    assert one.options == {"label_selector": {"node": "n1"}} and one.kwargs["timeout_s"] == 5.0
+    assert one._handle is None  # nothing created yet
+
+
+def test_a_pickled_handle_leaves_its_actor_handle_behind():
+    lazy = LazySyncActor("train-sync-x", "ns", {"a": 1}, {"timeout_s": 2})
+    lazy._handle = object()  # not picklable by reference: it must not travel
+    copy = pickle.loads(pickle.dumps(lazy))
+    assert (copy.name, copy.namespace, copy.options, copy.kwargs) == (
+        "train-sync-x", "ns", {"a": 1}, {"timeout_s": 2},
+    )  # fmt: skip
+    assert copy._handle is None
+    # private names never create the actor (copy, pickle and inspect probe them)
+    assert getattr(copy, "__wrapped__", None) is None and copy._handle is None
+
+
+def test_the_patch_holds_only_while_the_controller_runs(ray_local):
+    from ray.train.v2._internal.execution.worker_group import state, worker_group
+
+    saved = worker_group.SynchronizationActor, state._shutdown_sync_actor
+    with lazy_sync_actor():
+        assert isinstance(worker_group.SynchronizationActor, LazyFactory)
+        assert state._shutdown_sync_actor is not saved[1]
+    assert (worker_group.SynchronizationActor, state._shutdown_sync_actor) == saved
+
+
+def test_ray_train_still_makes_and_kills_the_actor_where_the_patch_replaces_it():
+    """A Ray upgrade that creates or kills the actor elsewhere fails here."""
+    from ray.train.v2._internal.execution.worker_group import state, worker_group
+
+    start = inspect.getsource(worker_group.WorkerGroup._start_impl)
+    assert "sync_actor = SynchronizationActor.options(" in start
+    assert "_shutdown_sync_actor(self.sync_actor)" in inspect.getsource(state.WorkerGroupState)
+    assert "_shutdown_sync_actor(self.sync_actor)" in inspect.getsource(
+        state.WorkerGroupStateBuilder
+    )
+
+
+def named(ray) -> set[str]:
+    return {a["name"] for a in ray.util.list_named_actors(all_namespaces=True)}
+
+
+def test_the_actor_is_made_on_the_first_call_and_shared_by_every_copy(ray_local):
+    ray = ray_local
+    namespace = ray.get_runtime_context().namespace
+    lazy = LazyFactory(namespace).options(num_cpus=0).remote(timeout_s=30.0)
+    assert lazy.name not in named(ray)
+    copy = pickle.loads(pickle.dumps(lazy))  # what a worker gets
+    assert ray.get(lazy.set_required_ranks.remote(None), timeout=60) is True
+    assert lazy.name in named(ray)
+    assert copy.handle()._actor_id == lazy.handle()._actor_id  # found by name, not made twice
+    lazy.kill()
+    LazySyncActor("train-sync-never", namespace, {}, {}).kill()  # never made: nothing to do
+
+
+def test_a_local_run_starts_no_synchronization_actor(tmp_path):
+    """A whole local run with the in-process controller: no SynchronizationActor ever
+    existed in its Ray (the GCS keeps dead actors too)."""
+    code = (
+        "import json, ray, ray._private.state as st\n"
+        "from driver.embedded import started_ray\n"
+        "from driver.train import main\n"
+        "ray.init(num_cpus=2, include_dashboard=False, logging_level='WARNING')\n"
+        "started_ray()\n"
+        f"code = main([{TINY_LM!r}, 'train.steps=3', 'optimizer.warmup_steps=1',"
+        f" 'data.size=512', 'run.output_dir={tmp_path}'])\n"
+        "print(json.dumps([code, sorted(a['ActorClassName'] for a in st.actors().values())]))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
+                         text=True, timeout=300)  # fmt: skip
+    code, classes = json.loads(out.stdout.strip().splitlines()[-1])
+    assert code == 0, out.stderr[-2000:]
+    assert "RayTrainWorker" in classes and "SynchronizationActor" not in classes, classes
