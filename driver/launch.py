@@ -1,11 +1,12 @@
 """The driver's run on the Ray head: connect, plan capacity, start Ray Train, wait, report.
 
 `launch(cfg, config_yaml)` returns the end-of-run summary or raises `RunFailed` after
-writing a crash bundle. Auxiliary services in the plan are started before training
-(driver.aux.coordinator; `AuxStartError` when one fails its start-up check) and stopped
-after it. Ray: `address=auto` (or `run.address` / RAY_ADDRESS) joins a
-cluster; otherwise an embedded Ray starts with just the CPUs the training workers need.
-Workers: one per GPU with nccl, or one per CPU slot with gloo.
+writing a crash bundle (driver.fit, once Ray is up and the run's channel serves).
+Auxiliary services in the plan are started before training (driver.aux.coordinator;
+`AuxStartError` when one fails its start-up check) and stopped after it. Ray:
+`address=auto` (or `run.address` / RAY_ADDRESS) joins a cluster; otherwise an embedded Ray
+starts with just the CPUs the training workers need. Workers: one per GPU with nccl, or one
+per CPU slot with gloo.
 """
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ import importlib
 import os
 import threading
 import time
-from pathlib import Path
 
 from catalog.errors import InputError
 from driver import capacity
@@ -31,14 +31,6 @@ from driver.ray_start import lean_ray_start, own_sigterm, short_raylet_wait
 # rather than short: 2 s detects a dead worker soon enough and keeps the polls cheap.
 HEALTH_CHECK_ENV = "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S"
 HEALTH_CHECK_DEFAULT_S = "2"
-
-
-class RunFailed(Exception):
-    """Training failed; `bundle` is the crash bundle's folder, `exit_code` the driver's."""
-
-    def __init__(self, message: str, bundle: Path, exit_code: int = 1):
-        super().__init__(message)
-        self.bundle, self.exit_code = bundle, exit_code
 
 
 def cluster_shape(nodes: list[dict], device: str, cpus_per_worker: float) -> tuple[int, int, bool]:
@@ -158,89 +150,16 @@ def launch(cfg, config_yaml: str, fmt: str, say=print, stops=None) -> dict:
     """Run training to the end; the summary, or RunFailed after writing a crash bundle.
     `stops` (a driver.checkpoint.control.StopRelay, installed) turns SIGTERM and SIGINT into
     a final checkpoint and an early end; the summary then has `stopped_by`."""
-    import ray
-
-    from driver import crash
-    from driver.aux.coordinator import start_services
-    from driver.progress import Progress, summarize
+    from driver.fit import train
     from driver.telemetry import start_channel
-    from driver.trainer import trainer_for
 
     started = time.monotonic()
-    output_dir = Path(cfg.run.output_dir)
     with stops.held() if stops is not None else contextlib.nullcontext():
         embedded = connect(cfg)  # a stop signal takes effect once Ray is up
     result, use_gpu = plan_capacity(cfg)
     say(capacity.format_plan(result))
-    sink = control = start_channel()  # metrics, failures, attempts, preemption notices
-    progress = Progress(cfg, sink, output_dir, fmt)
-    progress.log(f"ray {'embedded' if embedded else 'cluster'}: {ray.cluster_resources()}")
-    services_up = start_services(cfg, result, use_gpu, progress.log)  # before any training
-    progress.log(f"starting {result.world_size} training workers ({'GPU' if use_gpu else 'CPU'})")
-    trainer = trainer_for(cfg, result.world_size, use_gpu, sink, output_dir, control, embedded,
-                          services_up.spec(cfg))  # fmt: skip
-    progress.start()
-    if stops is not None:  # without checkpoints no worker listens: a signal stops at once
-        stops.attach(control if cfg.checkpoint.active else None, progress.log)
-    interrupted = False
+    channel = start_channel(embedded)  # metrics, failures, attempts, preemption notices
     try:
-        trainer.fit()
-    except KeyboardInterrupt:  # Interrupted, or Ray's own from inside a blocking get
-        interrupted = True
-    except Exception as err:
-        services_up.stop()
-        restarts = ray.get(control.restarts.remote(), timeout=30)
-        if restarts:
-            progress.log(f"the worker group was restarted {restarts} times")
-        progress.close()
-        ranks = failed_ranks(err, ray.get(sink.get_failures.remote(), timeout=30))
-        bundle = crash.write_bundle(output_dir, config_yaml, err, ranks, list(progress.lines))
-        message, code = headline(err, ranks), 1
-        if cfg.ft.enabled:  # below ft.min_replicas: the one-line reason, exit 3
-            from driver.ft.stop import STOPPED_EXIT, stop_reason
-
-            if reason := stop_reason(err):
-                message, code = reason, STOPPED_EXIT
-        raise RunFailed(message, bundle, code) from err
-    progress.close()
-    aux_summary = services_up.summary()
-    services_up.stop()
-    summary = summarize(progress.rows)
-    summary.update(
-        world_size=result.world_size,
-        wall_s=time.monotonic() - started,
-        output_dir=str(output_dir),
-        metrics=str(progress.path),
-        restarts=ray.get(control.restarts.remote(), timeout=30),
-    )
-    final = {} if interrupted else ray.get(control.final.remote(), timeout=30)
-    summary.update({k: v for k, v in final.items() if k.startswith(("ckpt_", "preempt", "ft_"))})
-    if cfg.ft.enabled:  # the run's ft figures and the groups Ray Train replaced
-        from driver.ft.launch import summary_fields
-
-        hosts = ray.get(sink.all_hosts.remote(), timeout=30)
-        summary.update(summary_fields(progress.rows, hosts, progress.metrics.first_attempt))
-    if stops is not None and stops.signum and (interrupted or "preempted_at" in summary):
-        summary["stopped_by"] = stops.name
-    if aux_summary:
-        summary["aux"] = aux_summary
-        summary.update({k: v for k, v in final.items() if k.startswith(("aux/", "refresh_"))})
-    return summary
-
-
-def headline(err: BaseException, ranks: dict[int, dict]) -> str:
-    """The first failure in time (the root cause; other ranks often fail because of it)."""
-    if not ranks:
-        return f"{type(err).__name__}: {err}".splitlines()[0]
-    first = min(ranks, key=lambda rank: (ranks[rank].get("time", float("inf")), rank))
-    return ranks[first]["error"].splitlines()[0]
-
-
-def failed_ranks(err: BaseException, recorded: dict[int, dict]) -> dict[int, dict]:
-    """Per-rank failure records: what ranks sent, plus ranks Ray Train saw fail without one."""
-    ranks = {int(rank): record for rank, record in recorded.items()}
-    for rank, exc in getattr(err, "worker_failures", {}).items():
-        if int(rank) not in ranks:
-            text = f"{type(exc).__name__}: {exc}"
-            ranks[int(rank)] = {"error": text.splitlines()[0], "traceback": text}
-    return ranks
+        return train(cfg, config_yaml, fmt, stops, channel, result, use_gpu, embedded, started)
+    finally:
+        channel.close()

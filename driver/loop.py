@@ -2,7 +2,7 @@
 
 Per rank: NUMA pinning, the reference workload, DDP (or FSDP2 when `parallelism.fsdp_size`
 > 1), AdamW with warm-up + cosine, gradient accumulation, clipping, bf16 autocast on GPU,
-and one metrics row per step from every rank to the driver's sink (driver.metrics.rank).
+and one metrics row per step from every rank to the run's channel (driver.metrics.rank).
 Two hooks keep the loop independent of the data pipeline and checkpoint libraries: the batch source
 (`data.source`, an iterator with state_dict) and the checkpoint session
 (`driver.checkpoint.session`: resume, periodic saves, preemption, the final save; used when
@@ -10,7 +10,7 @@ Two hooks keep the loop independent of the data pipeline and checkpoint librarie
 rank also gets an `AuxSession` (driver.aux.session): conditioning embeddings per batch,
 rank 0's weight refresh and evaluations, and the services' metrics in rank 0's rows. A
 failing rank sends its last metrics rows, records its traceback, log tail and flight
-recorder snapshot in the sink, then re-raises.
+recorder snapshot in the run's channel, then re-raises.
 """
 
 from __future__ import annotations
@@ -32,26 +32,42 @@ def import_object(path: str):
 
 
 def train_worker(args: dict) -> None:
-    """Ray Train entry point: `args` holds `cfg` (TrainConfig), `sink` (actor handle) and
-    `control` (the checkpoint control actor, driver.checkpoint.control)."""
+    """Ray Train entry point: `args` holds `cfg` (TrainConfig) and `channel` (the run's
+    channel address, driver/channel): this rank's metrics rows, failure record, attempt
+    count, preemption notices and, from rank 0, the final figures go there."""
     import ray.train
 
     from driver.telemetry import where_am_i, worker_logger
 
-    cfg, sink, control = args["cfg"], args["sink"], args.get("control")
+    cfg = args["cfg"]
     rank = ray.train.get_context().get_world_rank()
+    channel = args["channel"].connect(rank)
     host = where_am_i()
-    attempt = ray.get(sink.hello.remote(rank, host), timeout=60)  # tags its rows
-    tags = {"run": cfg.run.name, "rank": rank, "attempt": attempt, **host}
-    logger, tail = worker_logger(cfg.logging.tail_lines, tags)
-    share_handlers(logger, "driver.checkpoint")
+    try:
+        attempt = channel.call("hello", rank, host, timeout_s=60)  # tags its rows
+        tags = {"run": cfg.run.name, "rank": rank, "attempt": attempt, **host}
+        logger, tail = worker_logger(cfg.logging.tail_lines, tags)
+        share_handlers(logger, "driver.checkpoint")
+        final = train_rank(cfg, channel, logger, tail, rank, attempt, args)
+        # No `ray.train.report`: the final figures go to the run's channel (run_ft sent them
+        # already), and nothing reads Ray Train's result. A report is a barrier of every
+        # worker through Ray Train's synchronization actor, which a local run then never
+        # starts (driver/lazy_sync.py); under ft a replaced group's peers may have left it.
+        if not cfg.ft.enabled and rank == 0:
+            channel.call("finish", final, timeout_s=30)
+    finally:
+        channel.close()
+
+
+def train_rank(cfg, channel, logger, tail, rank: int, attempt: int, args: dict) -> dict:
+    """This rank's training (torchft's loop under `ft.enabled`); a failure leaves its
+    traceback, last log lines and flight recorder in the run's channel, then re-raises."""
     try:
         if cfg.ft.enabled:  # live fault tolerance: driver/ft/loop.py
             from driver.ft.loop import run_ft
 
-            final = run_ft(cfg, sink, logger, control, attempt, args.get("ft_gate"))
-        else:
-            final = run(cfg, sink, logger, control, args.get("aux"), attempt)
+            return run_ft(cfg, channel, logger, channel, attempt, args.get("ft_gate"))
+        return run(cfg, channel, logger, channel, args.get("aux"), attempt)
     except BaseException as err:
         from observability.flight_recorder import snapshot
 
@@ -65,14 +81,8 @@ def train_worker(args: dict) -> None:
             "flight_recorder": snapshot(),
         }
         with contextlib.suppress(Exception):
-            ray.get(sink.fail.remote(rank, record), timeout=10)
+            channel.call("fail", rank, record, timeout_s=10)
         raise
-    # No `ray.train.report`: the final figures go to the run's channel (run_ft sent them
-    # already), and nothing reads Ray Train's result. A report is a barrier of every worker
-    # through Ray Train's synchronization actor, which a local run then never starts
-    # (driver/lazy_sync.py); under ft a replaced group's peers may have left it.
-    if not cfg.ft.enabled and rank == 0 and control is not None:
-        ray.get(control.finish.remote(final), timeout=30)
 
 
 def share_handlers(logger, name: str) -> None:

@@ -1,4 +1,4 @@
-"""Driver-side progress: drains the metrics sink into the metrics writers, shows progress.
+"""Driver-side progress: drains the run's channel into the metrics writers, shows progress.
 
 Every drained row (every rank's) goes to driver.metrics (`RunMetrics`: metrics.jsonl, the
 run's chDB store, ClickHouse, OpenTelemetry); this module owns no output of its own. Locally
@@ -59,14 +59,15 @@ def aux_postfix(row: dict) -> dict[str, str]:
 
 
 POLL_S = 2.0
-"""How often the progress thread drains the sink (one actor call, one write to each writer):
+"""How often the progress thread drains the run's channel (one write to each writer):
 with the ranks' 1 s batches (driver.metrics.rank), a row reaches metrics.jsonl and the
-store within about 3 s; each drain costs the driver and the sink CPU time that, on a
+store within about 3 s; each drain costs the driver CPU time that, on a
 machine the workers fill, is taken from training."""
 
 
 class Progress:
-    """Polls the sink in a thread until `close()`; keeps rank 0's rows for the summary."""
+    """Drains the run's channel (`sink`: a driver.channel.DriverChannel, or None) in a
+    thread until `close()`; keeps rank 0's rows for the summary."""
 
     def __init__(self, cfg, sink, output_dir: Path, fmt: str, interval_s: float = POLL_S):
         from driver.telemetry import where_am_i
@@ -85,9 +86,7 @@ class Progress:
         )  # fmt: skip
         self.path = self.metrics.path
         if sink is not None:  # the attempts after those already in the metrics file
-            import ray
-
-            ray.get(sink.begin.remote(self.metrics.first_attempt), timeout=30)
+            sink.begin(self.metrics.first_attempt)
         self.hosts: dict[int, dict] = {}
         self.rows: list[dict] = []
         self.lines: deque[str] = deque(maxlen=cfg.logging.tail_lines)
@@ -140,15 +139,7 @@ class Progress:
             pass
 
     def drain(self) -> None:
-        import ray
-
-        try:
-            rows = ray.get(self.sink.drain.remote(), timeout=30)
-        except Exception as err:  # the sink died with the cluster: report once, stop polling
-            self.lines.append(f"metrics sink unreachable: {err}")
-            self._stop.set()
-            return
-        self.take(rows)
+        self.take(self.sink.drain())
 
     def take(self, rows: list[dict]) -> None:
         """Record a batch of every rank's rows: the writers, then rank 0's in the log tail
@@ -163,16 +154,11 @@ class Progress:
             self._show(mine[-1])  # once per batch: rows arrive in bursts
 
     def _hosts(self, rows: list[dict]) -> dict[int, dict]:
-        """The ranks' pods and nodes, asked of the sink again when a rank or attempt is new."""
+        """The ranks' pods and nodes, asked of the channel again when a rank or attempt is new."""
         seen = {(int(r.get("rank", 0)), r.get("attempt", 0)) for r in rows}
         known = {(rank, host.get("attempt", 0)) for rank, host in self.hosts.items()}
         if self.sink is not None and not seen <= known:
-            import ray
-
-            try:
-                self.hosts = ray.get(self.sink.all_hosts.remote(), timeout=5)
-            except Exception:  # a sink that went away: labels without pod and node
-                pass
+            self.hosts = self.sink.all_hosts()
         return self.hosts
 
     def _handle(self, row: dict) -> None:

@@ -1,14 +1,14 @@
-"""The light channel from training workers to the driver, and the log tail of each worker.
+"""The run's channel state, and the log tail of each worker.
 
 Every rank sends its metrics rows (one per step, batched every second:
-driver.metrics.rank) to the run's `RunChannel` actor (fire-and-forget, so a step never waits
-on the driver); the driver drains it every 2 s (driver.progress.POLL_S). A rank's `hello`
-returns its attempt: the run's first attempt in this driver (after the attempts already in
-metrics.jsonl, set by `begin`) plus the times this rank started before (worker-group
-restarts). Any rank that fails records its traceback and last log lines there before it
-re-raises, for the crash bundle.
-Rank 0 leaves the run's final figures there too (`finish`): the driver never calls
-`ray.train.report`, a barrier across ranks.
+driver.metrics.rank) to the run's channel (driver/channel: a ZeroMQ socket the driver
+serves, fire-and-forget, so a step never waits on the driver); the driver drains it every
+2 s (driver.progress.POLL_S). A rank's `hello` returns its attempt: the run's first attempt
+in this driver (after the attempts already in metrics.jsonl, set by `begin`) plus the times
+this rank started before (worker-group restarts). Any rank that fails records its traceback
+and last log lines there before it re-raises, for the crash bundle. Rank 0 leaves the run's
+final figures there too (`finish`): the driver never calls `ray.train.report`, a barrier
+across ranks.
 """
 
 from __future__ import annotations
@@ -67,7 +67,7 @@ def worker_logger(capacity: int, tags: dict | None = None) -> tuple[logging.Logg
 
 
 class Sink:
-    """Actor body: metrics rows and failure records, held until the driver drains them."""
+    """Metrics rows and failure records from the workers, held until the driver drains them."""
 
     def __init__(self):
         self.rows: list[dict] = []
@@ -97,7 +97,7 @@ class Sink:
         self.rows.append(row)
 
     def push_many(self, rows: list[dict]) -> None:
-        """Several rows in one call (one actor call per batch of steps, not per step)."""
+        """Several rows in one message (one per batch of steps, not per step)."""
         self.rows.extend(rows)
 
     def drain(self) -> list[dict]:
@@ -112,22 +112,24 @@ class Sink:
 
 
 class RunChannel(Sink, RunControl):
-    """The one small actor of a run: metric rows and failure records from the workers
-    (Sink), and attempt counts and preemption notices (driver.checkpoint.control's
-    RunControl). One actor rather than two: every Ray actor process costs CPU time even
-    when idle, which a small machine's training workers feel."""
+    """The run's channel state: metric rows and failure records from the workers (Sink),
+    and attempt counts and preemption notices (driver.checkpoint.control's RunControl).
+    Plain Python: driver.channel serves it from the driver's process, under one lock."""
 
     def __init__(self):
         Sink.__init__(self)
         RunControl.__init__(self)
 
 
-def start_channel():
-    """The run's RunChannel actor on this node (0 CPUs, so it never takes a training slot)."""
-    import ray
-    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+def start_channel(embedded: bool):
+    """The run's channel, served by this (the driver's) process: on the loopback address
+    for a local run, on this node's IP in a cluster (the workers on other nodes connect)."""
+    from driver.channel import DriverChannel
 
-    node = ray.get_runtime_context().get_node_id()
-    actor = ray.remote(num_cpus=0, max_concurrency=4)(RunChannel)
-    strategy = NodeAffinitySchedulingStrategy(node_id=node, soft=True)
-    return actor.options(scheduling_strategy=strategy).remote()
+    if embedded:
+        host = "127.0.0.1"
+    else:
+        import ray
+
+        host = ray.util.get_node_ip_address()
+    return DriverChannel.start(RunChannel(), host)

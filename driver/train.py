@@ -148,7 +148,8 @@ def _run(cfg, config_yaml: str, output_dir: Path, fmt: str, source: str) -> int:
     from driver import crash
     from driver.aux.coordinator import AuxStartError
     from driver.checkpoint.control import StopRelay
-    from driver.launch import RunFailed, launch
+    from driver.fit import RunFailed
+    from driver.launch import launch
     from driver.summary import format_summary
 
     stops = StopRelay(lambda line: print(line, file=sys.stderr, flush=True)).install()

@@ -12,11 +12,11 @@ from driver.embedded import lean_trainer
 
 
 def trainer_for(
-    cfg, world: int, use_gpu: bool, sink, output_dir: Path, control=None, embedded=False,
-    aux=None,
+    cfg, world: int, use_gpu: bool, channel, output_dir: Path, embedded=False, aux=None,
 ):  # fmt: skip
     """The Ray Train trainer running `driver.loop.train_worker` on `world` workers
-    (`trainer_class`, `backend_config`; torchft's config under `ft.enabled`)."""
+    (`trainer_class`, `backend_config`; torchft's config under `ft.enabled`); `channel` is
+    the run's channel address (driver.channel.ChannelAddress) the workers connect to."""
     from ray.train import RunConfig, ScalingConfig
 
     from driver.checkpoint import failure_config
@@ -39,7 +39,7 @@ def trainer_for(
     trainer, config_arg = trainer_class(embedded)
     trainer = trainer(
         train_worker,
-        train_loop_config={"cfg": cfg, "sink": sink, "control": control, "aux": aux, **ft_args},
+        train_loop_config={"cfg": cfg, "channel": channel, "aux": aux, **ft_args},
         scaling_config=ScalingConfig(
             num_workers=world, use_gpu=use_gpu, resources_per_worker=resources
         ),

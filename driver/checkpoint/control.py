@@ -1,18 +1,18 @@
 """The checkpoint control channel between the driver and its Ray Train workers.
 
-    control = start_channel()                    # driver: the run's one small actor
-                                                 # (driver.telemetry.RunChannel)
+    control = start_channel(embedded)            # driver: the run's channel (driver/channel,
+                                                 # serving driver.telemetry.RunChannel)
     stops = StopRelay(log).install()             # driver: SIGTERM or SIGINT ...
     stops.attach(control)                        # ... -> a notice to the workers
-    attempt = ray.get(control.start.remote(rank))   # worker: 0, then 1, 2 ... after restarts
-    guard = PreemptionGuard(ckpt, poll=NoticePoll(control))   # worker: sees the notice
+    attempt = client.call("start", rank)         # worker: 0, then 1, 2 ... after restarts
+    guard = PreemptionGuard(ckpt, poll=NoticePoll(client))   # worker: sees the notice
 
 Ray Train runs the training function in a thread of each worker actor, so workers never
 see the pod's signal themselves (and an embedded Ray's processes run in a session of their
 own, driver/embedded.py, so a Ctrl-C at the terminal never reaches them): the driver
-catches SIGTERM and SIGINT and leaves a notice in the actor, which rank 0 polls without
-blocking after every step. The same actor counts the starts of each rank, so a worker
-knows it belongs to a restarted worker group (and then resumes from the run's newest
+catches SIGTERM and SIGINT and leaves a notice in the run's channel, which rank 0 polls
+without blocking after every step. The same channel counts the starts of each rank, so a
+worker knows it belongs to a restarted worker group (and then resumes from the run's newest
 committed checkpoint).
 """
 
@@ -26,7 +26,7 @@ from collections.abc import Callable
 
 
 class RunControl:
-    """Actor body: attempt counts per rank and the time of a preemption notice."""
+    """Attempt counts per rank, the time of a preemption notice, rank 0's final figures."""
 
     def __init__(self) -> None:
         self.starts: dict[int, int] = {}
@@ -60,28 +60,26 @@ class RunControl:
 
 
 class NoticePoll:
-    """Polls the control actor without blocking: one request in flight at a time, a new
-    one at most every `interval_s` seconds."""
+    """Polls the run's channel (a driver.channel client) without blocking: one request in
+    flight at a time, a new one at most every `interval_s` seconds."""
 
     def __init__(self, control, interval_s: float = 1.0):
         self.control, self.interval_s = control, interval_s
-        self._pending = None
+        self._pending: int | None = None
         self._sent = 0.0
 
     def __call__(self) -> float | None:
         """The notice's wall-clock time once one has arrived, else None."""
-        import ray
-
         if self._pending is None:
             if time.monotonic() - self._sent < self.interval_s:
                 return None
             self._sent = time.monotonic()
-            self._pending = self.control.notice.remote()
-        ready, _ = ray.wait([self._pending], timeout=0)
-        if not ready:
+            self._pending = self.control.request("notice")
+        done, notice = self.control.reply(self._pending, 0.0)
+        if not done:
             return None
-        ref, self._pending = self._pending, None
-        return ray.get(ref)
+        self._pending = None
+        return notice
 
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
@@ -100,9 +98,9 @@ class Interrupted(KeyboardInterrupt):  # noqa: N818 (a KeyboardInterrupt, not an
 
 
 class StopRelay:
-    """The driver's first SIGTERM or SIGINT: a notice in the control actor, which the
+    """The driver's first SIGTERM or SIGINT: a notice in the run's channel, which the
     workers turn into a final checkpoint and an orderly stop (a second signal acts as usual:
-    the process ends at once). Before `attach` (start-up), or attached to no control actor
+    the process ends at once). Before `attach` (start-up), or attached to no channel
     (no checkpoints), the signal raises `Interrupted` in the main thread instead.
 
         stops = StopRelay(print).install()      # main thread, before Ray starts
@@ -188,7 +186,7 @@ class StopRelay:
             return
         self.log(f"{self.name}: asking the workers for a final checkpoint, then stopping "
                  "(again to stop at once)")  # fmt: skip
-        self._control.preempt.remote(self.at)
+        self._control.preempt(self.at)
 
     def restore(self) -> None:
         """Stop relaying; the handlers in place before `install` (unless a signal came:

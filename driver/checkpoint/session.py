@@ -13,7 +13,7 @@ On a failure the loop calls `session.abandon()`: a checkpoint staged before the 
 still commit (up to `checkpoint.preemption_budget_s`). After `checkpoint.max_failed_saves`
 saves in a row failed, `should_stop` stops every rank after the same step (as a preemption
 notice does, without the final save) and `finish()` says why in `ckpt_stopped`. A worker
-of a restarted worker group (the control actor counts the starts of each rank) resumes
+of a restarted worker group (the run's channel counts the starts of each rank) resumes
 from the newest committed checkpoint of the run, whatever `checkpoint.resume` says.
 """
 
@@ -37,8 +37,6 @@ class CheckpointSession:
     """One worker's checkpointer, preemption guard and attempt number."""
 
     def __init__(self, cfg, state: TrainState, rank: int, world: int, control=None):
-        import ray
-
         self.config, self.steps, self.state = cfg.checkpoint, cfg.train.steps, state
         listeners = (RayListeners(),)  # auxiliary workers' listener actors, called by rank 0
         run = cfg.run
@@ -48,7 +46,7 @@ class CheckpointSession:
         )
         poll = NoticePoll(control) if control is not None and rank == 0 else None
         self.guard = PreemptionGuard(self.ckpt, poll=poll, give_up=self.failing)
-        self.attempt = ray.get(control.start.remote(rank)) if control is not None else 0
+        self.attempt = control.call("start", rank, timeout_s=60) if control is not None else 0
         self.resumed: CheckpointRef | None = None
         self.start = 0
         self._reported = 0

@@ -107,7 +107,7 @@ def run_ft(cfg, sink, logger, control=None, attempt: int = 0, gate: str | None =
         final["ckpt_committed_step"] = newest.step
     if end.reports:  # the summary's checkpoint and ft fields; then the next group in line
         if control is not None:  # knows the rows and the final save are in (records.py)
-            ray.get(control.finish.remote(final), timeout=30)
+            control.call("finish", final, timeout_s=30)
         mark_recorded(done, cfg.train.steps)
     return final
 

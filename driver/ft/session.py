@@ -8,7 +8,7 @@ live group (`set_writer` before each step's save).
 Each group checkpoints as a world of one (rank 0 of 1, `replica_group` 0 only for group 0
 of the first start, which cleans stale writes; a replacement never cleans). Resuming is
 CheckpointSession's: the first start follows `checkpoint.resume`; a started-again group
-(its control-actor attempt > 0) hands `resume` to `FtReplica.restore`, which calls it only
+(its channel attempt > 0) hands `resume` to `FtReplica.restore`, which calls it only
 when the group's first quorum has no live group ahead to heal from (a full restart).
 """
 
@@ -25,10 +25,8 @@ class FtCheckpointSession(CheckpointSession):
     """CheckpointSession of one torchft replica group (one worker)."""
 
     def __init__(self, cfg, state, group: int, control=None):
-        import ray
-
         self.config, self.steps, self.state = cfg.checkpoint, cfg.train.steps, state
-        self.attempt = ray.get(control.start.remote(group)) if control is not None else 0
+        self.attempt = control.call("start", group, timeout_s=60) if control is not None else 0
         first = self.attempt == 0
         self.ckpt = Checkpointer(
             self.config,

@@ -1,8 +1,8 @@
-"""What each training rank reports: its step rows, batched to the run's sink actor.
+"""What each training rank reports: its step rows, batched to the run's channel.
 
     reporter = RankReporter(sink, rank, attempt, device)
     reporter.add(row)        # after every step: tags, memory; a thread sends every 1 s
-    reporter.flush()         # at the end and when the attempt fails: waits for the sink
+    reporter.flush()         # at the end and when the attempt fails: waits for the driver
 
 Every rank sends `names.PER_RANK_KEYS` (step time, data wait, forward/backward and
 optimizer time, throughput, memory); the writer rank sends its whole row (loss, lr,
@@ -11,10 +11,11 @@ the lowest live replica group (`driver.parallel.Topology.is_writer`; `add(row, f
 so while rank 0's group is lost another group's rows carry the loss. Rows are tagged with
 `rank` and `attempt`. The full row is the step's row of record (one per committed step);
 `of_record` tells it from the per-rank rows, for metrics.jsonl and the progress display.
-Sending is one fire-and-forget actor call per batch from a small thread, so a step never
-waits on the driver, and a rank stuck in a collective (a peer failed) still sends its last
-rows; `flush` waits (bounded), so the last rows of a failing rank reach the sink before it
-re-raises.
+Sending is one fire-and-forget message per batch (`sink.send("push_many", rows)`, a
+driver.channel client) from a small thread, so a step never waits on the driver, and a
+rank stuck in a collective (a peer failed) still sends its last rows; `flush` waits
+(bounded) for the driver's answer to a `sync` sent after them, so the last rows of a failing
+rank reach the driver before it re-raises.
 Memory: RSS from /proc/self/statm (one small read), CUDA's peak allocation from the
 caching allocator's counters (no device sync); sampled at most once per `MEMORY_EVERY_S`
 (a step's row carries the newest sample), so a fast step does not pay a file read.
@@ -29,13 +30,12 @@ import math
 import os
 import threading
 import time
-from collections import deque
 
 from driver.metrics.names import PER_RANK_KEYS
 
 PUSH_EVERY_S = 1.0
-"""Each rank's batch interval: one actor call per second per rank (both the rank and the sink
-spend CPU on each call, which a small machine's training workers feel)."""
+"""Each rank's batch interval: one message per second per rank (both the rank and the driver
+spend CPU on each, which a small machine's training workers feel)."""
 IDLE_S = 0.2
 MEMORY_EVERY_S = 1.0
 """The oldest memory sample a row may carry."""
@@ -114,7 +114,7 @@ def of_record(row: dict) -> bool:
 
 
 class RankReporter:
-    """Batches one rank's rows to the sink (see the module docstring). A small thread sends
+    """Batches one rank's rows to the run's channel (see the module docstring). A small thread sends
     them: every `every_s`, or `idle_s` after the newest row when no other follows (a slow
     step, or a rank blocked in a collective because a peer failed: its rows still leave
     before the worker group is torn down)."""
@@ -127,7 +127,6 @@ class RankReporter:
         self.pending: list[dict] = []
         self.pushed = self.added = time.monotonic()
         self.polled = -math.inf  # the first step's row carries the services' figures
-        self.in_flight: deque = deque(maxlen=16)  # the newest batches' call refs
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="metrics-push", daemon=True)
@@ -167,18 +166,16 @@ class RankReporter:
 
     def _push(self) -> None:
         if self.pending:
-            self.in_flight.append(self.sink.push_many.remote(self.pending))
+            with contextlib.suppress(Exception):  # a closed channel: the rows are lost
+                self.sink.send("push_many", self.pending)
         self.pending, self.pushed = [], time.monotonic()
 
     def flush(self, timeout_s: float = 10.0) -> None:
-        """Stop the thread, send what is pending and wait until the sink has it (never
+        """Stop the thread, send what is pending and wait until the driver has it (never
         raises)."""
-        import ray
-
         self._stop.set()
         self._thread.join()
         with self._lock:
             self._push()
         with contextlib.suppress(Exception):
-            ray.get(list(self.in_flight), timeout=timeout_s)
-        self.in_flight.clear()
+            self.sink.call("sync", timeout_s=timeout_s)

@@ -73,7 +73,7 @@ class _Method:
     def __init__(self):
         self.calls = []
 
-    def remote(self, *args):
+    def __call__(self, *args):
         self.calls.append(args)
 
 

@@ -82,30 +82,32 @@ def test_other_ranks_send_only_their_own_figures():
 
 
 class FakeSink:
+    """A driver.channel client's two calls the reporter makes, recorded."""
+
     def __init__(self):
-        self.rows = []
-        outer = self
+        self.rows, self.synced = [], 0
 
-        class Push:
-            def remote(self, rows):
-                outer.rows.extend(rows)
+    def send(self, method, rows):
+        assert method == "push_many"
+        self.rows.extend(rows)
 
-        self.push_many = Push()
+    def call(self, method, timeout_s):
+        assert method == "sync" and timeout_s > 0
+        self.synced += 1
 
 
-def test_reporter_batches_and_flush_sends_the_rest(monkeypatch):
+def test_reporter_batches_and_flush_sends_the_rest():
     sink = FakeSink()
     reporter = rank.RankReporter(sink, 1, 0, every_s=3600, idle_s=3600)
-    monkeypatch.setattr("ray.get", lambda refs, timeout=None: None)
     for step in range(1, 4):
         reporter.add({"step": step, "step_time": 0.1, "time": 1.0, "loss": 2.0})
     assert sink.rows == []  # not due yet
     reporter.flush()
-    assert [r["step"] for r in sink.rows] == [1, 2, 3]
+    assert [r["step"] for r in sink.rows] == [1, 2, 3] and sink.synced == 1
     assert all(r["rank"] == 1 and "rss_bytes" in r and "loss" not in r for r in sink.rows)
 
 
-def test_a_rank_that_stops_adding_rows_still_sends_them(monkeypatch):
+def test_a_rank_that_stops_adding_rows_still_sends_them():
     sink = FakeSink()
     reporter = rank.RankReporter(sink, 1, 0, every_s=3600, idle_s=0.05)
     reporter.add({"step": 1, "step_time": 0.1, "time": 1.0})  # then blocked in a collective
@@ -113,7 +115,6 @@ def test_a_rank_that_stops_adding_rows_still_sends_them(monkeypatch):
     while not sink.rows and time.monotonic() < deadline:
         time.sleep(0.02)
     assert [r["step"] for r in sink.rows] == [1]
-    monkeypatch.setattr("ray.get", lambda refs, timeout=None: None)
     reporter.flush()
 
 
@@ -133,12 +134,11 @@ def test_the_sending_thread_sleeps_until_the_batch_is_due(pending, pushed, added
     assert wait == pytest.approx(expected)
 
 
-def test_due_comes_once_per_interval_while_the_thread_sends(monkeypatch):
+def test_due_comes_once_per_interval_while_the_thread_sends():
     """Rank 0 adds the aux figures when `due()`: true about once per batch interval, even
     though the sending thread pushes as soon as a batch is due."""
     sink = FakeSink()
     reporter = rank.RankReporter(sink, 0, 0, every_s=0.2, idle_s=0.1)
-    monkeypatch.setattr("ray.get", lambda refs, timeout=None: None)
     assert reporter.due() and not reporter.due()  # the first step's row, then a wait
     seen, deadline = 1, time.monotonic() + 1.5
     while time.monotonic() < deadline:
