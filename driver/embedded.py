@@ -37,6 +37,7 @@ fill, each wake-up takes CPU from training. A Ray cluster (a RayJob) keeps Ray's
 from __future__ import annotations
 
 import logging
+import os
 
 LOCAL_ENV = {
     "RAY_TRAIN_ENABLE_PREEMPTION_WATCHER": "0",
@@ -65,14 +66,18 @@ LOCAL_ENV = {
 
 STARTED: str | None = None
 """The node ID of the embedded Ray this process started (`started_ray`)."""
+STARTED_ENV: dict[str, str] = {}
+"""This process's environment when it started that Ray: its daemons, and the worker
+processes they start, inherited it."""
 
 
 def started_ray() -> None:
     """Record, just after ray.init, that this process started the Ray it is connected to."""
     import ray
 
-    global STARTED
+    global STARTED, STARTED_ENV
     STARTED = ray.get_runtime_context().get_node_id()
+    STARTED_ENV = dict(os.environ)
 
 
 def started_here() -> bool:

@@ -71,10 +71,34 @@ def lean_kwargs(controller_init_kwargs: dict) -> dict:
     return kwargs
 
 
+def inherited_runtime_env(runtime_env: dict, started_env: dict[str, str]) -> dict:
+    """The training workers' runtime environment: none (`{}`) when all it would do is set
+    variables to the values the embedded Ray's processes inherited from the driver
+    (`started_env`), else `runtime_env` itself. Ray starts a worker process of its own for
+    every distinct runtime environment; with none, the training workers take the processes
+    Ray started beside itself (one per CPU), which would otherwise idle for the whole run,
+    instead of starting two more."""
+    if set(runtime_env) - {"env_vars"}:
+        return runtime_env
+    wanted = runtime_env.get("env_vars") or {}
+    if all(started_env.get(key) == value for key, value in wanted.items()):
+        return {}
+    return runtime_env
+
+
 class LocalWorkerGroup(WorkerGroup):
     """Ray Train's worker group for a controller that is not an actor: the workers' train
     context gets no controller handle (Ray Train uses it only in
-    `ray.train.get_all_reported_checkpoints`, which the driver's loop never calls)."""
+    `ray.train.get_all_reported_checkpoints`, which the driver's loop never calls), and the
+    workers no runtime environment that only repeats what they inherit
+    (`inherited_runtime_env`)."""
+
+    @staticmethod
+    def _get_worker_runtime_env(custom_runtime_env):
+        from driver.embedded import STARTED_ENV
+
+        runtime_env = WorkerGroup._get_worker_runtime_env(custom_runtime_env)
+        return inherited_runtime_env(runtime_env, STARTED_ENV)
 
     def _init_train_context_on_workers(self, workers, sync_actor, train_context_args) -> None:
         # Ray 2.60's method, with controller_actor=None instead of the current actor.

@@ -328,3 +328,39 @@ def test_the_raylet_wait_falls_back_to_rays_own(monkeypatch):
     monkeypatch.setattr(ray_start, "node_alive_probe", no_client)
     got = ray_start.wait_then_get_node(lambda address, node: (address, node))
     assert got("127.0.0.1:1", "ab" * 28) == ("127.0.0.1:1", "ab" * 28)
+
+
+STARTED_ENV = {"RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": "2", "RAY_TRAIN_ENABLE_PRINT_PATCH": "0"}
+
+
+@pytest.mark.parametrize(
+    ("runtime_env", "inherited"),
+    [
+        ({"env_vars": {}}, True),
+        ({"env_vars": {"RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": "2"}}, True),  # what they have
+        ({"env_vars": dict(STARTED_ENV)}, True),
+        ({"env_vars": {"RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": "5"}}, False),  # changed since
+        ({"env_vars": {"RAY_TRAIN_COLLECTIVE_TIMEOUT_S": "9"}}, False),  # set after Ray started
+        ({"env_vars": {}, "pip": ["x"]}, False),  # anything but variables: Ray's to make
+        ({}, True),
+    ],
+)
+def test_training_workers_get_no_runtime_env_that_only_repeats_their_own(runtime_env, inherited):
+    """With none, they take the worker processes Ray started beside itself."""
+    from driver.embedded_train import inherited_runtime_env
+
+    got = inherited_runtime_env(runtime_env, STARTED_ENV)
+    assert got == ({} if inherited else runtime_env)
+
+
+def test_ray_train_still_asks_the_worker_group_for_the_workers_runtime_env():
+    import inspect
+
+    from ray.train.v2._internal.execution.worker_group import WorkerGroup
+
+    from driver.embedded_train import LocalWorkerGroup
+
+    create = inspect.getsource(WorkerGroup._create_workers)
+    assert "runtime_env = self._get_worker_runtime_env(" in create
+    assert "runtime_env=runtime_env" in create
+    assert "_get_worker_runtime_env" in LocalWorkerGroup.__dict__  # the override is in place

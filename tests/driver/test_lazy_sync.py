@@ -74,21 +74,30 @@ def test_the_actor_is_made_on_the_first_call_and_shared_by_every_copy(ray_local)
     LazySyncActor("train-sync-never", namespace, {}, {}).kill()  # never made: nothing to do
 
 
-def test_a_local_run_starts_no_synchronization_actor(tmp_path):
-    """A whole local run with the in-process controller: no SynchronizationActor ever
-    existed in its Ray (the GCS keeps dead actors too)."""
+def test_a_local_run_starts_no_process_beyond_its_training_workers(tmp_path):
+    """A whole local run, Ray started as the driver starts it (`connect`), with the
+    in-process controller: no SynchronizationActor, nor any other actor, ever existed in its
+    Ray (the GCS keeps dead actors too), and Ray started two worker processes in all (each
+    writes a `python-core-worker-*.log`): the training workers ran in the ones Ray starts
+    beside itself (driver.embedded_train.inherited_runtime_env; with a variable set after
+    Ray started, there are four)."""
     code = (
-        "import json, ray, ray._private.state as st\n"
-        "from driver.embedded import started_ray\n"
+        "import glob, json, ray, ray._private.state as st\n"
+        "from driver.config import compose\n"
+        "from driver.launch import connect\n"
         "from driver.train import main\n"
-        "ray.init(num_cpus=2, include_dashboard=False, logging_level='WARNING')\n"
-        "started_ray()\n"
-        f"code = main([{TINY_LM!r}, 'train.steps=3', 'optimizer.warmup_steps=1',"
-        f" 'data.size=512', 'run.output_dir={tmp_path}'])\n"
-        "print(json.dumps([code, sorted(a['ActorClassName'] for a in st.actors().values())]))\n"
+        f"args = [{TINY_LM!r}, 'train.steps=3', 'optimizer.warmup_steps=1', 'data.size=512',"
+        f" 'run.output_dir={tmp_path}']\n"
+        "assert connect(compose(args[0], args[1:])[0])\n"
+        "code = main(args)\n"
+        "logs = ray._private.worker.global_worker.node.get_logs_dir_path()\n"
+        "started = glob.glob(logs + '/python-core-worker-*.log')\n"
+        "actors = sorted(a['ActorClassName'] for a in st.actors().values())\n"
+        "print(json.dumps([code, len(started), actors]))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
                          text=True, timeout=300)  # fmt: skip
-    code, classes = json.loads(out.stdout.strip().splitlines()[-1])
+    assert out.returncode == 0, out.stderr[-3000:]
+    code, started, actors = json.loads(out.stdout.strip().splitlines()[-1])
     assert code == 0, out.stderr[-2000:]
-    assert "RayTrainWorker" in classes and "SynchronizationActor" not in classes, classes
+    assert actors == ["RayTrainWorker"] * 2 and started == 2, (actors, started)
