@@ -36,7 +36,7 @@ from ray.train.v2._internal.execution.controller import TrainController
 from ray.train.v2._internal.execution.scaling_policy.fixed import FixedScalingPolicy
 from ray.train.v2._internal.execution.worker_group import WorkerGroup
 
-from driver.lazy_sync import lazy_sync_actor
+from driver import lazy_sync
 
 
 class LocalFixedScalingPolicy(FixedScalingPolicy):
@@ -153,14 +153,17 @@ def run_controller(controller_init_kwargs: dict):
         else:
             os.environ[CONTROLLER_LOG_ENV] = before
     thread = ControllerThread(controller)
-    with lazy_sync_actor():  # Ray Train's barrier actor only if anyone calls it
-        thread.start()
-        try:
-            while thread.is_alive():
-                thread.join(0.5)  # a signal's handler runs, and may raise, in this wait
-        except BaseException:
-            thread.cancel(STOP_TIMEOUT_S)
-            raise
+    restore = lazy_sync.install()  # Ray Train's barrier actor only if anyone calls it
+    thread.start()
+    try:
+        while thread.is_alive():
+            thread.join(0.5)  # a signal's handler runs, and may raise, in this wait
+    except BaseException:
+        thread.cancel(STOP_TIMEOUT_S)
+        raise
+    finally:
+        if not thread.is_alive():  # a controller still stopping keeps the stand-in's shutdown
+            restore()
     if thread.error is not None:
         raise thread.error
     return controller.get_result()

@@ -158,7 +158,7 @@ def launch(cfg, config_yaml: str, fmt: str, say=print, stops=None) -> dict:
         embedded = connect(cfg)  # a stop signal takes effect once Ray is up
     result, use_gpu = plan_capacity(cfg)
     say(capacity.format_plan(result))
-    channel = start_channel(embedded)  # metrics, failures, attempts, preemption notices
+    channel = start_channel()  # metrics, failures, attempts, preemption notices
     try:
         return train(cfg, config_yaml, fmt, stops, channel, result, use_gpu, embedded, started)
     finally:

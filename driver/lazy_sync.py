@@ -8,20 +8,23 @@ only cost CPU: its process starts and imports Ray Train (about 1 s of CPU, taken
 training workers while they start) and then wakes 100 times a second for Ray's signal check
 (0.6 % of a core for the whole run).
 
-`lazy_sync_actor()` makes the in-process controller (driver/embedded_train.py) create a
+`install()` makes the in-process controller (driver/embedded_train.py) create a
 `LazySyncActor` instead: a picklable stand-in with the same methods that creates the real
 actor, named after the worker group and with the options Ray Train gave it, the first time
 anyone (the controller, or a worker it was handed to) calls one of its methods. It is created
 detached, so whichever process creates it, the others keep reaching it, and the worker
 group's shutdown kills it if it exists.
 
-    with lazy_sync_actor():          # while the controller runs
-        ...                          # worker groups get LazySyncActor handles
+    restore = install()              # before the controller runs: worker groups get
+    ...                              # LazySyncActor handles
+    restore()                        # once it has stopped (never while it runs on)
+
+A torchft replica-group replacement asks the actor to `reset` its barrier; a barrier that
+was never made has nothing to reset, so that call creates no actor.
 """
 
 from __future__ import annotations
 
-import contextlib
 import uuid
 
 _STATE = "ray.train.v2._internal.execution.worker_group.state"
@@ -56,19 +59,37 @@ class LazySyncActor:
     def __getattr__(self, method: str):
         if method.startswith("_"):
             raise AttributeError(method)
+        if method == "reset" and self.existing() is None:
+            return _Done()  # no barrier yet, so no one waits at it
         return getattr(self.handle(), method)
+
+    def existing(self):
+        """The actor's handle if anyone created it, else None."""
+        if self._handle is None:
+            import ray
+
+            try:
+                self._handle = ray.get_actor(self.name, namespace=self.namespace)
+            except ValueError:
+                return None
+        return self._handle
 
     def kill(self) -> None:
         """Kill the actor if anyone created it (a worker group's shutdown)."""
         import ray
 
-        handle = self._handle
-        if handle is None:
-            try:
-                handle = ray.get_actor(self.name, namespace=self.namespace)
-            except ValueError:  # never created: nothing to kill
-                return
-        ray.kill(handle)
+        handle = self.existing()
+        if handle is not None:
+            ray.kill(handle)
+
+
+class _Done:
+    """An actor method whose call is already answered (`reset` of a barrier never made)."""
+
+    def remote(self, *args, **kwargs):
+        import ray
+
+        return ray.put(None)
 
 
 class LazyFactory:
@@ -96,10 +117,9 @@ def shutdown_sync_actor(sync_actor) -> None:
         ray.kill(sync_actor)
 
 
-@contextlib.contextmanager
-def lazy_sync_actor():
-    """While inside: new worker groups get a `LazySyncActor`, and shutting one down kills
-    either kind. Both names are restored on the way out."""
+def install():
+    """From now on new worker groups get a `LazySyncActor`, and shutting one down kills
+    either kind; returns the function that puts Ray Train's own names back."""
     import importlib
 
     import ray
@@ -108,7 +128,8 @@ def lazy_sync_actor():
     saved = group.SynchronizationActor, state._shutdown_sync_actor
     group.SynchronizationActor = LazyFactory(ray.get_runtime_context().namespace)
     state._shutdown_sync_actor = shutdown_sync_actor
-    try:
-        yield
-    finally:
+
+    def restore() -> None:
         group.SynchronizationActor, state._shutdown_sync_actor = saved
+
+    return restore

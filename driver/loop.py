@@ -162,7 +162,7 @@ def train_steps(cfg, loop, source, session, start: int, reporter, logger, aux=No
     rank hands each row to its reporter (rank 0's with the checkpoint fields and the aux
     services' figures: the newest once a second, and on the step that reaches
     `train.steps` a fresh poll, taken before that row is queued), whose thread sends a
-    batch every second; at the end or on a failure it waits until the sink has the rest.
+    batch every second; at the end or on a failure it waits until the driver has the rest.
     A preemption stop queues the step's row before the stop's agreement and final save
     (`should_stop`, which every rank calls once per step), so it leaves while they run.
     The last row."""

@@ -121,15 +121,14 @@ class RunChannel(Sink, RunControl):
         RunControl.__init__(self)
 
 
-def start_channel(embedded: bool):
+def start_channel():
     """The run's channel, served by this (the driver's) process: on the loopback address
-    for a local run, on this node's IP in a cluster (the workers on other nodes connect)."""
+    when this process started the Ray it runs on (a local run: every worker is on this
+    machine), else on this node's IP (the workers on other nodes connect)."""
+    import ray
+
     from driver.channel import DriverChannel
+    from driver.embedded import started_here
 
-    if embedded:
-        host = "127.0.0.1"
-    else:
-        import ray
-
-        host = ray.util.get_node_ip_address()
+    host = "127.0.0.1" if started_here() else ray.util.get_node_ip_address()
     return DriverChannel.start(RunChannel(), host)

@@ -1,8 +1,9 @@
 """A training worker's end of the run's channel (see driver/channel/__init__.py).
 
 One DEALER socket per worker process, shared by the training thread and the metrics
-thread under a lock that is held only while a frame moves, never for a whole wait: a
-reply is awaited in short polls, and a reply that arrives for another waiter is kept for it.
+thread under a lock that is held while a frame moves or for one poll of at most
+`SLICE_S`, never for a whole wait: a reply is awaited in short polls, and a reply that
+arrives for another waiter is kept for it.
 `send` is fire-and-forget (metrics batches); `request` and `reply` let a caller ask without
 blocking (the preemption notice, polled after every step); `call` asks and waits. Nothing
 blocks on a driver that is gone: messages queue up to ZeroMQ's high-water mark (1000), and
@@ -26,7 +27,8 @@ from driver.aux import wire
 MAX_BYTES = 64 << 20
 """The largest message either end takes (a batch of rows, a failure record with its log
 tail and flight recorder); ZeroMQ drops the connection of a peer that sends more."""
-SLICE_S = 0.05
+SLICE_S = 0.005
+"""The longest a waiting caller holds the socket: a send from the other thread waits no longer."""
 
 
 class ChannelError(RuntimeError):

@@ -91,9 +91,17 @@ class DriverChannel:
         try:
             while not self._stop.is_set():
                 if sock.poll(POLL_MS):
-                    self._handle(sock, sock.recv_multipart(copy=False))
+                    self._serve_one(sock)
         finally:
             sock.close()
+
+    def _serve_one(self, sock: zmq.Socket) -> None:
+        """One message; whatever goes wrong with it is logged, and the thread serves on."""
+        try:
+            self._handle(sock, sock.recv_multipart(copy=False))
+        except Exception:  # noqa: BLE001 (a bug here must not silence the channel)
+            self.refused["internal"] += 1
+            log.exception("run channel: a message could not be served")
 
     def _handle(self, sock: zmq.Socket, frames: list) -> None:
         peer, msg = frames[0], self._admit(frames[1:])

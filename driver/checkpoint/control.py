@@ -1,6 +1,6 @@
 """The checkpoint control channel between the driver and its Ray Train workers.
 
-    control = start_channel(embedded)            # driver: the run's channel (driver/channel,
+    control = start_channel()                    # driver: the run's channel (driver/channel,
                                                  # serving driver.telemetry.RunChannel)
     stops = StopRelay(log).install()             # driver: SIGTERM or SIGINT ...
     stops.attach(control)                        # ... -> a notice to the workers
@@ -74,7 +74,10 @@ class NoticePoll:
             if time.monotonic() - self._sent < self.interval_s:
                 return None
             self._sent = time.monotonic()
-            self._pending = self.control.request("notice")
+            try:
+                self._pending = self.control.request("notice")
+            except Exception:  # noqa: BLE001 (a driver gone a long while: ask again later)
+                return None
         done, notice = self.control.reply(self._pending, 0.0)
         if not done:
             return None

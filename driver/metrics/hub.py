@@ -7,7 +7,8 @@
                                    # in place first: driver.metrics.records)
     metrics.close(); metrics.problems()   # lines about rows a writer dropped
 
-The progress display (driver.progress) drains the sink and calls `write`; it owns no output.
+The progress display (driver.progress) drains the run's channel and calls `write`; it owns
+no output.
 """
 
 from __future__ import annotations

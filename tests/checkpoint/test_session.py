@@ -1,6 +1,6 @@
 """The pieces the training driver adds around the Checkpointer: restart-aware resume, the
-control actor's body, the SIGTERM/SIGINT relay, polled preemption notices, listener names and the
-metrics fields (one process, no Ray)."""
+run's control state (RunControl), the SIGTERM/SIGINT relay, polled preemption notices,
+listener names and the metrics fields (one process, no Ray)."""
 
 from __future__ import annotations
 

@@ -182,3 +182,30 @@ def test_a_gone_driver_never_blocks_a_sender():
                 worker.send("push_many", [{"step": 1}])
     finally:
         worker.close()
+
+
+class _OddState(RunChannel):
+    def hello(self, rank, host):
+        return {1, 2}  # not JSON: the reply cannot be encoded
+
+
+def test_a_message_that_cannot_be_served_leaves_the_channel_serving():
+    served = DriverChannel.start(_OddState())
+    worker = served.address.connect()
+    try:
+        with pytest.raises(ChannelError, match="no answer"):
+            worker.call("hello", 0, {}, timeout_s=0.5)
+        assert served.refused["internal"] == 1
+        assert worker.call("sync", timeout_s=10) is True
+    finally:
+        worker.close()
+        served.close()
+
+
+class _Full:
+    def request(self, method):
+        raise ChannelError(f"{method}: the driver takes no more messages")
+
+
+def test_the_notice_poll_shrugs_off_a_driver_that_takes_no_more():
+    assert NoticePoll(_Full(), interval_s=0.0)() is None  # the step goes on

@@ -10,7 +10,7 @@ import pickle
 import subprocess
 import sys
 
-from driver.lazy_sync import PREFIX, LazyFactory, LazySyncActor, lazy_sync_actor
+from driver.lazy_sync import PREFIX, LazyFactory, LazySyncActor, install
 from tests.driver.conftest import ROOT, TINY_LM
 
 
@@ -39,9 +39,12 @@ def test_the_patch_holds_only_while_the_controller_runs(ray_local):
     from ray.train.v2._internal.execution.worker_group import state, worker_group
 
     saved = worker_group.SynchronizationActor, state._shutdown_sync_actor
-    with lazy_sync_actor():
+    restore = install()
+    try:
         assert isinstance(worker_group.SynchronizationActor, LazyFactory)
         assert state._shutdown_sync_actor is not saved[1]
+    finally:
+        restore()
     assert (worker_group.SynchronizationActor, state._shutdown_sync_actor) == saved
 
 
@@ -61,6 +64,15 @@ def named(ray) -> set[str]:
     return {a["name"] for a in ray.util.list_named_actors(all_namespaces=True)}
 
 
+def test_resetting_a_barrier_never_made_makes_no_actor(ray_local):
+    """A torchft replica-group replacement resets the barrier; none was made: no actor."""
+    ray = ray_local
+    lazy = LazyFactory(ray.get_runtime_context().namespace).remote(timeout_s=30.0)
+    assert ray.get(lazy.reset.remote(), timeout=60) is None
+    assert lazy.name not in named(ray) and lazy._handle is None
+    lazy.kill()  # still nothing to kill
+
+
 def test_the_actor_is_made_on_the_first_call_and_shared_by_every_copy(ray_local):
     ray = ray_local
     namespace = ray.get_runtime_context().namespace
@@ -70,6 +82,7 @@ def test_the_actor_is_made_on_the_first_call_and_shared_by_every_copy(ray_local)
     assert ray.get(lazy.set_required_ranks.remote(None), timeout=60) is True
     assert lazy.name in named(ray)
     assert copy.handle()._actor_id == lazy.handle()._actor_id  # found by name, not made twice
+    assert ray.get(copy.reset.remote(), timeout=60) is None  # the real one's, now it exists
     lazy.kill()
     LazySyncActor("train-sync-never", namespace, {}, {}).kill()  # never made: nothing to do
 
