@@ -7,6 +7,9 @@ decides which torchft build the project pins.
 PHASE is before, during or after: the replica SIGKILLs itself in the forward pass, inside
 the gradient allreduce (after it was issued) or after the optimizer step of KILL_STEP.
 Each committed step appends one JSON line to OUT: step, parameter digest, participants.
+With `PROBE_GATE=DIR:COUNT` in the environment, a replica asks for no quorum until COUNT
+replicas are ready (a file each in DIR): otherwise two fast starters can finish every step
+before a slow third joins.
 """
 
 from __future__ import annotations
@@ -16,7 +19,9 @@ import json
 import os
 import signal
 import sys
+import time
 from datetime import timedelta
+from pathlib import Path
 
 
 def digest(model) -> str:
@@ -24,6 +29,18 @@ def digest(model) -> str:
     for p in model.parameters():
         h.update(p.detach().numpy().tobytes())
     return h.hexdigest()[:16]
+
+
+def gate(spec: str, replica: int, timeout_s: float = 120.0) -> None:
+    """Wait until `COUNT` replicas marked themselves ready in `DIR` (`spec` is DIR:COUNT)."""
+    if not spec:
+        return
+    folder, count = Path(spec.rsplit(":", 1)[0]), int(spec.rsplit(":", 1)[1])
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / f"ready-{replica}").touch()
+    deadline = time.monotonic() + timeout_s
+    while len(list(folder.glob("ready-*"))) < count and time.monotonic() < deadline:
+        time.sleep(0.05)
 
 
 def main(argv: list[str]) -> int:
@@ -71,6 +88,7 @@ def main(argv: list[str]) -> int:
         return work
 
     pg.allreduce = allreduce
+    gate(os.environ.get("PROBE_GATE", ""), replica)
     with open(out, "a") as f:
         while manager.current_step() < steps:
             step = manager.current_step()

@@ -6,6 +6,7 @@ broken allreduce's future, and both survivors died); torchft-nightly 2026.10.26 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -29,7 +30,8 @@ def test_survivors_of_a_kill_mid_allreduce_train_on(tmp_path):
         kill = ["5", "during"] if i == 2 else []
         cmd = [sys.executable, "-m", "tests.ft.probe", addr, str(i), "12", str(tmp_path / f"{i}")]
         log = open(tmp_path / f"{i}.log", "w")  # noqa: SIM115
-        procs.append(subprocess.Popen(cmd + kill, stdout=log, stderr=subprocess.STDOUT))
+        env = {**os.environ, "PROBE_GATE": f"{tmp_path / 'gate'}:3"}  # all three join
+        procs.append(subprocess.Popen(cmd + kill, stdout=log, stderr=subprocess.STDOUT, env=env))
     try:
         codes = [p.wait(timeout=240) for p in procs]
     finally:
