@@ -9,8 +9,8 @@ The defaults take about a minute and a half on an idle 2-core machine; `--worker
 
 Each side is its own process tree, started from here, one at a time, alternating which goes
 first in each round so that load drifting on the machine hits both alike:
-- driver: `python -m driver.train CONFIG ...` on an embedded Ray (Ray Train workers, metrics
-  sink, progress thread); its per-step times come from metrics.jsonl.
+- driver: `python -m driver.train CONFIG ...` on an embedded Ray (Ray Train workers, the run's
+  channel, progress thread); its per-step times come from metrics.jsonl.
 - plain: torch.multiprocessing workers + init_process_group("gloo") + DDP + AdamW with the
   same composed config, batch source, accumulation and clipping.
 Fairness: both use the same composed config and the same batch source class, whose
