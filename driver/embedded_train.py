@@ -21,10 +21,7 @@ This module imports Ray Train: import it only when building a trainer (driver/em
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import os
-import threading
 
 import ray
 from ray._common.utils import env_bool
@@ -37,6 +34,7 @@ from ray.train.v2._internal.execution.scaling_policy.fixed import FixedScalingPo
 from ray.train.v2._internal.execution.worker_group import WorkerGroup
 
 from driver import lazy_sync
+from driver.controller_thread import STOP_TIMEOUT_S, ControllerThread
 
 
 class LocalFixedScalingPolicy(FixedScalingPolicy):
@@ -131,18 +129,17 @@ def in_process_ok() -> bool:
 
 
 def run_controller(controller_init_kwargs: dict):
-    """Ray Train's `_initialize_and_run_controller` (ray 2.60) with the controller in this
-    process rather than in an actor: no process to start, and none that imports Ray Train
-    and the backend while the training workers wait for it. It runs in a thread of its own
-    (`ControllerThread`) while this thread waits, so that a signal handler's exception
-    (Ctrl-C, a stop signal during start-up) is raised here, in a wait, never in the middle
-    of one of the controller's Ray calls; the controller then stops (`stop`) before the
-    exception goes on. Its log lines go to the driver's own `ray.train` logger rather than
-    to a log file of its own (Ray Train's structured controller log would configure this
-    process's logging). It reads the variables Ray Train would hand an actor
-    (`get_env_vars_to_propagate`) from this process's environment, where Ray Train takes
-    them from. Ray Train's synchronization actor is created only if someone calls it
-    (driver/lazy_sync.py)."""
+    """Ray Train's `_initialize_and_run_controller` (ray 2.60) with the controller in this process
+    rather than in an actor: no process to start, and none that imports Ray Train and the backend
+    while the training workers wait for it. It runs in a thread of its own (`ControllerThread`,
+    driver/controller_thread.py) while this thread waits, so that a signal handler's exception
+    (Ctrl-C, a stop signal during start-up) is raised here, in a wait, never in the middle of one of
+    the controller's Ray calls; the controller then stops (`stop`) before the exception goes on. Its
+    log lines go to the driver's own `ray.train` logger rather than to a log file of its own (Ray
+    Train's structured controller log would configure this process's logging). It reads the
+    variables Ray Train would hand an actor (`get_env_vars_to_propagate`) from this process's
+    environment, where Ray Train takes them from. Ray Train's synchronization actor is created only
+    if someone calls it (driver/lazy_sync.py)."""
     before = os.environ.get(CONTROLLER_LOG_ENV)
     os.environ[CONTROLLER_LOG_ENV] = "0"  # read once, as the controller is made
     try:
@@ -167,47 +164,3 @@ def run_controller(controller_init_kwargs: dict):
     if thread.error is not None:
         raise thread.error
     return controller.get_result()
-
-
-STOP_TIMEOUT_S = 30.0
-"""How long an interrupted driver waits for its controller to stop the workers."""
-
-
-class ControllerThread(threading.Thread):
-    """Ray Train's controller loop on an event loop of this thread; `error` is what ended
-    it, if anything did; `cancel` stops it from another thread."""
-
-    def __init__(self, controller: TrainController):
-        super().__init__(name="ray-train-controller", daemon=True)
-        self.controller, self.error = controller, None
-        self.loop = asyncio.new_event_loop()
-        self.task: asyncio.Task | None = None
-
-    def run(self) -> None:
-        try:
-            self.task = self.loop.create_task(self.controller.run())
-            self.loop.run_until_complete(self.task)
-        except BaseException as err:  # noqa: BLE001 (handed to the waiting thread)
-            self.error = err
-            stop(self.controller)
-        finally:
-            self.loop.close()
-
-    def cancel(self, timeout_s: float) -> None:
-        """Cancel the loop at its next wait (the controller polls its workers every few
-        seconds), let it stop the workers, and wait up to `timeout_s` for that."""
-        with contextlib.suppress(RuntimeError):  # the loop has already closed
-            self.loop.call_soon_threadsafe(lambda: self.task and self.task.cancel())
-        self.join(timeout_s)
-
-
-def stop(controller: TrainController) -> None:
-    """What Ray Train's `TrainController.abort` does, short of ending an actor's process:
-    the abort callbacks, then the worker group's actors and placement group released, so
-    that nothing of the run is left starting when the driver's Ray shuts down."""
-    with contextlib.suppress(Exception):
-        controller._controller_callback_manager.invoke_best_effort("before_controller_abort")
-    group = controller._worker_group
-    if group is not None:
-        with contextlib.suppress(Exception):
-            group.abort()
