@@ -4,6 +4,8 @@
 - `batch`: which micro-batch slots each live group trains on; the LR rule (pure).
 - `lighthouse.DriverSide`: the Lighthouse and the start gate, on the driver.
 - `replica.FtReplica`: a Manager per replica group, the step protocol, healing, metrics.
+  `manager` builds its torchft Manager and SUMs gradients through it; `plan.StepPlan`: a
+  step's slots, loss divisor and LR multiplier (pure).
 - `shrink`: the request the lowest live group sends after a group is dropped.
 - `target`: the shrink request's RayCluster worker group and Warden, from the pod env.
 - `launch.trainer_parts`: the driver's TorchftConfig, FailureConfig and start gate.
@@ -11,7 +13,8 @@
   `stop_reason` gives the one-line reason.
 - `loop.run_ft`: the training loop of one worker under torchft (`ft.enabled`), fed by
   `source.SlotSource` (batches by step and slot), checkpointing through
-  `session.FtCheckpointSession` (the lowest live group writes).
+  `session.FtCheckpointSession` (the lowest live group writes); `stepper.FtStep` is one
+  step of one group.
 - `drill`: one replica group of a small job as a process, for tests and the benchmark;
   `drill_job` the job it trains (the model, its fixed data, the digest of its weights).
 

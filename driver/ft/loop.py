@@ -1,16 +1,16 @@
 """The training loop of one Ray Train worker under torchft (`ft.enabled`): each worker is
 one replica group (docs/ft.md). `driver.loop.run` hands over to `run_ft` here.
 
-Per step: `ft.begin_step()` (quorum; a group that is behind heals from a live peer first)
--> forward/backward of this group's micro-batch slots (driver.ft.batch; the batches come
-from driver.ft.source.SlotSource by (step, slot)) -> `ft.reduce` (gradients and loss
-SUMmed across the live groups) -> clipping -> `ft.commit` (all-or-nothing). A failed commit
-is not a step: no row, no checkpoint, the same step runs again with the next quorum. The
-lowest rank of the lowest live group (`driver.parallel.Topology.is_writer`) writes the
-checkpoints and sends the step's full metrics row. Each committed step's row carries
-`ft.metrics()`. The end of the run (the done mark, the writer's mark, the next group's
-copies, no `ray.train.report`) is driver.ft.end's; the copies of a dead writer's rows
-driver.ft.records'.
+Per step (driver.ft.stepper.FtStep): `ft.begin_step()` (quorum; a group that is behind
+heals from a live peer first) -> forward/backward of this group's micro-batch slots
+(driver.ft.batch; the batches come from driver.ft.source.SlotSource by (step, slot)) ->
+`ft.reduce` (gradients and loss SUMmed across the live groups) -> clipping -> `ft.commit`
+(all-or-nothing). A failed commit is not a step: no row, no checkpoint, the same step runs
+again with the next quorum. The lowest rank of the lowest live group
+(`driver.parallel.Topology.is_writer`) writes the checkpoints and sends the step's full
+metrics row. Each committed step's row carries `ft.metrics()`. The end of the run (the
+done mark, the writer's mark, the next group's copies, no `ray.train.report`) is
+driver.ft.end's; the copies of a dead writer's rows driver.ft.records'.
 
 A group started again (attempt > 0) reads no checkpoint up front: it heals from a live
 group at its first quorum, and reads the newest checkpoint only when no group is ahead (a
@@ -22,13 +22,10 @@ labelled with the last step); Ray Train's controller then stops the run at once
 
 from __future__ import annotations
 
-import time
-
 from driver.ft.end import DONE_KEY, RunEnd, RunFinished, finished, hand_over_at_end
 from driver.ft.records import Copies, mark_recorded
-from driver.step import autocast_for
 
-__all__ = ["DONE_KEY", "RunEnd", "FtStep", "run_ft", "train_steps_ft"]
+__all__ = ["DONE_KEY", "RunEnd", "run_ft", "train_steps_ft"]
 
 
 def run_ft(cfg, sink, logger, control=None, attempt: int = 0, gate: str | None = None) -> dict:
@@ -40,6 +37,7 @@ def run_ft(cfg, sink, logger, control=None, attempt: int = 0, gate: str | None =
     from driver.checkpoint import TrainState
     from driver.ft.replica import FtReplica
     from driver.ft.source import SlotSource
+    from driver.ft.stepper import FtStep
     from driver.metrics.rank import RankReporter
     from driver.parallel import Topology, setup_device, wrap
     from driver.workloads import build
@@ -195,60 +193,3 @@ def shrink_callable(cfg, device):
 
         per_pod = max(1, torch.cuda.device_count())
     return shrink_from_env(os.environ, per_pod)
-
-
-class FtStep:
-    """One step of one replica group: its slots' forward/backward, reduce, clip, commit."""
-
-    def __init__(self, cfg, model, work, optimizer, scheduler, device, source):
-        self.cfg, self.model, self.work, self.device = cfg, model, work, device
-        self.optimizer, self.scheduler, self.source = optimizer, scheduler, source
-        self.autocast = autocast_for(cfg, device)
-        self.done = None  # the gate's store: the run's done mark, checked after each quorum
-        per_step = cfg.train.micro_batch_size * source.slots
-        self.units_per_step = per_step * work.units_per_example
-
-    def step(self, ft) -> dict | None:
-        """The committed step's row, or None when the commit vote failed."""
-        import torch
-
-        from driver.step import to_device
-
-        plan = ft.begin_step()
-        if finished(self.done):  # a quorum without the groups that finished the run
-            raise RunFinished
-        started = time.perf_counter()
-        local, wait = 0.0, 0.0
-        for slot in plan.slots:
-            fetch = time.perf_counter()
-            batch = to_device(self.source.batch(plan.step, slot), self.device)
-            wait += time.perf_counter() - fetch
-            with self.autocast():
-                loss = self.work.loss(self.model, batch) / plan.divisor
-            loss.backward()
-            local += loss.item()
-        computed = time.perf_counter()
-        total = ft.reduce(self.model.parameters(), local)
-        clip = self.cfg.train.max_grad_norm
-        norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), clip if clip > 0 else 1e9)
-        lr = self.scheduler.get_last_lr()[0] * plan.lr_scale
-        if not ft.commit(self.optimizer, self.scheduler):
-            return None
-        ended = time.perf_counter()
-        elapsed = ended - started
-        return {
-            "step": plan.step + 1,
-            "loss": total,
-            "lr": lr,
-            "grad_norm": float(norm),
-            "step_time": elapsed,
-            "data_wait_s": wait,
-            "forward_backward_s": computed - started - wait,
-            "optimizer_s": ended - computed,
-            f"{self.work.unit}_per_s": self.units_per_step * plan.live / ft.start_groups / elapsed
-            if not self.cfg.ft.constant_batch
-            else self.units_per_step / elapsed,
-            "time": time.time(),
-            "ft_slots": len(plan.slots),
-            **ft.metrics(),
-        }

@@ -25,20 +25,21 @@ first quorum has a live group ahead, torchft heals this group from it (weights, 
 and step, over driver.ft.transport) and `restore` is never called; only when no group is
 ahead (a full restart: every group is back at step 0) does `begin_step` call it and train on
 from the checkpoint's step.
+
+The Manager itself and the flat gradient SUM are driver.ft.manager's; the slot plan and the
+reason no quorum formed, driver.ft.plan's.
 """
 
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
-from datetime import timedelta
 
-from driver.ft.batch import loss_divisor, lr_scale, plan_step
 from driver.ft.config import FtConfig
+from driver.ft.manager import build_manager, sum_grads
+from driver.ft.plan import StepPlan, no_quorum_reason, step_plan
 from driver.ft.shrink import ShrinkRequest, local_shrink
 
 log = logging.getLogger("driver.ft")
@@ -48,30 +49,9 @@ class FtStopped(RuntimeError):
     """Too few replica groups are left to train on; the message is the one-line reason."""
 
 
-@dataclass(frozen=True)
-class StepPlan:
-    step: int
-    """The step about to run (0-based; the number of steps committed so far)."""
-    live: int
-    """Replica groups in this step's quorum."""
-    position: int
-    """This group's place among them (0: the lowest live group)."""
-    slots: tuple[int, ...]
-    """The global micro-batch slots this group processes (driver.ft.batch)."""
-    divisor: int
-    """Divide each micro-batch's mean loss by this before backward."""
-    lr_scale: float
-    """Multiplier on the scheduled learning rate for this step."""
-
-
 RUN_COUNTERS = ("ft_failures_survived", "ft_steps_degraded")
 """Counters of the run, not of one group: a healing group receives them with the state."""
 RUN_KEY = "ft_run"
-
-
-def replica_id(group: int) -> str:
-    """Zero-padded, so torchft's order of replica ids is the order of group numbers."""
-    return f"group_{group:05d}"
 
 
 class FtReplica:
@@ -89,38 +69,13 @@ class FtReplica:
         host: str = "127.0.0.1",
         shrink: Callable[[ShrinkRequest], None] | None = None,
     ):
-        from torch.distributed import TCPStore
-        from torchft import Manager, ProcessGroupGloo
-
         from driver.ft.lighthouse import pass_gate
-        from driver.ft.transport import WeightsOnlyHTTPTransport
-
-        lighthouse = lighthouse or os.environ["TORCHFT_LIGHTHOUSE"]  # set by Ray's TorchftConfig
 
         self.cfg, self.group, self.start_groups = cfg, group, groups_at_start
         self.grad_accum, self.state = grad_accum, state
         self.shrink = shrink or local_shrink
-        self._store = TCPStore(host, 0, is_master=True, wait_for_workers=False)
-        timeout = timedelta(seconds=cfg.timeout_s)
-        self.manager = Manager(
-            pg=ProcessGroupGloo(timeout=timeout),
-            min_replica_size=cfg.min_replicas,
-            load_state_dict=self._load,
-            state_dict=self._state_dict,
-            replica_id=replica_id(group),
-            store_addr=host,
-            store_port=self._store.port,
-            rank=0,
-            world_size=1,
-            lighthouse_addr=lighthouse,
-            hostname=host,
-            timeout=timeout,
-            quorum_timeout=timedelta(seconds=cfg.quorum_timeout_s),
-            connect_timeout=timeout,
-            use_async_quorum=False,
-            init_sync=False,
-            heartbeat_interval=timedelta(milliseconds=cfg.heartbeat_interval_ms),
-            checkpoint_transport=WeightsOnlyHTTPTransport(timeout),
+        self.manager, self._store = build_manager(
+            cfg, group, lighthouse, host, load_state_dict=self._load, state_dict=self._state_dict
         )
         if gate:
             pass_gate(gate, cfg.start_timeout_s)
@@ -168,23 +123,15 @@ class FtReplica:
             self.manager.start_quorum()
             live, position = self.manager.num_participants(), self.manager.participating_rank()
         except Exception as err:  # no quorum: too few groups left, or the Lighthouse is gone
-            raise FtStopped(self._stop_reason(err)) from None
+            raise FtStopped(
+                no_quorum_reason(self.cfg, self.step, self._last_live, self.start_groups, err)
+            ) from None
         self.counters["ft_quorum_s"] += time.perf_counter() - started
         if self.restore is not None:
             self._restore_if_alone()
         self._note_quorum(live, position)
-        constant = self.cfg.constant_batch
-        own = position if constant else self.group
-        slots = plan_step(
-            range(live) if constant else [own], self.start_groups, self.grad_accum, constant
-        )[own]
-        self.plan = StepPlan(
-            self.step,
-            live,
-            position,
-            slots,
-            loss_divisor(live, self.start_groups, self.grad_accum, constant),
-            lr_scale(live, self.start_groups, self.cfg.lr_scaling, constant),
+        self.plan = step_plan(
+            self.cfg, self.step, live, position, self.group, self.start_groups, self.grad_accum
         )
         return self.plan
 
@@ -202,14 +149,6 @@ class FtReplica:
             self.manager.load_state_dict({"step": start, "batches_committed": batches})
             self.counters["ft_restores"] += 1
             log.warning("ft: group %d: no live group ahead, resumed at step %d", self.group, start)
-
-    def _stop_reason(self, err: BaseException) -> str:
-        first = str(err).strip().splitlines()[0][:200] if str(err).strip() else type(err).__name__
-        return (
-            f"ft: no quorum of ft.min_replicas={self.cfg.min_replicas} replica groups "
-            f"within ft.quorum_timeout_s={self.cfg.quorum_timeout_s:g} at step {self.step} "
-            f"(last quorum: {self._last_live} of {self.start_groups} groups; {first})"
-        )
 
     def _note_quorum(self, live: int, position: int) -> None:
         last, self._last_live = self._last_live, live
@@ -231,21 +170,10 @@ class FtReplica:
         """SUM the gradients (and this group's loss contribution) across the live groups
         through torchft's process group, in one flat buffer. Returns the step's global loss.
         On a failed collective the gradients are garbage and `commit` returns False."""
-        import torch
-
         started = time.perf_counter()
-        params = [p for p in params if p.requires_grad]
-        grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
-        flat = torch.cat([g.reshape(-1) for g in grads] + [grads[0].new_tensor([loss_sum])])
-        self.manager.allreduce(flat, reduce_op=torch.distributed.ReduceOp.SUM).wait()
-        if self.manager.errored():  # close our side now: a peer blocked in the same
-            self.manager._pg.abort()  # collective with us fails at once, not at timeout_s
-        offset = 0
-        for p, g in zip(params, grads, strict=True):
-            p.grad = flat[offset : offset + g.numel()].view_as(g)
-            offset += g.numel()
+        total = sum_grads(self.manager, params, loss_sum)
         self.counters["ft_reduce_s"] += time.perf_counter() - started
-        return float(flat[-1])
+        return total
 
     def commit(self, optimizer, scheduler=None) -> bool:
         """The all-or-nothing vote: step the optimizer (and scheduler) only when every live

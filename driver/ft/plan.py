@@ -1,0 +1,68 @@
+"""The plan of one step of one replica group under torchft, for driver.ft.replica: the
+live groups, this group's place among them, its micro-batch slots, the loss divisor and
+the LR multiplier (the rules are driver.ft.batch's); or, when no quorum forms, the one-line
+reason FtStopped carries. Pure, no torch.
+
+    plan = step_plan(cfg.ft, step=7, live=3, position=1, group=2, groups_at_start=4,
+                     grad_accum=2)
+    plan.slots, plan.divisor, plan.lr_scale
+    no_quorum_reason(cfg.ft, step=7, last_live=2, groups_at_start=3, err=err)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from driver.ft.batch import loss_divisor, lr_scale, plan_step
+from driver.ft.config import FtConfig
+
+
+@dataclass(frozen=True)
+class StepPlan:
+    step: int
+    """The step about to run (0-based; the number of steps committed so far)."""
+    live: int
+    """Replica groups in this step's quorum."""
+    position: int
+    """This group's place among them (0: the lowest live group)."""
+    slots: tuple[int, ...]
+    """The global micro-batch slots this group processes (driver.ft.batch)."""
+    divisor: int
+    """Divide each micro-batch's mean loss by this before backward."""
+    lr_scale: float
+    """Multiplier on the scheduled learning rate for this step."""
+
+
+def step_plan(
+    cfg: FtConfig,
+    step: int,
+    live: int,
+    position: int,
+    group: int,
+    groups_at_start: int,
+    grad_accum: int,
+) -> StepPlan:
+    """The plan of `step` for `group`, the `position`-th of `live` groups in the quorum."""
+    constant = cfg.constant_batch
+    own = position if constant else group
+    slots = plan_step(range(live) if constant else [own], groups_at_start, grad_accum, constant)
+    return StepPlan(
+        step,
+        live,
+        position,
+        slots[own],
+        loss_divisor(live, groups_at_start, grad_accum, constant),
+        lr_scale(live, groups_at_start, cfg.lr_scaling, constant),
+    )
+
+
+def no_quorum_reason(
+    cfg: FtConfig, step: int, last_live: int | None, groups_at_start: int, err: BaseException
+) -> str:
+    """The one line of FtStopped: no quorum formed at `step` (the last had `last_live`)."""
+    first = str(err).strip().splitlines()[0][:200] if str(err).strip() else type(err).__name__
+    return (
+        f"ft: no quorum of ft.min_replicas={cfg.min_replicas} replica groups "
+        f"within ft.quorum_timeout_s={cfg.quorum_timeout_s:g} at step {step} "
+        f"(last quorum: {last_live} of {groups_at_start} groups; {first})"
+    )
