@@ -129,17 +129,18 @@ def in_process_ok() -> bool:
 
 
 def run_controller(controller_init_kwargs: dict):
-    """Ray Train's `_initialize_and_run_controller` (ray 2.60) with the controller in this process
-    rather than in an actor: no process to start, and none that imports Ray Train and the backend
-    while the training workers wait for it. It runs in a thread of its own (`ControllerThread`,
-    driver/controller_thread.py) while this thread waits, so that a signal handler's exception
-    (Ctrl-C, a stop signal during start-up) is raised here, in a wait, never in the middle of one of
-    the controller's Ray calls; the controller then stops (`stop`) before the exception goes on. Its
-    log lines go to the driver's own `ray.train` logger rather than to a log file of its own (Ray
-    Train's structured controller log would configure this process's logging). It reads the
-    variables Ray Train would hand an actor (`get_env_vars_to_propagate`) from this process's
-    environment, where Ray Train takes them from. Ray Train's synchronization actor is created only
-    if someone calls it (driver/lazy_sync.py)."""
+    """Ray Train's `_initialize_and_run_controller` (ray 2.60) with the controller in this
+    process rather than in an actor: no process to start, and none that imports Ray Train
+    and the backend while the training workers wait for it. It runs in a thread of its own
+    (`ControllerThread`, driver/controller_thread.py) while this thread waits, so that a
+    signal handler's exception (Ctrl-C, a stop signal during start-up) is raised here, in a
+    wait, never in the middle of one of the controller's Ray calls; the controller then
+    stops (`stop`) before the exception goes on. Its log lines go to the driver's own
+    `ray.train` logger rather than to a log file of its own (Ray Train's structured
+    controller log would configure this process's logging). It reads the variables Ray Train
+    would hand an actor (`get_env_vars_to_propagate`) from this process's environment, where
+    Ray Train takes them from. Ray Train's synchronization actor is created only if someone
+    calls it (driver/lazy_sync.py)."""
     before = os.environ.get(CONTROLLER_LOG_ENV)
     os.environ[CONTROLLER_LOG_ENV] = "0"  # read once, as the controller is made
     try:

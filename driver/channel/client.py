@@ -72,7 +72,12 @@ class ChannelClient:
         rid = next(self.ids)
         with self.lock:
             self.waiting.add(rid)
-        self._send(rid, method, args)
+        try:
+            self._send(rid, method, args)
+        except ChannelError:
+            with self.lock:
+                self.waiting.discard(rid)
+            raise
         return rid
 
     def reply(self, rid: int, timeout_s: float = 0.0) -> tuple[bool, Any]:

@@ -180,6 +180,9 @@ def test_a_gone_driver_never_blocks_a_sender():
         with pytest.raises(ChannelError, match="takes no more messages"):
             for _ in range(100_000):  # past the high-water mark
                 worker.send("push_many", [{"step": 1}])
+        with pytest.raises(ChannelError, match="takes no more messages"):
+            worker.request("notice")
+        assert worker.waiting == set()  # a request that never left waits for nothing
     finally:
         worker.close()
 
