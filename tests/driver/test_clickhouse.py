@@ -65,7 +65,7 @@ def test_a_failing_endpoint_drops_rows_and_never_raises(server):
 def test_rows_fit_the_committed_schema():
     from chdb import session as chdb_session
 
-    from kustomize.tooling import clickhouse
+    from observability import clickhouse
 
     with chdb_session.Session() as session:
         clickhouse.apply(session)
