@@ -102,7 +102,7 @@ class Progress:
 
     @property
     def warehouse(self):
-        """The ClickHouse writer (driver.clickhouse.RunMetricsWriter) or None."""
+        """The ClickHouse writer (driver.metrics.clickhouse.RunMetricsWriter) or None."""
         return self.metrics.clickhouse
 
     def start(self) -> Progress:

@@ -161,7 +161,7 @@ class LocalStore:
         return body.count("\n")
 
     def insert_metrics(self, rows: Iterable[dict]) -> int:
-        """Insert `platform.run_metrics` rows (`metric_rows`, or driver.clickhouse's)."""
+        """Insert `platform.run_metrics` rows (`metric_rows`, or driver.metrics.clickhouse's)."""
         return self.insert(RUN_METRICS, rows)
 
     def close(self) -> None:

@@ -35,7 +35,7 @@ class RunMetrics:
         self._label_sets: dict[tuple, dict] = {}
         self.records = RecordBook()
         if clickhouse_url:
-            from driver.clickhouse import RunMetricsWriter
+            from driver.metrics.clickhouse import RunMetricsWriter
 
             self.clickhouse = RunMetricsWriter(clickhouse_url, self.identity)
         if otel_endpoint:

@@ -10,7 +10,7 @@ import urllib.parse
 from pathlib import Path
 from types import SimpleNamespace as NS
 
-from driver.clickhouse import RunMetricsWriter, insert_url, metric_rows
+from driver.metrics.clickhouse import RunMetricsWriter, insert_url, metric_rows
 from driver.progress import Progress
 from tests.driver.conftest import Recorder
 
