@@ -12,7 +12,7 @@ with the address and the run's token that the driver hands it in the loop's argu
     client.send("push_many", rows)                          # no reply
     rows = channel.drain()                                  # driver: under the state's lock
 
-Messages are the auxiliary transport's (driver.aux.wire): a packed envelope and a JSON
+Messages are the auxiliary transport's (driver.messaging.wire): a packed envelope and a JSON
 body, never pickle. Every request carries the run's token in the envelope's info; the
 server drops a message with a wrong token or one that does not parse, and answers only the
 methods in `WORKER_METHODS`. A local run binds the loopback address; a cluster run its

@@ -6,7 +6,7 @@ same state through the channel's methods. Both go through one lock, so the state
 plain Python (driver.telemetry.RunChannel). The thread owns the socket: it creates, uses and
 closes it, and `close()` stops it.
 
-A message is handled only if it parses (driver.aux.wire, within `MAX_BYTES`) and carries
+A message is handled only if it parses (driver.messaging.wire, within `MAX_BYTES`) and carries
 the run's token; anything else is dropped and counted (`refused`), with one log line per
 kind, since answering a stranger tells it something. A known peer asking for a method
 outside `WORKER_METHODS`, or one whose handler raises, gets an `err` reply.
@@ -23,8 +23,8 @@ from typing import Any
 
 import zmq
 
-from driver.aux import wire
 from driver.channel.client import MAX_BYTES, ChannelAddress
+from driver.messaging import wire
 
 log = logging.getLogger("driver.channel")
 WORKER_METHODS = frozenset({"hello", "start", "push_many", "fail", "finish", "notice", "sync"})

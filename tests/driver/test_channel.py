@@ -10,10 +10,10 @@ import time
 import pytest
 import zmq
 
-from driver.aux import wire
 from driver.channel import ChannelAddress, ChannelError, DriverChannel
 from driver.channel.server import endpoint
 from driver.checkpoint.control import NoticePoll
+from driver.messaging import wire
 from driver.telemetry import RunChannel
 
 
