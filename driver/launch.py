@@ -148,10 +148,10 @@ def plan_capacity(cfg) -> tuple[capacity.Plan, bool]:
 
 def launch(cfg, config_yaml: str, fmt: str, say=print, stops=None) -> dict:
     """Run training to the end; the summary, or RunFailed after writing a crash bundle.
-    `stops` (a driver.checkpoint.control.StopRelay, installed) turns SIGTERM and SIGINT into
+    `stops` (a driver.channel.stops.StopRelay, installed) turns SIGTERM and SIGINT into
     a final checkpoint and an early end; the summary then has `stopped_by`."""
+    from driver.channel.server import start_channel
     from driver.fit import train
-    from driver.telemetry import start_channel
 
     started = time.monotonic()
     with stops.held() if stops is not None else contextlib.nullcontext():

@@ -37,7 +37,7 @@ def train_worker(args: dict) -> None:
     count, preemption notices and, from rank 0, the final figures go there."""
     import ray.train
 
-    from driver.telemetry import where_am_i, worker_logger
+    from driver.output.logs import where_am_i, worker_logger
 
     cfg = args["cfg"]
     rank = ray.train.get_context().get_world_rank()

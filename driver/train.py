@@ -145,12 +145,12 @@ def check_resume(cfg, source: str) -> None:
 
 
 def _run(cfg, config_yaml: str, output_dir: Path, fmt: str, source: str) -> int:
-    from driver import crash
     from driver.aux.coordinator import AuxStartError
-    from driver.checkpoint.control import StopRelay
+    from driver.channel.stops import StopRelay
     from driver.fit import RunFailed
     from driver.launch import launch
-    from driver.summary import format_summary
+    from driver.output import crash
+    from driver.output.summary import format_summary
 
     stops = StopRelay(lambda line: print(line, file=sys.stderr, flush=True)).install()
     try:

@@ -7,7 +7,7 @@
                                    # in place first: driver.metrics.records)
     metrics.close(); metrics.problems()   # lines about rows a writer dropped
 
-The progress display (driver.progress) drains the run's channel and calls `write`; it owns
+The progress display (driver.output.progress) drains the run's channel and calls `write`; it owns
 no output.
 """
 

@@ -13,9 +13,10 @@ from pathlib import Path
 import pytest
 
 from driver.aux.listeners import listener_name, listener_names
+from driver.channel.state import RunControl
+from driver.channel.stops import Interrupted, StopRelay
 from driver.checkpoint import CheckpointConfig, PreemptionGuard
 from driver.checkpoint.api import new_counters, row_fields
-from driver.checkpoint.control import Interrupted, RunControl, StopRelay
 from tests.checkpoint.toy import config, make_state, train
 
 

@@ -12,9 +12,9 @@ import zmq
 
 from driver.channel import ChannelAddress, ChannelError, DriverChannel
 from driver.channel.server import endpoint
-from driver.checkpoint.control import NoticePoll
+from driver.channel.state import RunChannel
+from driver.channel.stops import NoticePoll
 from driver.messaging import wire
-from driver.telemetry import RunChannel
 
 
 @pytest.fixture

@@ -11,7 +11,7 @@ from pathlib import Path
 from types import SimpleNamespace as NS
 
 from driver.metrics.clickhouse import RunMetricsWriter, insert_url, metric_rows
-from driver.progress import Progress
+from driver.output.progress import Progress
 from tests.driver.conftest import Recorder
 
 IDENTITY = {"cluster": "ultra-usc1", "team": "research", "run": "tiny-lm", "rank": "0",

@@ -64,7 +64,7 @@ def test_the_driver_of_an_embedded_run_never_imports_torch(tmp_path):
         f"['run.output_dir={tmp_path}'])\n"
         f"trainer = trainer_for(cfg, 2, False, None, __import__('pathlib').Path({str(tmp_path)!r}),"
         " embedded=True)\n"
-        "import driver.embedded_train, driver.train, driver.progress\n"
+        "import driver.embedded_train, driver.train, driver.output.progress\n"
         "print(sorted(m for m in sys.modules if m == 'torch' or m.startswith('torch.')))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True,

@@ -70,7 +70,7 @@ class Progress:
     thread until `close()`; keeps rank 0's rows for the summary."""
 
     def __init__(self, cfg, sink, output_dir: Path, fmt: str, interval_s: float = POLL_S):
-        from driver.telemetry import where_am_i
+        from driver.output.logs import where_am_i
 
         self.cfg, self.sink, self.fmt, self.interval_s = cfg, sink, fmt, interval_s
         log_cfg = cfg.logging
