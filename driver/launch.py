@@ -21,8 +21,8 @@ from catalog.errors import InputError
 from driver import capacity
 from driver.aux.config import check_run
 from driver.config import check_batch
-from driver.embedded import LOCAL_ENV, quiet_token_notice, started_ray
-from driver.ray_start import lean_ray_start, own_sigterm, short_raylet_wait
+from driver.embedded.lean import LOCAL_ENV, quiet_token_notice, started_ray
+from driver.embedded.ray_start import lean_ray_start, own_sigterm, short_raylet_wait
 
 # Ray Train's controller polls every worker each health-check interval, and a
 # ray.train.report call waits for the next poll. The driver never calls report (metrics and
@@ -101,8 +101,8 @@ def connect(cfg) -> bool:
 
 PRELOAD = (
     "ray.train.v2.api.data_parallel_trainer",
-    "driver.embedded_train",
-    "driver.local_backend",
+    "driver.embedded.controller",
+    "driver.embedded.backend",
     "driver.loop",
     "driver.trainer",
 )

@@ -52,7 +52,7 @@ def train_worker(args: dict) -> None:
         # No `ray.train.report`: the final figures go to the run's channel (run_ft sent them
         # already), and nothing reads Ray Train's result. A report is a barrier of every
         # worker through Ray Train's synchronization actor, which a local run then never
-        # starts (driver/lazy_sync.py); under ft a replaced group's peers may have left it.
+        # starts (driver/embedded/lazy_sync.py); under ft a replaced group's peers may have left it.
         if not cfg.ft.enabled and rank == 0:
             channel.call("finish", final, timeout_s=30)
     finally:

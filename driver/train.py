@@ -11,8 +11,8 @@ naming it, before training), 2 bad config (one line naming the key), 3 a torchft
 (`ft.enabled`) stopped below `ft.min_replicas` (one line with the reason), 143 stopped by
 SIGTERM and 130 by SIGINT (Ctrl-C) (after a final checkpoint when it fitted
 `checkpoint.preemption_budget_s`; run again to resume). An embedded run runs in a child
-process in its own session (driver/embedded.py): nothing of it outlives the driver; and,
-unless it needs the network, in a network namespace of its own (driver/netns.py): nothing
+process in its own session (driver/embedded/lean.py): nothing of it outlives the driver; and,
+unless it needs the network, in a network namespace of its own (driver/embedded/netns.py): nothing
 of it listens on the machine's interfaces.
 """
 
@@ -72,8 +72,8 @@ def main(argv: list[str] | None = None, supervised: bool = False) -> int:
     if supervised and embedded(cfg):
         from dataclasses import asdict
 
-        from driver.netns import network_reason
-        from driver.supervise import supervise
+        from driver.embedded.netns import network_reason
+        from driver.embedded.supervise import supervise
 
         shared = network_reason(asdict(cfg), dict(os.environ))
         return supervise(lambda: _run(cfg, config_yaml, output_dir, fmt, args[0]),

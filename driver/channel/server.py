@@ -154,7 +154,7 @@ def start_channel():
     machine), else on this node's IP (the workers on other nodes connect)."""
     import ray
 
-    from driver.embedded import started_here
+    from driver.embedded.lean import started_here
 
     host = "127.0.0.1" if started_here() else ray.util.get_node_ip_address()
     from driver.channel.state import RunChannel

@@ -7,7 +7,7 @@ workers poll.
 
 Ray Train runs the training function in a thread of each worker actor, so workers never
 see the pod's signal themselves (and an embedded Ray's processes run in a session of their
-own, driver/embedded.py, so a Ctrl-C at the terminal never reaches them): the driver
+own, driver/embedded/lean.py, so a Ctrl-C at the terminal never reaches them): the driver
 catches SIGTERM and SIGINT and leaves a notice in the run's channel (driver.channel.state's
 RunControl), which rank 0 polls without blocking after every step.
 """
@@ -115,7 +115,7 @@ class StopRelay:
         to the user). For `ray.init`: an exception raised in the middle of it leaves Ray's
         core worker half made, and the process can crash as it exits. The handlers are put
         back as the block ends, in case the block replaced one (Ray's own SIGTERM handler
-        exits at once: driver/embedded.py keeps `ray.init` from installing it)."""
+        exits at once: driver/embedded/lean.py keeps `ray.init` from installing it)."""
         self._holding = True
         try:
             yield self

@@ -238,7 +238,7 @@ def cpu_per_step(samples: list[tuple[float, float]], ends: list[float], skip: in
 
 def settle(session: int, timeout_s: float = 60.0) -> None:
     """Wait until every process left over from a run's session has exited (an embedded
-    run's own supervisor kills what its Ray leaves, driver/embedded.py)."""
+    run's own supervisor kills what its Ray leaves, driver/embedded/lean.py)."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline and any(
         _sid(int(pid)) == session for pid in os.listdir("/proc") if pid.isdigit()

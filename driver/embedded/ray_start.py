@@ -1,5 +1,5 @@
 """What an embedded `ray.init` is run with (driver/launch.py `connect`): Ray's start-up,
-trimmed for one training run on one machine (driver/embedded.py says why).
+trimmed for one training run on one machine (driver/embedded/lean.py says why).
 
     with lean_ray_start(), short_raylet_wait(), own_sigterm():
         ray.init(...)
