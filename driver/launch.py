@@ -19,8 +19,8 @@ import time
 
 from catalog.errors import InputError
 from driver import capacity
-from driver.aux.config import check_run
-from driver.config import check_batch
+from driver.config.aux import check_run
+from driver.config.compose import check_batch
 from driver.embedded.lean import LOCAL_ENV, quiet_token_notice, started_ray
 from driver.embedded.ray_start import lean_ray_start, own_sigterm, short_raylet_wait
 

@@ -101,7 +101,7 @@ def run(cfg, sink, logger, control=None, aux_spec=None, attempt: int = 0) -> dic
     import torch
 
     from driver import optim
-    from driver.diloco.config import data_shard
+    from driver.config.diloco import data_shard
     from driver.diloco.hook import prepare
     from driver.metrics.rank import RankReporter
     from driver.step import Loop

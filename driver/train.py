@@ -56,7 +56,7 @@ def main(argv: list[str] | None = None, supervised: bool = False) -> int:
     if not args or args[0] in ("-h", "--help"):
         print(USAGE, file=sys.stderr if not args else sys.stdout)
         return 2 if not args else 0
-    from driver.config import compose
+    from driver.config.compose import compose
 
     try:
         cfg, config_yaml = compose(args[0], args[1:])

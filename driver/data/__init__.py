@@ -7,7 +7,7 @@
 See docs/data.md for the design, configuration, guarantees and failure behaviour.
 """
 
-from driver.data.config import PipelineConfig
+from driver.config.data import PipelineConfig
 from driver.data.datasets import FileDataset, PackedDataset, PackedStrings, as_map_dataset
 from driver.data.errors import CorruptSample, PipelineError, StageCrashed, StageHung
 from driver.data.pipeline import DataPipeline

@@ -30,8 +30,8 @@ import time
 
 import torch
 
+from driver.config.diloco import ENV_PREFIX, LearnerConfig
 from driver.diloco import outer
-from driver.diloco.config import ENV_PREFIX, LearnerConfig
 from driver.diloco.link import Client
 from driver.messaging import wire
 

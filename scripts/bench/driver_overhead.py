@@ -99,7 +99,7 @@ def plain_worker(rank: int, world: int, port: int, config: str, overrides: list,
     from torch.nn.parallel import DistributedDataParallel
 
     from driver import optim
-    from driver.config import compose
+    from driver.config.compose import compose
     from driver.workloads import build
 
     os.nice(ray_worker_niceness() - os.nice(0))  # as Ray's workers run
@@ -265,7 +265,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if args.plain:
         return plain_main(args.plain, int(args.workers), args.config, args.overrides)
-    from driver.config import compose
+    from driver.config.compose import compose
 
     counts = [int(count) for count in args.workers.split(",")]
     for count in counts:

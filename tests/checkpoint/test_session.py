@@ -218,7 +218,7 @@ def test_listener_names():
 
 def _session(root: str, *overrides: str):
     from driver.checkpoint.session import CheckpointSession
-    from driver.config import compose
+    from driver.config.compose import compose
 
     tiny = str(Path(__file__).resolve().parents[2] / "runs/train/tiny-lm.yaml")
     sets = [f"checkpoint.root={root}", "checkpoint.interval_steps=1", "train.steps=10"]

@@ -33,7 +33,7 @@ def test_an_embedded_run_gets_the_lean_trainer(tmp_path):
     from ray.train.torch import TorchConfig, TorchTrainer
     from ray.train.v2.api.data_parallel_trainer import DataParallelTrainer
 
-    from driver.config import compose
+    from driver.config.compose import compose
     from driver.embedded.backend import LocalTorchConfig
     from driver.trainer import trainer_for
 
@@ -57,7 +57,7 @@ def test_the_driver_of_an_embedded_run_never_imports_torch(tmp_path):
     root = Path(__file__).resolve().parents[2]
     code = (
         "import sys, importlib\n"
-        "from driver.config import compose\n"
+        "from driver.config.compose import compose\n"
         "from driver.launch import PRELOAD\nfrom driver.trainer import trainer_for\n"
         "for name in PRELOAD: importlib.import_module(name)\n"
         f"cfg, _ = compose({str(root / 'runs/train/tiny-lm.yaml')!r}, "

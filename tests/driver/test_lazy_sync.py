@@ -96,7 +96,7 @@ def test_a_local_run_starts_no_process_beyond_its_training_workers(tmp_path):
     Ray started, there are four)."""
     code = (
         "import glob, json, ray, ray._private.state as st\n"
-        "from driver.config import compose\n"
+        "from driver.config.compose import compose\n"
         "from driver.launch import connect\n"
         "from driver.train import main\n"
         f"args = [{TINY_LM!r}, 'train.steps=3', 'optimizer.warmup_steps=1', 'data.size=512',"

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from driver.config import compose
+from driver.config.compose import compose
 from driver.output.progress import Progress
 from tests.driver.conftest import TINY_LM
 

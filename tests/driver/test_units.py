@@ -10,7 +10,7 @@ import pytest
 
 from catalog.errors import InputError
 from driver.batches import LocalBatchSource, epoch_order, rank_indices
-from driver.config import check_batch
+from driver.config.compose import check_batch
 from driver.fit import failed_ranks, headline
 from driver.launch import cluster_shape
 from driver.optim import lr_factor
