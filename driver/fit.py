@@ -24,7 +24,7 @@ def train(cfg, config_yaml, fmt, stops, channel, result, use_gpu, embedded, star
     from driver.aux.coordinator import start_services
     from driver.output import crash
     from driver.output.progress import Progress
-    from driver.trainer import trainer_for
+    from driver.raytrain import trainer_for
 
     output_dir = Path(cfg.run.output_dir)
     progress = Progress(cfg, channel, output_dir, fmt)

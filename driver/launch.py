@@ -104,7 +104,7 @@ PRELOAD = (
     "driver.embedded.controller",
     "driver.embedded.backend",
     "driver.loop",
-    "driver.trainer",
+    "driver.raytrain",
 )
 """What the driver of an embedded run imports after `ray.init` to build the trainer (Ray
 Train with pandas and Ray Data: a second and more), imported while `ray.init` waits for

@@ -19,7 +19,7 @@ that import Ray's torch helpers on the worker, where torch is loaded anyway:
 - `train_func_context`: Ray Train's own (the worker's CUDA device set before training).
 
 A cluster run keeps Ray Train's TorchTrainer and TorchConfig, and a torchft run torchft's
-TorchftConfig (driver/trainer.py).
+TorchftConfig (driver/raytrain.py).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The driver's part of a torchft run (`ft.enabled`), for `driver.trainer.trainer_for`.
+"""The driver's part of a torchft run (`ft.enabled`), for `driver.raytrain.trainer_for`.
 
     torch_config, failures, loop_config = trainer_parts(cfg, world=4)
 

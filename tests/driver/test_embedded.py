@@ -35,7 +35,7 @@ def test_an_embedded_run_gets_the_lean_trainer(tmp_path):
 
     from driver.config.compose import compose
     from driver.embedded.backend import LocalTorchConfig
-    from driver.trainer import trainer_for
+    from driver.raytrain import trainer_for
 
     config = Path(__file__).resolve().parents[2] / "runs/train/tiny-lm.yaml"
     cfg, _ = compose(str(config), [f"run.output_dir={tmp_path}"])
@@ -58,7 +58,7 @@ def test_the_driver_of_an_embedded_run_never_imports_torch(tmp_path):
     code = (
         "import sys, importlib\n"
         "from driver.config.compose import compose\n"
-        "from driver.launch import PRELOAD\nfrom driver.trainer import trainer_for\n"
+        "from driver.launch import PRELOAD\nfrom driver.raytrain import trainer_for\n"
         "for name in PRELOAD: importlib.import_module(name)\n"
         f"cfg, _ = compose({str(root / 'runs/train/tiny-lm.yaml')!r}, "
         f"['run.output_dir={tmp_path}'])\n"
