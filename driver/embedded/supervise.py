@@ -78,8 +78,12 @@ def supervise(run: Callable[[], int], isolate_network: bool = False) -> int:
     sys.stderr.flush()
     parent = os.getpid()
     alive_r, alive_w = os.pipe()  # this process holds the write end until it ends
+    # A stop signal between the fork and the forwarding handlers would end this process
+    # with its default action: it waits, blocked, until the handlers are in place.
+    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, FORWARDED)
     child = os.fork()
     if child == 0:  # the child runs on, returns the run's code and exits as usual
+        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
         os.close(alive_w)
         os.setsid()
         _die_with_parent(parent)
@@ -89,6 +93,7 @@ def supervise(run: Callable[[], int], isolate_network: bool = False) -> int:
         return run()
     os.close(alive_r)
     previous = {s: signal.signal(s, lambda signum, _: _forward(child, signum)) for s in FORWARDED}
+    signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
     try:
         _, status = os.waitpid(child, 0)  # retried after each forwarded signal (PEP 475)
     finally:
