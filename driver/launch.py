@@ -89,6 +89,7 @@ def connect(cfg) -> bool:
     lean = contextlib.nullcontext() if cfg.run.local_dashboard else lean_ray_start()
     with lean, short_raylet_wait(), own_sigterm():
         ray.init(
+            address="local",  # a new Ray of its own, even with a `ray start` on this machine
             num_cpus=cpus,
             include_dashboard=bool(cfg.run.local_dashboard),
             dashboard_host="127.0.0.1",
@@ -103,7 +104,7 @@ PRELOAD = (
     "ray.train.v2.api.data_parallel_trainer",
     "driver.embedded.controller",
     "driver.embedded.backend",
-    "driver.loop",
+    "driver.trainer.worker",
     "driver.raytrain",
 )
 """What the driver of an embedded run imports after `ray.init` to build the trainer (Ray
