@@ -14,14 +14,14 @@ from driver.embedded.lean import lean_trainer
 def trainer_for(
     cfg, world: int, use_gpu: bool, channel, output_dir: Path, embedded=False, aux=None,
 ):  # fmt: skip
-    """The Ray Train trainer running `driver.loop.train_worker` on `world` workers
+    """The Ray Train trainer running `driver.trainer.worker.train_worker` on `world` workers
     (`trainer_class`, `backend_config`; torchft's config under `ft.enabled`); `channel` is
     the run's channel address (driver.channel.ChannelAddress) the workers connect to."""
     from ray.train import RunConfig, ScalingConfig
 
     from driver.checkpoint import failure_config
-    from driver.loop import train_worker
     from driver.metrics import flight
+    from driver.trainer.worker import train_worker
 
     par = cfg.parallelism
     backend = par.backend if par.backend != "auto" else ("nccl" if use_gpu else "gloo")

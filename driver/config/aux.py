@@ -100,8 +100,7 @@ def _choice(value, allowed: tuple) -> str:
 
 def check_run(cfg) -> None:
     """Checks across sections, at launch: `aux.condition` needs a DiT, the weight refresh a
-    model that is not sharded, and `data.remote_stage` a service and a batch source that
-    takes remote stages."""
+    model that is not sharded, and `data.remote_stage` a service."""
     if cfg.aux.condition and cfg.model.kind != "dit":
         raise InputError(None, "aux.condition", f"the {cfg.model.kind} model takes no embeddings")
     if cfg.aux.refresh.every_steps and cfg.parallelism.fsdp_size > 1:
@@ -112,17 +111,7 @@ def check_run(cfg) -> None:
 
 
 def check_remote_stage(cfg) -> None:
-    """`data.remote_stage` names a service, and `data.source` takes remote stages."""
-    import inspect
-
+    """`data.remote_stage` names a service."""
     name = cfg.data.remote_stage
-    if name is None:
-        return
-    check_reference("data.remote_stage", name, cfg.aux.services)
-    module, _, attr = cfg.data.source.partition(":")
-    source = getattr(importlib.import_module(module), attr)
-    if "stages" not in inspect.signature(source).parameters:
-        raise InputError(
-            None, "data.source", f"{cfg.data.source} takes no remote stage "
-            "(use driver.aux.services.stage:RemoteStageSource)",
-        )  # fmt: skip
+    if name is not None:
+        check_reference("data.remote_stage", name, cfg.aux.services)

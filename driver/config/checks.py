@@ -10,7 +10,6 @@ a rendered learner RayJob) must not shard its parameters (`parallelism.fsdp_size
 
 from __future__ import annotations
 
-import importlib
 import math
 import os
 import re
@@ -20,7 +19,6 @@ from catalog.errors import InputError
 
 # A run's name and team become Kubernetes labels, folder names and checkpoint path parts.
 SAFE_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
-_OBJECT_PATH = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 
 # Model and data fields that must be at least 1 when the config has them.
 _COUNTS = (
@@ -63,7 +61,6 @@ def check_values(cfg: object, source: str | Path | None) -> None:
         if problem:
             raise InputError(source, key, problem)
     check_betas(_get(cfg, "optimizer.betas"), source)
-    check_source(cfg.data.source, source)
     check_diloco_layout(cfg, source)
 
 
@@ -110,22 +107,6 @@ def check_betas(betas: list[float], source: str | Path | None) -> None:
         problem = float_problem(beta, 0.0, 1.0, True)
         if problem or beta == 1.0:
             raise InputError(source, f"optimizer.betas[{i}]", "must be in [0, 1)")
-
-
-def check_source(path: str, source: str | Path | None) -> None:
-    """`data.source` names an importable class with the batch source's methods."""
-    key = "data.source"
-    if not _OBJECT_PATH.match(path):
-        raise InputError(source, key, f"{path[:80]!r} is not module:Class")
-    module, _, name = path.partition(":")
-    try:
-        found = getattr(importlib.import_module(module), name)
-    except Exception as err:  # ImportError, AttributeError, or the module's own error
-        raise InputError(source, key, f"cannot import {path}: {type(err).__name__}") from None
-    missing = [m for m in ("__iter__", "state_dict", "load_state_dict") if not hasattr(found, m)]
-    if not isinstance(found, type) or missing:
-        what = "not a class" if not isinstance(found, type) else f"no {', '.join(missing)}"
-        raise InputError(source, key, f"{path} is not a batch source ({what})")
 
 
 def _get(cfg: object, dotted: str):

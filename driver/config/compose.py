@@ -23,6 +23,7 @@ _CHOICES = {
     "parallelism.device": ("auto", "cpu", "gpu"),
     "parallelism.backend": ("auto", "gloo", "nccl"),
     "logging.format": ("auto", "progress", "json"),
+    "data.loader": ("auto", "inprocess", "pipeline"),
 }
 _POSITIVE = (
     "train.steps",
@@ -30,6 +31,10 @@ _POSITIVE = (
     "train.grad_accum_steps",
     "parallelism.fsdp_size",
     "data.size",
+    "data.producers",
+    "data.collators",
+    "data.work_queue_size",
+    "data.sample_queue_size",
 )
 
 
@@ -120,6 +125,8 @@ def fill_defaults(cfg: TrainConfig) -> None:
         cfg.run.output_dir = f"outputs/{cfg.run.team}/{cfg.run.name}"
     if cfg.parallelism.replica_group_size is None:
         cfg.parallelism.replica_group_size = cfg.parallelism.fsdp_size
+    if cfg.data.loader == "auto":
+        cfg.data.loader = "inprocess"
 
 
 def validate(cfg: TrainConfig, source: str | Path) -> None:
@@ -133,6 +140,8 @@ def validate(cfg: TrainConfig, source: str | Path) -> None:
         if _get(cfg, key) < 1:
             raise InputError(source, key, "must be at least 1")
     par = cfg.parallelism
+    if cfg.data.prefetch_batches < 2:
+        raise InputError(source, "data.prefetch_batches", "must be at least 2")
     if par.workers is not None and par.workers < 1:
         raise InputError(source, "parallelism.workers", "must be at least 1 (or null)")
     if par.replica_group_size % par.fsdp_size:

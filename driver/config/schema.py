@@ -79,16 +79,30 @@ class DiTModelConfig(ModelConfig):
 class DataConfig:
     kind: str = MISSING
     """Which dataset: `text` (generated corpus) or `shapes` (generated images)."""
-    source: str = "driver.batches:LocalBatchSource"
-    """`module:Class` of the batch source that feeds each worker from the map-style dataset."""
+    loader: str = "auto"
+    """How each worker gets its batches: `inprocess` (made in the training process),
+    `pipeline` (its shared-memory pipeline: feeder -> producers -> collators, prefetched
+    ahead; docs/data.md) or `auto` (the pipeline for a run with a shape, i.e. a cluster's
+    or `runner run --local --shape`; in process otherwise)."""
+    producers: int = 2
+    """Pipeline: producer processes per worker (fetch a sample, run its stages)."""
+    collators: int = 1
+    """Pipeline: collator processes per worker (samples -> one batch in shared memory)."""
+    prefetch_batches: int = 4
+    """Pipeline: shared-memory batch slots per worker (batches made ahead, plus the one in
+    use; at least 2)."""
+    work_queue_size: int = 64
+    """Pipeline: bound of the feeder -> producers queue of tasks."""
+    sample_queue_size: int = 64
+    """Pipeline: bound of each producers -> collator queue of finished samples."""
     size: int = 4096
     """Number of examples in the dataset."""
     seed: int = 1234
     """Seed of the generator that makes the dataset (the same on every worker)."""
     remote_stage: str | None = None
     """Auxiliary service (`aux.services.<name>`, a driver.aux.services.stage handler) that
-    runs the pipeline's per-sample stage for several ranks; needs
-    `source: driver.batches:PipelineSource`. null: stages run in the producers."""
+    runs the per-sample stage for several ranks (from the pipeline's producers, or from the
+    training process in process). null: no remote stage."""
 
 
 @dataclass

@@ -69,10 +69,9 @@ REMOTE_DATA = TINY_DIT.replace("tiny-dit.yaml", "tiny-dit-remote-data.yaml")
     ("overrides", "key", "message"),
     [
         (["data.remote_stage=nope"], "data.remote_stage", "no service 'nope' in aux.services"),
-        (["data.source=driver.batches:LocalBatchSource"], "data.source", "takes no remote stage"),
     ],
 )
-def test_remote_stage_needs_a_service_and_a_source_that_takes_it(overrides, key, message):
+def test_remote_stage_needs_a_service(overrides, key, message):
     from driver.config.aux import check_remote_stage
 
     cfg, _ = compose(REMOTE_DATA, overrides)

@@ -1,5 +1,6 @@
-"""One optimizer step of the training loop, in process (no Ray): gradient accumulation,
-clipping, the learning rate it reports, and bf16 autocast only on GPU (or when asked)."""
+"""One optimizer step of the plain stepper, in process (no Ray): gradient accumulation over
+micro-batch slots, clipping, the learning rate it reports, bf16 autocast only on GPU (or
+when asked), and the same samples whatever the micro-batch size (driver.data.slots)."""
 
 from __future__ import annotations
 
@@ -9,9 +10,10 @@ import pytest
 import torch
 
 from driver import optim
-from driver.batches import collate
 from driver.config.compose import compose
-from driver.step import Loop
+from driver.data.feed import Feed
+from driver.trainer.core import StepCore
+from driver.trainer.plain import PlainStepper
 from driver.workloads import build
 from tests.driver.conftest import TINY_LM
 
@@ -25,11 +27,10 @@ def make(overrides: list[str], device: str = "cpu", sgd: bool = False):
         sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda step: 1.0)
     else:
         opt, sched = optim.build(work.model, cfg.optimizer, cfg.train.steps)
-    return Loop(cfg, work.model, work, opt, sched, torch.device(device), 1), work
-
-
-def examples(work, count: int):
-    return collate([work.dataset[i] for i in range(count)])
+    accum = cfg.train.grad_accum_steps
+    feed = Feed(work.dataset, cfg.train.micro_batch_size, accum, cfg.train.seed, grad_accum=accum)
+    core = StepCore(cfg, work.model, work, opt, sched, torch.device(device), feed)
+    return PlainStepper(core, 0, accum, slots=accum), work
 
 
 def params(model) -> torch.Tensor:
@@ -41,29 +42,27 @@ def test_accumulating_two_halves_equals_one_whole_batch():
     halves, work2 = make(
         ["train.micro_batch_size=4", "train.grad_accum_steps=2", "train.max_grad_norm=0"], sgd=True
     )
-    x, y = examples(work, 8)
-    before = params(whole.model)
-    row1 = whole.step(0, iter([(x, y)]))
-    row2 = halves.step(0, iter([(x[:4], y[:4]), (x[4:], y[4:])]))
-    assert torch.allclose(params(whole.model), params(halves.model), atol=1e-6)
-    assert not torch.allclose(params(whole.model), before)
+    before = params(whole.core.model)
+    row1, row2 = whole.run(), halves.run()
+    assert torch.allclose(params(whole.core.model), params(halves.core.model), atol=1e-6)
+    assert not torch.allclose(params(whole.core.model), before)
     assert row1["loss"] == pytest.approx(row2["loss"], rel=1e-5)
     assert row2["tokens_per_s"] > 0 and row2["step_time"] > 0
 
 
 def test_clipping_bounds_the_update():
-    loop, work = make(["train.micro_batch_size=4", "train.max_grad_norm=0.01"], sgd=True)
-    before = params(loop.model)
-    row = loop.step(0, iter([examples(work, 4)]))
+    stepper, _ = make(["train.micro_batch_size=4", "train.max_grad_norm=0.01"], sgd=True)
+    before = params(stepper.core.model)
+    row = stepper.run()
     assert row["grad_norm"] > 0.01  # the norm before clipping is reported
-    assert torch.linalg.vector_norm(params(loop.model) - before) == pytest.approx(0.01, rel=1e-3)
+    change = torch.linalg.vector_norm(params(stepper.core.model) - before)
+    assert change == pytest.approx(0.01, rel=1e-3)
 
 
 def test_reported_lr_follows_the_schedule():
-    loop, work = make(["train.steps=10", "optimizer.warmup_steps=4", "optimizer.lr=1e-3"])
-    batch = examples(work, 16)
-    lrs = [loop.step(step, iter([batch]))["lr"] for step in range(3)]
-    assert lrs == pytest.approx([2.5e-4, 5e-4, 7.5e-4])
+    stepper, _ = make(["train.steps=10", "optimizer.warmup_steps=4", "optimizer.lr=1e-3"])
+    lrs = [stepper.run()["lr"] for step in range(3)]
+    assert lrs == pytest.approx([2.5e-4, 5e-4, 7.5e-4]) and stepper.step == 3
 
 
 @pytest.mark.parametrize(
@@ -72,10 +71,10 @@ def test_reported_lr_follows_the_schedule():
      ("auto", "cuda", True), ("fp32", "cuda", False)],
 )  # fmt: skip
 def test_bf16_autocast_only_on_gpu_or_when_asked(precision, device, bf16):
-    loop, _ = make([f"train.precision={precision}"], device=device)
+    stepper, _ = make([f"train.precision={precision}"], device=device)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # no CUDA here: torch warns and disables it
-        context = loop.autocast()
+        context = stepper.core.autocast()
     assert isinstance(context, torch.autocast) == bf16
     if bf16:
         assert context.fast_dtype == torch.bfloat16
