@@ -82,8 +82,21 @@ def load_run(
     return build_spec(data, origin, overrides, flags)
 
 
-def entrypoint(spec: RunSpec, local: bool = False) -> list[str]:
-    """The command the run executes: `cmd`, else the driver with the run's config."""
+SHAPE_KEYS = ("nodes", "gpus_per_node", "accelerator", "cpus_per_gpu")
+"""The driver's `shape.*` keys: the shape the renderer rendered (driver/config/layout.py)."""
+
+
+def shape_words(shape: dict | None) -> list[str]:
+    """`shape.<key>=<value>` for the driver, in `SHAPE_KEYS` order (none without a shape)."""
+    if not shape:
+        return []
+    return [f"shape.{key}={shape[key]}" for key in SHAPE_KEYS]
+
+
+def entrypoint(spec: RunSpec, local: bool = False, shape: dict | None = None) -> list[str]:
+    """The command the run executes: `cmd`, else the driver with the run's config and the
+    `shape` it was rendered for (pods, GPUs each, accelerator, CPUs per GPU), from which the
+    driver composes its layout. The shape is the manifest's: an override may not set it."""
     if spec.cmd:
         try:
             return shlex.split(spec.cmd)
@@ -91,6 +104,10 @@ def entrypoint(spec: RunSpec, local: bool = False) -> list[str]:
             raise spec.error("cmd", f"cannot split into words: {err}") from None
     if not spec.train_config:
         raise spec.error("train_config", "a run needs cmd or train_config")
+    for word in spec.train_overrides:
+        if word.lstrip("+~").startswith("shape."):
+            message = f"{word.split('=')[0]}: the shape is the manifest's (pods, gpus, accelerator)"
+            raise spec.error("train_overrides", message)
     team = spec.run_team
     words = ["python", "-m", "driver.train", spec.train_config]
     words += [f"run.name={spec.name}", f"run.team={team}", f"run.cluster={spec.cluster}"]
@@ -102,6 +119,7 @@ def entrypoint(spec: RunSpec, local: bool = False) -> list[str]:
         words.append(f"checkpoint.root=gs://{cluster.buckets.checkpoints}")
         # every rank's rows go to the cluster's ClickHouse; the chDB store is for local runs
         words += [f"logging.clickhouse_url={labels.CLICKHOUSE_URL}", "logging.store=false"]
+    words += shape_words(shape)
     if spec.resume:
         words.append(f"checkpoint.resume={spec.resume}")
     return words + list(spec.train_overrides)
