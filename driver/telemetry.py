@@ -17,6 +17,7 @@ import logging
 import os
 import socket
 from collections import deque
+from collections.abc import Callable
 
 from catalog import labels
 from driver.checkpoint.control import RunControl
@@ -66,6 +67,25 @@ def worker_logger(capacity: int, tags: dict | None = None) -> tuple[logging.Logg
     return logger, tail
 
 
+def exclusive_pods(hosts: dict[int, dict], ranks: list[int]) -> list[str]:
+    """The pods every one of whose ranks is in `ranks` (a pod that also hosts another
+    rank is never one of them), sorted."""
+    wanted = set(ranks)
+    pods: dict[str, bool] = {}
+    for rank, host in hosts.items():
+        pod = host.get("pod")
+        if pod:
+            pods[pod] = pods.get(pod, True) and rank in wanted
+    return sorted(pod for pod, only in pods.items() if only)
+
+
+def dead_pods(nodes: list[dict]) -> set[str]:
+    """Pods whose Ray node is dead and not back (`ray.nodes()`: a worker pod's raylet
+    registers the pod's hostname, which Kubernetes sets to the pod name)."""
+    alive = {n.get("NodeManagerHostname") for n in nodes if n.get("Alive")}
+    return {n.get("NodeManagerHostname") for n in nodes if not n.get("Alive")} - alive - {None}
+
+
 class Sink:
     """Metrics rows and failure records from the workers, held until the driver drains them."""
 
@@ -75,6 +95,8 @@ class Sink:
         self.hosts: dict[int, dict] = {}
         self.first_attempt = 0
         self.hellos: dict[int, int] = {}
+        self.dead_pods: Callable[[], set[str]] | None = None
+        """The pods whose Ray node is dead (start_channel: from `ray.nodes()`)."""
 
     def begin(self, first_attempt: int) -> None:
         """The attempt number of this driver's first worker group."""
@@ -89,6 +111,13 @@ class Sink:
 
     def host(self, rank: int) -> dict:
         return dict(self.hosts.get(rank, {}))
+
+    def pods_of(self, ranks: list[int]) -> dict[str, bool]:
+        """The pods that host only ranks in `ranks` (by each rank's newest hello), each
+        with whether its Ray node is known dead (driver.ft.lost asks before a shrink)."""
+        pods = exclusive_pods(self.hosts, [int(r) for r in ranks])
+        dead = self.dead_pods() if pods and self.dead_pods is not None else set()
+        return {pod: pod in dead for pod in pods}
 
     def all_hosts(self) -> dict[int, dict]:
         return {rank: dict(host) for rank, host in self.hosts.items()}
@@ -131,4 +160,6 @@ def start_channel():
     from driver.embedded import started_here
 
     host = "127.0.0.1" if started_here() else ray.util.get_node_ip_address()
-    return DriverChannel.start(RunChannel(), host)
+    state = RunChannel()
+    state.dead_pods = lambda: dead_pods(ray.nodes())
+    return DriverChannel.start(state, host)

@@ -26,6 +26,7 @@ from warden import annotations
 from warden.errors import api_error
 from warden.fakeobjects import _stamp, make_node, make_pod
 from warden.kube import Conflict, NotFound, Object
+from warden.kube import resource_version as resource_version_of
 
 
 def empty_state(reboot_s: float, job_s: float, latency_s: float = 0.0) -> dict:
@@ -265,14 +266,31 @@ class FakeKube:
             except KeyError:
                 raise NotFound(f"RayCluster {namespace}/{name} not found") from None
 
-    def set_worker_replicas(self, namespace: str, name: str, index: int, replicas: int) -> None:
-        self.store.fault("kube", "set_worker_replicas", f"{namespace}/{name}")
+    def list_rayclusters(self) -> list[Object]:
+        self.store.fault("kube", "list_rayclusters")
         with self.store.txn() as state:
-            group = state["rayclusters"][f"{namespace}/{name}"]["spec"]["workerGroupSpecs"][index]
-            group["replicas"] = replicas
-            group["minReplicas"] = min(group.get("minReplicas", 0), replicas)
-            self.store.count(state, "shrink", f"{namespace}/{name}")
-        self.store.done("kube", "set_worker_replicas", f"{namespace}/{name}")
+            return copy.deepcopy(list(state["rayclusters"].values()))
+
+    def scale_worker_group(self, namespace, name, index, fields, annotations=None,
+                           resource_version=None) -> None:  # fmt: skip
+        key = f"{namespace}/{name}"
+        self.store.fault("kube", "scale_worker_group", key)
+        with self.store.txn() as state:
+            if key not in state["rayclusters"]:
+                raise NotFound(f"RayCluster {key} not found")
+            cluster = state["rayclusters"][key]
+            if resource_version and resource_version != resource_version_of(cluster):
+                raise Conflict(f"RayCluster {key} changed since it was read")
+            _touch(cluster)
+            group = cluster["spec"]["workerGroupSpecs"][index]
+            before = group.get("replicas", 0)
+            group.update(copy.deepcopy(fields))
+            if annotations is not None:
+                cluster["metadata"]["annotations"] = dict(annotations)
+            after = group.get("replicas", 0)
+            kind = "shrink" if after < before else ("grow" if after > before else "scale")
+            self.store.count(state, kind, key)
+        self.store.done("kube", "scale_worker_group", key)
 
     def review_token(self, token: str, audiences: list[str]) -> Object:
         """A TokenReview of a token `FakeCluster.issue_token` made, as the API server answers

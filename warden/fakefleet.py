@@ -76,6 +76,11 @@ class FakePrometheus:
             return {node: GpuTelemetry(**m) for node, m in state["metrics"].items()}
 
 
+def _ready(node: Object) -> bool:
+    ready = [c for c in node["status"]["conditions"] if c["type"] == "Ready"]
+    return not node["spec"].get("unschedulable") and bool(ready) and ready[0]["status"] == "True"
+
+
 class FakeCluster:
     """The fake adapters over one store, plus the knobs tests turn."""
 
@@ -125,16 +130,63 @@ class FakeCluster:
         with self.store.txn() as state:
             state["pods"].pop(f"{namespace}/{name}", None)
 
-    def add_raycluster(self, namespace: str, name: str, groups: dict[str, int]) -> None:
+    def add_raycluster(self, namespace: str, name: str, groups: dict[str, int],
+                       selector: dict[str, str] | None = None) -> None:  # fmt: skip
+        """A RayCluster as the runner renders it (replicas = minReplicas = maxReplicas, no
+        in-tree autoscaling); `selector`: the worker pods' nodeSelector."""
+        template = {"spec": {"nodeSelector": dict(selector or {})}}
         specs = [
-            {"groupName": g, "replicas": n, "minReplicas": n, "maxReplicas": n}
+            {"groupName": g, "replicas": n, "minReplicas": n, "maxReplicas": n,
+             "template": template}
             for g, n in groups.items()
-        ]
+        ]  # fmt: skip
         obj = {"apiVersion": "ray.io/v1", "kind": "RayCluster"}
-        obj |= {"metadata": {"name": name, "namespace": namespace}}
-        obj["spec"] = {"workerGroupSpecs": specs}
+        obj |= {"metadata": {"name": name, "namespace": namespace, "resourceVersion": "1"}}
+        obj["spec"] = {"enableInTreeAutoscaling": False, "workerGroupSpecs": specs}
         with self.store.txn() as state:
             state["rayclusters"][f"{namespace}/{name}"] = obj
+
+    def add_ray_workers(self, namespace: str, cluster: str, group: str, nodes: list[str]):
+        """One running worker pod of the group on each node, as KubeRay made them; their
+        names in node order."""
+        from warden.fakeray import worker_pod
+
+        names = []
+        with self.store.txn() as state:
+            spec = state["rayclusters"][f"{namespace}/{cluster}"]["spec"]["workerGroupSpecs"]
+            template = next(g for g in spec if g["groupName"] == group).get("template", {})
+            selector = template.get("spec", {}).get("nodeSelector")
+            for i, node in enumerate(nodes):
+                pod = worker_pod(namespace, cluster, group, f"w{i:04d}", node, selector)
+                state["pods"][f"{namespace}/{pod['metadata']['name']}"] = pod
+                names.append(pod["metadata"]["name"])
+        return names
+
+    def set_pod_phase(self, namespace: str, name: str, phase: str) -> None:
+        with self.store.txn() as state:
+            state["pods"][f"{namespace}/{name}"]["status"]["phase"] = phase
+
+    def schedule(self) -> dict[str, str]:
+        """The scheduler: each Pending pod onto a Ready, schedulable node with no pod that
+        matches its nodeSelector (and kept-for taint), in name order; {pod: node}."""
+        from warden.scaling import fits
+
+        placed = {}
+        with self.store.txn() as state:
+            taken = {p["spec"].get("nodeName") for p in state["pods"].values()}
+            for _, pod in sorted(state["pods"].items()):
+                if pod["status"]["phase"] != "Pending":
+                    continue
+                selector = pod["spec"].get("nodeSelector") or {}
+                namespace = pod["metadata"]["namespace"]
+                node = next((n for name, n in sorted(state["nodes"].items()) if name not in taken
+                             and _ready(n) and fits(n, namespace, selector)), None)  # fmt: skip
+                if node is not None:
+                    name = node["metadata"]["name"]
+                    pod["spec"]["nodeName"], pod["status"]["phase"] = name, "Running"
+                    taken.add(name)
+                    placed[pod["metadata"]["name"]] = name
+        return placed
 
     def issue_token(
         self, namespace: str, service_account: str = "training", audience: str = "warden",

@@ -73,8 +73,23 @@ class WardenKube(Protocol):
 
     def get_raycluster(self, namespace: str, name: str) -> Object: ...
 
-    def set_worker_replicas(self, namespace: str, name: str, index: int, replicas: int) -> None:
-        """Set replicas (and lower minReplicas to match) of workerGroupSpecs[index]."""
+    def list_rayclusters(self) -> list[Object]:
+        """Every RayCluster of the cluster (a grow looks for the ones Warden shrank)."""
+        ...
+
+    def scale_worker_group(
+        self,
+        namespace: str,
+        name: str,
+        index: int,
+        fields: dict[str, Any],
+        annotations: dict[str, str] | None = None,
+        resource_version: str | None = None,
+    ) -> None:
+        """One patch of a RayCluster: set `fields` of workerGroupSpecs[index] (`replicas`,
+        `minReplicas`, `scaleStrategy`) and, unless None, replace its annotations with
+        `annotations`. With `resource_version` (the RayCluster as the caller read it) the
+        patch applies only if the RayCluster has not changed since; otherwise Conflict."""
         ...
 
     def review_token(self, token: str, audiences: list[str]) -> Object:

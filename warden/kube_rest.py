@@ -138,12 +138,20 @@ class RealKube:
     def get_raycluster(self, namespace: str, name: str) -> Object:
         return self._call("GET", f"/apis/ray.io/v1/namespaces/{namespace}/rayclusters/{name}")
 
-    def set_worker_replicas(self, namespace: str, name: str, index: int, replicas: int) -> None:
+    def list_rayclusters(self) -> list[Object]:
+        return self._call("GET", "/apis/ray.io/v1/rayclusters")["items"]
+
+    def scale_worker_group(self, namespace, name, index, fields, annotations=None,
+                           resource_version=None) -> None:  # fmt: skip
+        # A JSON patch: `add` sets an object member whether or not it exists; a stale
+        # resourceVersion in the patched object makes the API server answer 409
         base = f"/spec/workerGroupSpecs/{index}"
-        ops = [{"op": "replace", "path": f"{base}/replicas", "value": replicas}]
-        group = self.get_raycluster(namespace, name)["spec"]["workerGroupSpecs"][index]
-        if group.get("minReplicas", 0) > replicas:
-            ops.append({"op": "replace", "path": f"{base}/minReplicas", "value": replicas})
+        ops = [{"op": "add", "path": f"{base}/{key}", "value": v} for key, v in fields.items()]
+        if annotations is not None:
+            ops.append({"op": "add", "path": "/metadata/annotations", "value": annotations})
+        if resource_version:
+            ops.insert(0, {"op": "replace", "path": "/metadata/resourceVersion",
+                           "value": resource_version})  # fmt: skip
         path = f"/apis/ray.io/v1/namespaces/{namespace}/rayclusters/{name}"
         self._call("PATCH", path, ops, "application/json-patch+json")
 

@@ -27,7 +27,9 @@ from driver.aux import wire
 from driver.channel.client import MAX_BYTES, ChannelAddress
 
 log = logging.getLogger("driver.channel")
-WORKER_METHODS = frozenset({"hello", "start", "push_many", "fail", "finish", "notice", "sync"})
+WORKER_METHODS = frozenset(
+    {"hello", "start", "push_many", "fail", "finish", "notice", "sync", "pods_of"}
+)
 """What a worker may ask (everything else in the state is the driver's)."""
 NO_REPLY = frozenset({"push_many"})
 POLL_MS = 200  # how often the serving thread looks at its stop flag when nothing arrives

@@ -31,7 +31,8 @@ KUBE_CALLS = {
     "create_job": lambda k: k.create_job(JOB),
     "get_job": lambda k: k.get_job("warden", "j"),
     "get_raycluster": lambda k: k.get_raycluster("research", "lm"),
-    "set_worker_replicas": lambda k: k.set_worker_replicas("research", "lm", 0, 6),
+    "list_rayclusters": lambda k: k.list_rayclusters(),
+    "scale_worker_group": lambda k: k.scale_worker_group("research", "lm", 0, {"replicas": 6}),
     "review_token": lambda k: k.review_token("t", ["warden"]),
 }
 GCP_CALLS = {
