@@ -44,6 +44,7 @@ class CheckpointSession:
         self.ckpt = Checkpointer(
             self.config, run.team, run.name, rank, world, callbacks=listeners, dp_replica=replica
         )
+        self.ckpt.write_delay_s = float(cfg.debug.slow_save_s)
         poll = NoticePoll(control) if control is not None and rank == 0 else None
         self.guard = PreemptionGuard(self.ckpt, poll=poll, give_up=self.failing)
         self.attempt = control.call("start", rank, timeout_s=60) if control is not None else 0
