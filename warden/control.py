@@ -86,12 +86,10 @@ class ControlActivities:
             if not rules.is_gpu_node(node):
                 continue
             facts = rules.node_facts(node, now)
-            if facts.unschedulable:  # Warden's to recover, or a person's or GKE's: not ours
-                if rules.due_for_recovery(facts):
-                    result.recover.append(facts.name)
-                continue
+            if rules.due_for_recovery(facts):
+                result.recover.append(facts.name)
             gpu = telemetry.get(facts.name, rules.GpuTelemetry())
-            finding = rules.classify(facts, gpu, self.settings.rules, now)
+            finding = rules.finding_for(facts, gpu, self.settings.rules, now)
             if finding:
                 result.findings.append(finding)
         return result

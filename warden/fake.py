@@ -28,6 +28,9 @@ from warden.fakeobjects import _stamp, make_node, make_pod
 from warden.kube import Conflict, NotFound, Object
 from warden.kube import resource_version as resource_version_of
 
+WATCH_POLL_S = 0.02
+"""How often a fake watch looks at the store (an API server sends changes as they happen)."""
+
 
 def empty_state(reboot_s: float, job_s: float, latency_s: float = 0.0) -> dict:
     return {
@@ -102,10 +105,14 @@ def _matches(fault: dict, service: str, call: str, key: str, after: bool) -> boo
     )
 
 
-def _touch(node: Object) -> None:
-    """A write to a node: a new resourceVersion, as the API server gives it."""
-    meta = node["metadata"]
-    meta["resourceVersion"] = str(int(meta.get("resourceVersion", "0")) + 1)
+def _touch(obj: Object, state: dict) -> None:
+    """A write to an object: the store's next resourceVersion, as the API server gives it
+    (one counter for the whole store, so a watch resumes after the last one it saw)."""
+    state["revision"] = max(
+        state.get("revision", 0), int(obj["metadata"].get("resourceVersion", "0"))
+    )
+    state["revision"] += 1
+    obj["metadata"]["resourceVersion"] = str(state["revision"])
 
 
 def _stored_node(state: dict, name: str) -> Object:
@@ -122,7 +129,7 @@ def _refresh_node(state: dict, name: str) -> None:
             if cond["type"] == "Ready":
                 cond.update(status="True", lastTransitionTime=_stamp())
         private.pop("ready_at")
-        _touch(state["nodes"][name])
+        _touch(state["nodes"][name], state)
 
 
 def _refresh_job(state: dict, key: str) -> None:
@@ -159,13 +166,47 @@ class FakeKube:
             _refresh_node(state, name)
             return copy.deepcopy(state["nodes"][name])
 
+    def watch_nodes(self, resource_version: str, timeout_s: float):
+        """The store's node changes after `resource_version`, polled every `WATCH_POLL_S`
+        ("0": every node first, as ADDED), then a BOOKMARK; deletions are not seen."""
+        since = int(resource_version or 0)
+        first = "ADDED" if since == 0 else "MODIFIED"
+        yield from self._watch("nodes", since, first, timeout_s)
+
+    def watch_node_events(self, resource_version: str, timeout_s: float):
+        """Events about nodes (`FakeCluster.add_node_event`) after `resource_version`."""
+        yield from self._watch("node_events", int(resource_version or 0), "ADDED", timeout_s)
+
+    def _watch(self, kind: str, since: int, first: str, timeout_s: float):
+        self.store.fault("kube", f"watch_{kind}")
+        deadline, kind_of = time.monotonic() + timeout_s, first
+        while True:
+            with self.store.txn() as state:
+                if kind == "nodes":
+                    for name in state["nodes"]:
+                        _refresh_node(state, name)
+                changed = [
+                    copy.deepcopy(obj)
+                    for obj in state.get(kind, {}).values()
+                    if int(obj["metadata"].get("resourceVersion", "0")) > since
+                ]
+                revision = state.get("revision", 0)
+            changed.sort(key=lambda obj: int(obj["metadata"]["resourceVersion"]))
+            for obj in changed:
+                yield kind_of if since == 0 else "MODIFIED", obj
+            since, kind_of = max(since, revision), "MODIFIED"
+            if time.monotonic() >= deadline:
+                yield "BOOKMARK", {"metadata": {"resourceVersion": str(since)}}
+                return
+            time.sleep(WATCH_POLL_S)
+
     def patch_node(self, name, unschedulable, annotations, resource_version=None) -> Object:
         self.store.fault("kube", "patch_node", name)
         with self.store.txn() as state:
             node = _stored_node(state, name)
             if resource_version and resource_version != node["metadata"]["resourceVersion"]:
                 raise Conflict(f"node {name} changed since it was read")
-            _touch(node)
+            _touch(node, state)
             was = bool(node["spec"].get("unschedulable"))
             if unschedulable is not None:
                 node["spec"]["unschedulable"] = unschedulable
@@ -189,7 +230,7 @@ class FakeKube:
             node = _stored_node(state, name)
             if resource_version and resource_version != node["metadata"]["resourceVersion"]:
                 raise Conflict(f"node {name} changed since it was read")
-            _touch(node)
+            _touch(node, state)
             for key, values in (("labels", labels), ("annotations", annotations)):
                 stored = node["metadata"].setdefault(key, {})
                 for item, value in values.items():
@@ -281,7 +322,7 @@ class FakeKube:
             cluster = state["rayclusters"][key]
             if resource_version and resource_version != resource_version_of(cluster):
                 raise Conflict(f"RayCluster {key} changed since it was read")
-            _touch(cluster)
+            _touch(cluster, state)
             group = cluster["spec"]["workerGroupSpecs"][index]
             before = group.get("replicas", 0)
             group.update(copy.deepcopy(fields))

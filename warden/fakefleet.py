@@ -30,7 +30,7 @@ def _restart(state: dict, name: str) -> None:
     node-problem-detector conditions start afresh (a fault that persists comes back only
     when injected again)."""
     node = state["nodes"][name]
-    _touch(node)
+    _touch(node, state)
     node["status"]["nodeInfo"]["bootID"] = str(uuid.uuid4())
     for cond in node["status"]["conditions"]:
         if cond["type"] == "Ready":
@@ -214,13 +214,28 @@ class FakeCluster:
     def set_condition(self, node: str, kind: str, reason: str, status: str = "True") -> None:
         """A node-problem-detector condition (or Ready, with status False/Unknown)."""
         with self.store.txn() as state:
-            _touch(state["nodes"][node])
+            _touch(state["nodes"][node], state)
             conditions = state["nodes"][node]["status"]["conditions"]
             conditions[:] = [c for c in conditions if c["type"] != kind]
             stamp = _stamp(3600)
             conditions.append(
                 {"type": kind, "status": status, "reason": reason, "lastTransitionTime": stamp}
             )
+
+    def add_node_event(self, node: str, reason: str, message: str, seconds_ago: float = 0,
+                       component: str = "kernel-monitor") -> None:  # fmt: skip
+        """An Event on a node, as node-problem-detector posts one (a watch sees it)."""
+        stamp = _stamp(seconds_ago)
+        with self.store.txn() as state:
+            events = state.setdefault("node_events", {})
+            event = {"apiVersion": "v1", "kind": "Event", "reason": reason, "message": message,
+                     "metadata": {"name": f"{node}.{uuid.uuid4().hex[:12]}",
+                                  "namespace": "default"},
+                     "involvedObject": {"kind": "Node", "name": node},
+                     "source": {"component": component, "host": node},
+                     "firstTimestamp": stamp, "lastTimestamp": stamp}  # fmt: skip
+            _touch(event, state)
+            events[event["metadata"]["name"]] = event
 
     def set_outcome(self, node: str, kind: str, result: str) -> None:
         """Verdict of the next `check` or `diag` Job on a node: succeeded or failed."""

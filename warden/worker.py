@@ -173,18 +173,21 @@ def activities_for(config: WardenConfig, fake: str | None = None) -> WardenActiv
     return WardenActivities(kube, gcp, prom, sink, settings, straggler_sweep(config))
 
 
-async def serve_until_signalled(worker: Worker, gateway=None) -> None:
-    """Run the worker (and the gateway's HTTP server, if any) until SIGTERM (Kubernetes
-    stopping the pod) or SIGINT, then stop polling and let running activities finish (up to
-    the graceful shutdown timeout)."""
+async def serve_until_signalled(worker: Worker, gateway=None, watch=None) -> None:
+    """Run the worker (and the gateway's HTTP server and the node watch, if any) until
+    SIGTERM (Kubernetes stopping the pod) or SIGINT, then stop polling and let running
+    activities finish (up to the graceful shutdown timeout)."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
+    watching = asyncio.create_task(watch.run(stop)) if watch is not None else None
     try:
         async with worker:
             await stop.wait()
     finally:
+        if watching is not None:
+            await watching
         if gateway is not None:
             gateway.shutdown()
 
@@ -205,9 +208,9 @@ def start_gateway(config: WardenConfig, client: Client, acts: WardenActivities, 
 
 
 async def run(config: WardenConfig, fake: str | None = None, sweep: bool = True) -> None:
-    """Serve until signalled: the worker, the gateway (if configured), and (once per
-    cluster) the periodic sweep, the grow and kept-nodes rounds and the straggler sweep
-    (if configured)."""
+    """Serve until signalled: the worker, the gateway (if configured), the node watch
+    (`watch`, warden.watch), and (once per cluster) the periodic sweep, the grow and
+    kept-nodes rounds and the straggler sweep (if configured)."""
     runtime = None
     if config.metrics_address:
         from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
@@ -224,7 +227,12 @@ async def run(config: WardenConfig, fake: str | None = None, sweep: bool = True)
         await start_grow(client, config.cluster, queue, config.timings)
         if config.stragglers is not None:
             await start_stragglers(client, config.cluster, queue, config.timings)
-    await serve_until_signalled(worker, start_gateway(config, client, acts, runtime))
+    watch = None
+    if config.watch:
+        from warden.watch import NodeWatch
+
+        watch = NodeWatch(acts.kube, client, queue, config.timings, config.rules)
+    await serve_until_signalled(worker, start_gateway(config, client, acts, runtime), watch)
 
 
 def main(argv: list[str] | None = None) -> None:
