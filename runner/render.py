@@ -91,6 +91,8 @@ def _pod(plan: Plan, env: EnvPlan, role: str, configmap: str | None) -> dict[str
         "working_dir": working_dir,
         "secrets": {**env.secrets, **(TRAINING_SECRETS if training else {})},
         **({"env": dict(TRAINING_ENV)} if training else {}),
+        # a stop (preemption, eviction, spot reclaim) leaves time for the final save
+        "termination_grace": plan.grace.grace_s if training else None,
         "configmap": configmap,
         "run_as_user": spec.run_as_user,
     }
@@ -205,14 +207,15 @@ def context(plan: Plan, env: EnvPlan) -> dict[str, Any]:
     }
     if spec.working_dir and "://" in spec.working_dir:
         run["runtime_env_yaml"] = f"working_dir: {json.dumps(spec.working_dir)}\n"
+    budget = plan.grace.budget_s
     if spec.type == "job":
         run["worker"] = _worker(plan, env, configmap, "job")
-        run["worker"].update(restart_policy="Never", command=entrypoint(spec))
+        run["worker"].update(restart_policy="Never", command=entrypoint(spec, budget_s=budget))
     else:
         run["worker"] = _worker(plan, env, configmap, "worker")
         run["head"] = _head(plan, env, configmap)
     if spec.type == "rayjob":
-        run["entrypoint"] = shlex.join(entrypoint(spec))
+        run["entrypoint"] = shlex.join(entrypoint(spec, budget_s=budget))
         run["submitter"] = _submitter(plan)
     if spec.type == "raycluster":
         run["sentinel"] = _sentinel(plan, env)

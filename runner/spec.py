@@ -82,8 +82,10 @@ def load_run(
     return build_spec(data, origin, overrides, flags)
 
 
-def entrypoint(spec: RunSpec, local: bool = False) -> list[str]:
-    """The command the run executes: `cmd`, else the driver with the run's config."""
+def entrypoint(spec: RunSpec, local: bool = False, budget_s: int | None = None) -> list[str]:
+    """The command the run executes: `cmd`, else the driver with the run's config (and,
+    rendered, `checkpoint.preemption_budget_s`: the final save's part of the pods' grace
+    period, runner.resolve)."""
     if spec.cmd:
         try:
             return shlex.split(spec.cmd)
@@ -104,6 +106,8 @@ def entrypoint(spec: RunSpec, local: bool = False) -> list[str]:
         words += [f"logging.clickhouse_url={labels.CLICKHOUSE_URL}", "logging.store=false"]
     if spec.resume:
         words.append(f"checkpoint.resume={spec.resume}")
+    if budget_s is not None:
+        words.append(f"checkpoint.preemption_budget_s={budget_s}")
     return words + list(spec.train_overrides)
 
 

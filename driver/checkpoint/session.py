@@ -106,4 +106,13 @@ class CheckpointSession:
             final["ckpt_stopped"] = failing
         elif stopped is not None:
             final.update(preempted_at=stopped, preempt_reason=self.guard.reason)
+            final["preempt_lost_steps"] = lost_steps(stopped, latest.step if latest else None,
+                                                     self.start)  # fmt: skip
         return final
+
+
+def lost_steps(stopped: int, committed: int | None, start: int) -> int:
+    """What a stop cost: the steps trained after the newest committed checkpoint (after the
+    start, when none was committed), which a resume trains again. 0 when the final save
+    committed the step the run stopped after."""
+    return max(0, stopped - (committed if committed is not None else start))
