@@ -96,41 +96,40 @@ def wait_for(proc, tmp_path: Path, text: str, timeout_s: float = 120) -> None:
         time.sleep(0.1)
 
 
+def interrupt(proc, ready, times: int = 1, settle_s: float = 3.0) -> int:
+    """Once `ready()` has waited for its phase: SIGINT to the driver's process group
+    `settle_s` later (`times` times, a second apart); the exit code."""
+    try:
+        ready()
+        time.sleep(settle_s)
+        for n in range(times):
+            time.sleep(1 if n else 0)
+            os.killpg(proc.pid, signal.SIGINT)
+        return proc.wait(timeout=120)
+    finally:
+        proc.kill()
+
+
 def test_sigint_while_the_storage_check_waits_stops_at_once(tmp_path, blackhole):
     proc = start_driver(tmp_path, "checkpoint.root=gs://reve-unreachable-checkpoints",
                         "checkpoint.storage_timeout_s=300", env=no_google(blackhole))  # fmt: skip
-    try:
-        wait_for(proc, tmp_path, "config: ")
-        time.sleep(3)  # in the check (it waits up to 300 s)
-        os.killpg(proc.pid, signal.SIGINT)
-        code = proc.wait(timeout=60)
-    finally:
-        proc.kill()
+    code = interrupt(proc, lambda: wait_for(proc, tmp_path, "config: "))  # in the 300 s check
     assert code == 130, output(tmp_path)
     assert "stopped by SIGINT during start-up: nothing trained" in output(tmp_path)
+
+
+GRACE_LINE = f"stopped: did not stop within {BUDGET_S + STOP_MARGIN_S:g} s of SIGINT: ending now"
 
 
 @pytest.mark.parametrize("again", [False, True])
 def test_sigint_while_storage_set_up_holds_the_main_thread(tmp_path, again):
     proc = start_driver(tmp_path, "debug.hang_storage_check=true",
                         f"checkpoint.preemption_budget_s={BUDGET_S}")  # fmt: skip
-    try:
-        wait_for(proc, tmp_path, "config: ")
-        time.sleep(3)  # held in native code: no Python handler runs now
-        os.killpg(proc.pid, signal.SIGINT)
-        if again:
-            time.sleep(1)
-            os.killpg(proc.pid, signal.SIGINT)
-        code = proc.wait(timeout=120)
-    finally:
-        proc.kill()
+    # held in native code: no Python handler runs
+    code = interrupt(proc, lambda: wait_for(proc, tmp_path, "config: "), 2 if again else 1)
     text = output(tmp_path)
     assert code == 130, text
-    grace = BUDGET_S + STOP_MARGIN_S
-    if again:
-        assert "stopped: SIGINT again after SIGINT: ending now" in text
-    else:
-        assert f"stopped: did not stop within {grace:g} s of SIGINT: ending now" in text
+    assert ("stopped: SIGINT again after SIGINT: ending now" if again else GRACE_LINE) in text
 
 
 @pytest.mark.slow
@@ -138,16 +137,8 @@ def test_sigint_during_a_save_that_outlasts_the_grace_period(tmp_path):
     proc = start_driver(tmp_path, "train.steps=3000", "checkpoint.interval_steps=5",
                         "checkpoint.async_mode=sync", "debug.slow_save_s=600",
                         f"checkpoint.preemption_budget_s={BUDGET_S}")  # fmt: skip
-    try:
-        wait_for_rows(proc, tmp_path, 4)
-        time.sleep(3)  # step 5's save has started and waits
-        os.killpg(proc.pid, signal.SIGINT)
-        code = proc.wait(timeout=120)
-    finally:
-        proc.kill()
+    code = interrupt(proc, lambda: wait_for_rows(proc, tmp_path, 4))  # step 5's save waits
     text = output(tmp_path)
-    assert code == 130, text
-    grace = BUDGET_S + STOP_MARGIN_S
-    assert f"stopped: did not stop within {grace:g} s of SIGINT: ending now" in text
+    assert code == 130 and GRACE_LINE in text, text
     step = tmp_path / "ckpt" / "t" / "r" / "step-5"
     assert not (step / MARKER).exists()  # never committed, never resumed from
