@@ -78,8 +78,11 @@ class ShrinkDecider:
     asked: set[int] = field(default_factory=set)
     """Groups already in a request."""
 
-    def quorum(self, live_groups: Iterable[int]) -> ShrinkRequest | None:
-        """Note one quorum's live groups; the request for the groups lost now, if any."""
+    def quorum(self, live_groups: Iterable[int], asking: bool = True) -> ShrinkRequest | None:
+        """Note one quorum's live groups; the request for the groups lost now, if any.
+        Every group notes every quorum (so the one that becomes the lowest live group knows
+        how long each group has been missing); only the asking one (the lowest live
+        group, `asking`) asks the channel and gets requests."""
         now, live = self.clock(), set(live_groups)
         for group in range(self.groups):
             if group in live:
@@ -89,6 +92,8 @@ class ShrinkDecider:
                 self.missing.setdefault(group, Missing(now)).quorums += 1
         suspects = [g for g, m in sorted(self.missing.items())
                     if g not in self.asked and m.quorums >= self.rule.quorums]  # fmt: skip
+        if not asking:
+            return None
         for group in suspects:
             m = self.missing[group]
             if self.pods_of is not None and not m.dead and now - m.asked >= self.ask_every_s:

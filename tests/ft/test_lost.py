@@ -185,3 +185,13 @@ def test_through_warden_to_kuberay_a_straggler_deletes_nothing_a_lost_group_its_
         kuberay.reconcile()
     assert live(fleet) == set(names) - {names[2]}
     assert fleet.counts("kuberay-delete") == {f"{NS}/{names[2]}": 1}
+
+
+def test_a_group_that_is_not_asking_keeps_count_and_asks_nothing():
+    made, clock, asked = decider(PODS, dead={"w-2"})
+    for _ in range(5):
+        clock.now += 1.0
+        assert made.quorum([0, 1, 3], asking=False) is None
+    assert asked == [] and made.missing[2].quorums == 5
+    clock.now += 1.0  # it becomes the lowest live group: it knows how long 2 is missing
+    assert made.quorum([1, 3]) == ShrinkRequest(4, 3, (2,), ("w-2",))  # 0 is only late
