@@ -5,7 +5,7 @@ A stop (SIGTERM from Kubernetes: a Kueue preemption, an eviction, a spot reclaim
 Ctrl-C) gives the run `checkpoint.preemption_budget_s` for its final checkpoint, then
 `STOP_MARGIN_S` for the rest: the workers leave the loop, Ray Train ends the worker group,
 the driver writes the summary. The driver ends itself at budget + margin after the first
-signal (driver.checkpoint.control.StopWatch); the runner renders
+signal (driver.channel.stops.StopWatch); the runner renders
 `terminationGracePeriodSeconds` = budget + margin, so Kubernetes' SIGKILL never comes
 first, with the budget derived from the measured save throughput of the run's device
 (`save_throughput.yaml`) and its model size:

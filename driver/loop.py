@@ -37,7 +37,7 @@ def train_worker(args: dict) -> None:
     count, preemption notices and, from rank 0, the final figures go there."""
     import ray.train
 
-    from driver.telemetry import where_am_i, worker_logger
+    from driver.output.logs import where_am_i, worker_logger
 
     cfg = args["cfg"]
     rank = ray.train.get_context().get_world_rank()
@@ -52,7 +52,7 @@ def train_worker(args: dict) -> None:
         # No `ray.train.report`: the final figures go to the run's channel (run_ft sent them
         # already), and nothing reads Ray Train's result. A report is a barrier of every
         # worker through Ray Train's synchronization actor, which a local run then never
-        # starts (driver/lazy_sync.py); under ft a replaced group's peers may have left it.
+        # starts (driver/embedded/lazy_sync.py); under ft a replaced group's peers may have left it.
         if not cfg.ft.enabled and rank == 0:
             channel.call("finish", final, timeout_s=30)
     finally:
@@ -101,7 +101,7 @@ def run(cfg, sink, logger, control=None, aux_spec=None, attempt: int = 0) -> dic
     import torch
 
     from driver import optim
-    from driver.diloco.config import data_shard
+    from driver.config.diloco import data_shard
     from driver.diloco.hook import prepare
     from driver.metrics.rank import RankReporter
     from driver.step import Loop

@@ -54,7 +54,7 @@ class AuxSession:
 
     def stages(self) -> list:
         """The data pipeline's stage run by `data.remote_stage`'s workers."""
-        from driver.data.remote import RemoteStage
+        from driver.aux.remote_stage import RemoteStage
 
         name = self.cfg.data.remote_stage
         spec = self.services[name]

@@ -1,6 +1,6 @@
 """Live fault tolerance with torchft: replica groups that survive the loss of a group.
 
-- `config.FtConfig`: the `ft.*` keys (no torch import).
+- the `ft.*` keys are `driver.config.ft.FtConfig` (no torch import).
 - `batch`: which micro-batch slots each live group trains on; the LR rule (pure).
 - `lighthouse.DriverSide`: the Lighthouse and the start gate, on the driver.
 - `replica.FtReplica`: a Manager per replica group, the step protocol, healing, metrics.

@@ -64,7 +64,7 @@ def kill_now(spec: dict, step: int, phase: str, live: int | None = None) -> None
 
 def run_ft(spec: dict) -> int:
     from driver.checkpoint import TrainState
-    from driver.ft.config import FtConfig
+    from driver.config.ft import FtConfig
     from driver.ft.records import Copies
     from driver.ft.replica import FtReplica, FtStopped
     from driver.metrics.rank import rank_row

@@ -19,7 +19,7 @@ driver sees their Ray nodes dead) or it has been missing for `ft.shrink_after_s`
     request = decider.quorum(live_groups=[0, 1, 3])   # a ShrinkRequest, or None
 
 `pods_of(ranks)` answers which pods host only those ranks and whether each is dead (the
-run's channel method `pods_of`, driver.telemetry); it is asked only about groups already
+run's channel method `pods_of`, driver.channel.state); it is asked only about groups already
 missing from enough quorums, about each at most once every `ask_every_s`. Each lost group is asked
 for once; a group that comes back (replaced, grown back) is tracked afresh.
 """
@@ -123,7 +123,7 @@ class ShrinkDecider:
 
 
 def rule_of(ft) -> LossRule:
-    """The rule of the `ft` config node (driver.ft.config.FtConfig)."""
+    """The rule of the `ft` config node (driver.config.ft.FtConfig)."""
     return LossRule(int(ft.shrink_after_quorums), float(ft.shrink_after_s))
 
 

@@ -15,7 +15,7 @@ import os
 from collections.abc import Callable
 from datetime import timedelta
 
-from driver.ft.config import FtConfig
+from driver.config.ft import FtConfig
 
 
 def replica_id(group: int) -> str:

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from driver.config.ft import FtConfig
 from driver.ft.batch import loss_divisor, lr_scale, plan_step
-from driver.ft.config import FtConfig
 
 
 @dataclass(frozen=True)

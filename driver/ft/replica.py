@@ -37,7 +37,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from driver.ft.config import FtConfig
+from driver.config.ft import FtConfig
 from driver.ft.manager import build_manager, sum_grads
 from driver.ft.plan import StepPlan, no_quorum_reason, step_plan
 from driver.ft.shrink import ShrinkRequest, local_shrink

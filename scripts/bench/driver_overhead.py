@@ -99,7 +99,7 @@ def plain_worker(rank: int, world: int, port: int, config: str, overrides: list,
     from torch.nn.parallel import DistributedDataParallel
 
     from driver import optim
-    from driver.config import compose
+    from driver.config.compose import compose
     from driver.workloads import build
 
     os.nice(ray_worker_niceness() - os.nice(0))  # as Ray's workers run
@@ -238,7 +238,7 @@ def cpu_per_step(samples: list[tuple[float, float]], ends: list[float], skip: in
 
 def settle(session: int, timeout_s: float = 60.0) -> None:
     """Wait until every process left over from a run's session has exited (an embedded
-    run's own supervisor kills what its Ray leaves, driver/embedded.py)."""
+    run's own supervisor kills what its Ray leaves, driver/embedded/lean.py)."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline and any(
         _sid(int(pid)) == session for pid in os.listdir("/proc") if pid.isdigit()
@@ -265,7 +265,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if args.plain:
         return plain_main(args.plain, int(args.workers), args.config, args.overrides)
-    from driver.config import compose
+    from driver.config.compose import compose
 
     counts = [int(count) for count in args.workers.split(",")]
     for count in counts:

@@ -13,7 +13,7 @@ from driver.aux.proxy import ProxyServer
 from driver.aux.services.encoder import EncoderHandler
 from driver.aux.services.evaluator import EvaluatorHandler
 from driver.aux.session import AuxSession
-from driver.config import compose
+from driver.config.compose import compose
 from driver.loop import aux_session
 from driver.workloads import build
 from tests.driver.conftest import TINY_DIT

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from driver.batches import epoch_order, rank_indices
-from driver.diloco.config import data_shard
+from driver.config.diloco import data_shard
 
 BASE = {"REVE_DILOCO_ADDRESS": "tcp://127.0.0.1:5555", "REVE_DILOCO_LEARNER": "a"}
 

@@ -7,8 +7,8 @@ import math
 import pytest
 
 from catalog.errors import InputError
-from driver.config import compose
-from driver.config_checks import check_name, float_problem
+from driver.config.checks import check_name, float_problem
+from driver.config.compose import compose
 
 TINY_LM = "runs/train/tiny-lm.yaml"
 TINY_DIT = "runs/train/tiny-dit.yaml"
@@ -48,7 +48,7 @@ TINY_DIT = "runs/train/tiny-dit.yaml"
         (TINY_LM, "data.source=no.such.module:X", "data.source", "cannot import"),
         (TINY_LM, "data.source=driver.batches:Nope", "data.source", "AttributeError"),
         (TINY_LM, "data.source=driver.batches:collate", "data.source", "not a class"),
-        (TINY_LM, "data.source=driver.schema:RunConfig", "data.source", "no __iter__"),
+        (TINY_LM, "data.source=driver.config.schema:RunConfig", "data.source", "no __iter__"),
     ],
 )
 def test_bad_value_is_one_line_before_ray(config, override, field, message):

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from catalog.errors import InputError
-from driver.config import compose, group_overrides
+from driver.config.compose import compose, group_overrides
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = str(ROOT / "runs/train/tiny-lm.yaml")
@@ -88,7 +88,7 @@ def test_plan_topology_is_the_parallel_topology():
 def test_planned_groups_below_min_replicas_refused():
     from types import SimpleNamespace
 
-    from driver.ft.config import FtConfig
+    from driver.config.ft import FtConfig
     from driver.ft.launch import check_world
 
     cfg = SimpleNamespace(ft=FtConfig(enabled=True, min_replicas=3))

@@ -10,7 +10,7 @@ import torch
 
 from driver import optim
 from driver.batches import collate
-from driver.config import compose
+from driver.config.compose import compose
 from driver.step import Loop
 from driver.workloads import build
 from tests.driver.conftest import TINY_LM

@@ -10,12 +10,12 @@ import pytest
 
 from catalog.errors import InputError
 from driver.batches import LocalBatchSource, epoch_order, rank_indices
-from driver.config import check_batch
-from driver.crash import filter_env, write_bundle
+from driver.config.compose import check_batch
 from driver.fit import failed_ranks, headline
 from driver.launch import cluster_shape
 from driver.optim import lr_factor
-from driver.progress import summarize
+from driver.output.crash import filter_env, write_bundle
+from driver.output.progress import summarize
 
 
 @pytest.mark.parametrize(

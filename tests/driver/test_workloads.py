@@ -9,7 +9,7 @@ import torch
 
 from driver import optim
 from driver.batches import LocalBatchSource
-from driver.config import compose
+from driver.config.compose import compose
 from driver.workloads import build
 from driver.workloads.shapes import ShapesDataset
 from driver.workloads.text import VOCAB, TextDataset, make_corpus, tokenize

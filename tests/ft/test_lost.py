@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import pytest
 
-from driver.ft.config import FtConfig
+from driver.channel.state import RunChannel, dead_pods, exclusive_pods
+from driver.config.ft import FtConfig
 from driver.ft.lost import LATE, LOST, PRESENT, LossRule, ShrinkDecider, rule_of, verdict
 from driver.ft.shrink import ShrinkRequest, ShrinkTarget, warden_shrink
-from driver.telemetry import RunChannel, dead_pods, exclusive_pods
 
 RULE = LossRule(quorums=3, seconds=60.0)
 

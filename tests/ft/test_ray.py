@@ -18,7 +18,7 @@ def test_ray_train_replaces_a_killed_replica_group_which_heals(tmp_path):
     from ray.train.v2.torch.torchft_config import TorchftConfig
     from torch.distributed import TCPStore
 
-    from driver.ft.config import FtConfig
+    from driver.config.ft import FtConfig
     from driver.ft.lighthouse import lighthouse_kwargs
 
     ft = {"min_replicas": 1, "heartbeat_timeout_ms": 500, "timeout_s": 30}

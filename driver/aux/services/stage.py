@@ -1,7 +1,7 @@
 """The data pipeline's remote stage as an auxiliary service, and the batch source that uses it.
 
 `StageService` is the handler an `aux.services.<name>` entry names: it builds a data `Stage`
-from `stage: module:Class` and `kwargs`, and serves it through `driver.data.remote`'s
+from `stage: module:Class` and `kwargs`, and serves it through `driver.aux.remote_stage`'s
 `StageHandler` (method "process"). `RemoteStageSource` is the batch source
 (`data.source: driver.aux.services.stage:RemoteStageSource`) that runs the shared-memory
 pipeline with that stage on the service's workers; the loop passes it the stage when
@@ -21,8 +21,8 @@ from typing import Any
 
 import numpy as np
 
+from driver.aux.remote_stage import StageHandler
 from driver.batches import PipelineSource
-from driver.data.remote import StageHandler
 from driver.data.stages import SampleContext, Stage
 
 
@@ -59,7 +59,7 @@ class RandomFlip(Stage):
 
 class RemoteStageSource(PipelineSource):
     """The shared-memory pipeline (driver.batches.PipelineSource) with `stages` run by
-    auxiliary workers (driver.data.remote.RemoteStage, given by the training loop)."""
+    auxiliary workers (driver.aux.remote_stage.RemoteStage, given by the training loop)."""
 
     def __init__(self, dataset, batch_size: int, rank: int, world_size: int, seed: int,
                  stages: Sequence[Stage] = ()):  # fmt: skip

@@ -70,7 +70,7 @@ class Progress:
     thread until `close()`; keeps rank 0's rows for the summary."""
 
     def __init__(self, cfg, sink, output_dir: Path, fmt: str, interval_s: float = POLL_S):
-        from driver.telemetry import where_am_i
+        from driver.output.logs import where_am_i
 
         self.cfg, self.sink, self.fmt, self.interval_s = cfg, sink, fmt, interval_s
         log_cfg = cfg.logging
@@ -102,7 +102,7 @@ class Progress:
 
     @property
     def warehouse(self):
-        """The ClickHouse writer (driver.clickhouse.RunMetricsWriter) or None."""
+        """The ClickHouse writer (driver.metrics.clickhouse.RunMetricsWriter) or None."""
         return self.metrics.clickhouse
 
     def start(self) -> Progress:

@@ -1,7 +1,7 @@
 """One-line config errors: Hydra override syntax, and Hydra's and OmegaConf's multi-line
 messages turned into a `catalog.InputError` naming the file and the key.
 
-Used by `driver.config.compose`; `one_line(path, err)` maps an exception, `check_overrides`
+Used by `driver.config.compose.compose`; `one_line(path, err)` maps an exception, `check_overrides`
 rejects overrides that are not `key=value` before Hydra sees them.
 """
 

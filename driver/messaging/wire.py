@@ -38,7 +38,7 @@ objects: no extra call on any path) for the format's users outside the transport
 data pipeline's codec, DiLoCo's link and state files, the benchmark).
 """
 
-from driver.aux.envelope import (
+from driver.messaging.envelope import (
     INLINE,
     KINDS,
     MAX_ENVELOPE_BYTES,
@@ -51,8 +51,8 @@ from driver.aux.envelope import (
     peek_id,
     reply_id,
 )
-from driver.aux.multipart import NOBLOCK, recv_frames, send_frames
-from driver.aux.payload import MAX_DIMS, RESERVED, decode, encode, to_shm
+from driver.messaging.multipart import NOBLOCK, recv_frames, send_frames
+from driver.messaging.payload import MAX_DIMS, RESERVED, decode, encode, to_shm
 
 __all__ = [
     "INLINE", "KINDS", "MAX_DIMS", "MAX_ENVELOPE_BYTES", "MAX_FRAMES", "NOBLOCK", "RESERVED",

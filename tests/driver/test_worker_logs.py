@@ -7,8 +7,8 @@ import json
 from types import SimpleNamespace as NS
 
 from catalog import labels
-from driver.progress import Progress
-from driver.telemetry import worker_logger
+from driver.output.logs import worker_logger
+from driver.output.progress import Progress
 
 
 def test_every_driver_json_line_has_the_label_set(tmp_path, capsys):

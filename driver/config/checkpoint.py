@@ -1,6 +1,6 @@
 """Checkpoint configuration: one typed dataclass, the `checkpoint.*` keys of the driver config.
 
-from driver.checkpoint.config import CheckpointConfig
+from driver.config.checkpoint import CheckpointConfig
 cfg = CheckpointConfig(root="gs://my-ckpt-bucket", interval_steps=200, keep_last=3)
 
 Importing this module does not import torch.

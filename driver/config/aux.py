@@ -1,7 +1,7 @@
 """Value checks of the `aux` config section: one-line errors naming `aux.<key>`.
 
-`check_aux(aux)` runs when the composed config becomes a `driver.schema.AuxConfig` (its
-`__post_init__`); `driver.config.compose` adds the file name. Pure, no imports of Ray,
+`check_aux(aux)` runs when the composed config becomes a `driver.config.schema.AuxConfig` (its
+`__post_init__`); `driver.config.compose.compose` adds the file name. Pure, no imports of Ray,
 torch or the handlers' modules (a handler's module is only located, not run).
 """
 

@@ -20,8 +20,8 @@ from typing import Any
 
 import numpy as np
 
-from driver.aux.envelope import WireError, dumps, loads
-from driver.aux.multipart import buffer, nbytes
+from driver.messaging.envelope import WireError, dumps, loads
+from driver.messaging.multipart import buffer, nbytes
 
 MAX_DIMS = 32
 RESERVED = ("$nd", "$t")

@@ -29,7 +29,7 @@ import struct
 from dataclasses import dataclass, field
 from typing import Any
 
-from driver.aux.multipart import buffer, nbytes
+from driver.messaging.multipart import buffer, nbytes
 
 VERSION = 2  # the envelope's first byte (a version 1 JSON envelope began with "{")
 KINDS = ("req", "rep", "err", "cancel", "ping", "pong")  # kind byte: index + 1

@@ -1,5 +1,5 @@
 """What an embedded `ray.init` is run with (driver/launch.py `connect`): Ray's start-up,
-trimmed for one training run on one machine (driver/embedded.py says why).
+trimmed for one training run on one machine (driver/embedded/lean.py says why).
 
     with lean_ray_start(), short_raylet_wait(), own_sigterm():
         ray.init(...)
@@ -140,7 +140,7 @@ def lean_ray_start():
 def own_sigterm():
     """While an embedded `ray.init` runs: Ray does not install its SIGTERM handler (which
     exits at once, in the middle of whatever the driver is doing); the driver's own
-    (driver/checkpoint/control.py `StopRelay`) stays, and a SIGTERM before the workers
+    (driver/channel/stops.py `StopRelay`) stays, and a SIGTERM before the workers
     train stops the run like Ctrl-C. Ray 2.60's `ray._private.utils.set_sigterm_handler`
     (a test checks it is still what `ray.init` calls); restored on leaving."""
     from ray._private import utils

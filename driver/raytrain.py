@@ -2,13 +2,13 @@
 loop, its arguments, scaling, backend, storage, failure policy); `trainer_class` and
 `backend_config` choose Ray Train's TorchTrainer in a cluster, and on an embedded Ray its
 base trainer without the callbacks a local run does not use, with the torch-free backend
-config (driver/embedded.py, driver/local_backend.py)."""
+config (driver/embedded/lean.py, driver/embedded/backend.py)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from driver.embedded import lean_trainer
+from driver.embedded.lean import lean_trainer
 
 
 def trainer_for(
@@ -59,7 +59,7 @@ def trainer_for(
 def backend_config(backend: str, embedded: bool):
     """Ray Train's TorchConfig; on an embedded Ray, the same without torch in the driver."""
     if embedded:
-        from driver.local_backend import LocalTorchConfig
+        from driver.embedded.backend import LocalTorchConfig
 
         return LocalTorchConfig(backend=backend)
     from ray.train.torch import TorchConfig

@@ -1,6 +1,6 @@
 """Value checks of a composed driver config that its types cannot express.
 
-`check_values(cfg, source)` runs at composition (`driver.config.validate`), before Ray
+`check_values(cfg, source)` runs at composition (`driver.config.compose.validate`), before Ray
 starts, so a bad value is exit 2 with one line naming the file and the key, never a crash
 bundle a minute later. The rules are tables: counts that must be at least 1, floats that
 must be finite and within a range, names that travel as labels and path parts, and the

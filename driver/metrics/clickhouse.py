@@ -30,7 +30,7 @@ from driver.metrics.names import metric_name
 from driver.metrics.writers import row_labels, values
 from observability import store
 
-log = logging.getLogger("driver.clickhouse")
+log = logging.getLogger("driver.metrics.clickhouse")
 TABLE = "platform.run_metrics"
 USER_ENV, PASSWORD_ENV = CLICKHOUSE_ENV  # `runs`; the `clickhouse-runs` Secret's password
 __all__ = ["RunMetricsWriter", "insert_url", "metric_name", "metric_rows"]

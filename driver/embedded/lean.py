@@ -15,14 +15,14 @@ fill, each wake-up takes CPU from training. A Ray cluster (a RayJob) keeps Ray's
   actor that asks the GCS every second whether the controller is alive, to free the
   workers' placement group if it died; an embedded Ray ends with the driver, and
   everything it holds with it); and with a fixed-size scaling policy that starts no
-  AutoscalingCoordinator actor (one machine never grows: driver/embedded_train.py). Each
+  AutoscalingCoordinator actor (one machine never grows: driver/embedded/controller.py). Each
   actor is a process that would start, and import Ray Train or Ray Data, while the
   training workers start.
 - Ray Train's controller in the driver's own process rather than in an actor, when this
   process started the Ray it runs on (`started_ray`): no process that starts and imports
-  Ray Train while the workers wait for it (driver/embedded_train.py); with the backend of
-  driver/local_backend.py the driver never imports torch.
-- `lean_ray_start()`, `short_raylet_wait()`, `own_sigterm()` (driver/ray_start.py; the
+  Ray Train while the workers wait for it (driver/embedded/controller.py); with the backend of
+  driver/embedded/backend.py the driver never imports torch.
+- `lean_ray_start()`, `short_raylet_wait()`, `own_sigterm()` (driver/embedded/ray_start.py; the
   first not with `run.local_dashboard`): `ray.init` without the
   autoscaler monitor and the log monitor (the driver asks Ray for no worker output), with
   Ray's API server started beside the raylet rather than before it (without the dashboard
@@ -31,7 +31,7 @@ fill, each wake-up takes CPU from training. A Ray cluster (a RayJob) keeps Ray's
   short steps, and the driver's SIGTERM handler kept.
 - `quiet_token_notice()`: token authentication stays on (Ray turns it on for a new local
   cluster), without Ray's start-up warning saying so, which asks nothing of the user.
-- `supervise(run)` (driver/supervise.py): the run in a session of its own.
+- `supervise(run)` (driver/embedded/supervise.py): the run in a session of its own.
 """
 
 from __future__ import annotations
@@ -118,7 +118,7 @@ def keep_callback(callback: object) -> bool:
 def lean_trainer(base: type) -> type:
     """A subclass of Ray Train's trainer `base` without the callbacks in UNUSED_LOCALLY, with
     the lean scaling policy, and with the controller in this process when this process
-    started the Ray it runs on (driver/embedded_train.py).
+    started the Ray it runs on (driver/embedded/controller.py).
 
     Ray Train builds its default callbacks in `_create_default_callbacks` and passes the
     scaling policy to `_initialize_and_run_controller` (ray 2.60, pinned in pyproject.toml);
@@ -130,7 +130,7 @@ def lean_trainer(base: type) -> type:
             return [cb for cb in super()._create_default_callbacks() if keep_callback(cb)]
 
         def _initialize_and_run_controller(self, **controller_init_kwargs):
-            from driver import embedded_train
+            from driver.embedded import controller as embedded_train
 
             kwargs = embedded_train.lean_kwargs(controller_init_kwargs)
             if started_here() and embedded_train.in_process_ok():

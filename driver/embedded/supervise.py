@@ -11,7 +11,7 @@ killed (even SIGKILL), the kernel kills the child (PR_SET_PDEATHSIG), Ray's daem
 workers follow, and a small reaper process in the session, which sees this process end
 through a pipe, kills the rest (Ray's dashboard and runtime-env agents would outlive their
 raylet). With `isolate_network`, the child goes in a network namespace of its own first
-(driver/netns.py): nothing of the run listens on the machine's interfaces.
+(driver/embedded/netns.py): nothing of the run listens on the machine's interfaces.
 """
 
 from __future__ import annotations
@@ -70,7 +70,7 @@ def supervise(run: Callable[[], int], isolate_network: bool = False) -> int:
     """`run()` in a child process in its own session; its exit code (128 + N when a
     signal N ended it). Linux only; elsewhere `run()` runs here. Call it from a program's
     entry point only: the child returns `run()`'s code to the caller, which must exit.
-    `isolate_network`: the child runs in a network namespace of its own (driver/netns.py),
+    `isolate_network`: the child runs in a network namespace of its own (driver/embedded/netns.py),
     or, where one cannot be made, on the host's network after a one-line warning."""
     if not sys.platform.startswith("linux"):
         return run()
@@ -102,7 +102,7 @@ def supervise(run: Callable[[], int], isolate_network: bool = False) -> int:
 def _isolated() -> bool:
     """In the child: into a network namespace of its own (a warning when it stays on the
     host's network); False when the namespace was made but could not be set up."""
-    from driver.netns import isolate
+    from driver.embedded.netns import isolate
 
     try:
         reason = isolate()

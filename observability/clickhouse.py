@@ -1,7 +1,10 @@
-"""The committed ClickHouse schema, split into statements and applied to chDB or a server.
+"""The platform's ClickHouse schema (`observability/sql/schema.sql`), split into statements
+and applied to chDB or a server. It ships with the trainer image (the driver's local store
+applies it); the kustomize generator copies it into the ClickHouse base, whose server runs it
+at first start.
 
-python -m kustomize.tooling.clickhouse            apply it to an in-process chDB and
-                                                  print the tables it creates
+python -m observability.clickhouse            apply it to an in-process chDB and
+                                              print the tables it creates
 """
 
 from __future__ import annotations
@@ -10,7 +13,7 @@ import re
 import sys
 from pathlib import Path
 
-SCHEMA = Path(__file__).resolve().parents[1] / "bases/observability/clickhouse/schema.sql"
+SCHEMA = Path(__file__).resolve().parent / "sql" / "schema.sql"
 DATABASE = "platform"
 
 

@@ -2,7 +2,7 @@
 
 `compose("runs/train/tiny-lm.yaml", ["train.steps=20"])` returns the typed `TrainConfig` and
 its YAML text. Hydra does the composition (the run YAML's defaults list picks one option per
-group from `driver/conf/`); the structured schemas in `driver.schema` reject unknown keys and
+group from `driver/conf/`); the structured schemas in `driver.config.schema` reject unknown keys and
 wrong types. Every problem is a `catalog.InputError` naming the file and the key.
 """
 
@@ -11,11 +11,11 @@ from __future__ import annotations
 from pathlib import Path
 
 from catalog.errors import InputError
-from driver.config_checks import check_values
-from driver.config_errors import check_overrides, one_line
-from driver.schema import TrainConfig, register
+from driver.config.checks import check_values
+from driver.config.errors import check_overrides, one_line
+from driver.config.schema import TrainConfig, register
 
-CONF_DIR = Path(__file__).parent / "conf"
+CONF_DIR = Path(__file__).parents[1] / "conf"
 _CHOICES = {
     "train.precision": ("auto", "bf16", "fp32"),
     "optimizer.name": ("adamw",),
@@ -157,7 +157,7 @@ def check_ft(cfg, source) -> None:
     """The `ft` section's values, and the layouts torchft runs here (docs/ft.md)."""
     from dataclasses import asdict
 
-    from driver.ft.config import FtConfig
+    from driver.config.ft import FtConfig
 
     cfg.ft = FtConfig.from_dict(asdict(cfg.ft), str(source))
     par = cfg.parallelism

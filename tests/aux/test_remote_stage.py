@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 import torch
 
+from driver.aux.remote_stage import RemoteStage, serve_stage
 from driver.data import CorruptSample, DataPipeline, PipelineConfig, StageHung
-from driver.data.remote import RemoteStage, serve_stage
 from driver.data.stages import FunctionStage, SampleContext, Stage, WorkerInfo
 from tests.data.conftest import IndexDataset, ids_of
 

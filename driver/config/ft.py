@@ -1,6 +1,6 @@
 """Fault-tolerance configuration: one typed dataclass, the `ft.*` keys of the driver config.
 
-    from driver.ft.config import FtConfig
+    from driver.config.ft import FtConfig
     ft = FtConfig(enabled=True, min_replicas=2, heartbeat_timeout_ms=500)
     ft.validate("run.yaml")                        # one-line InputError naming the field
     ft.check_layout(fsdp_size=1, replica_group_size=None, world=4, source="run.yaml")

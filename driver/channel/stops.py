@@ -1,19 +1,15 @@
-"""The checkpoint control channel between the driver and its Ray Train workers.
+"""Stopping a run early through its channel: the driver's signals become a notice that the
+workers poll.
 
-    control = start_channel()                    # driver: the run's channel (driver/channel,
-                                                 # serving driver.telemetry.RunChannel)
     stops = StopRelay(log).install()             # driver: SIGTERM or SIGINT ...
-    stops.attach(control)                        # ... -> a notice to the workers
-    attempt = client.call("start", rank)         # worker: 0, then 1, 2 ... after restarts
+    stops.attach(channel)                        # ... -> a notice in the run's channel
     guard = PreemptionGuard(ckpt, poll=NoticePoll(client))   # worker: sees the notice
 
 Ray Train runs the training function in a thread of each worker actor, so workers never
 see the pod's signal themselves (and an embedded Ray's processes run in a session of their
-own, driver/embedded.py, so a Ctrl-C at the terminal never reaches them): the driver
-catches SIGTERM and SIGINT and leaves a notice in the run's channel, which rank 0 polls
-without blocking after every step. The same channel counts the starts of each rank, so a
-worker knows it belongs to a restarted worker group (and then resumes from the run's newest
-committed checkpoint).
+own, driver/embedded/lean.py, so a Ctrl-C at the terminal never reaches them): the driver
+catches SIGTERM and SIGINT and leaves a notice in the run's channel (driver.channel.state's
+RunControl), which rank 0 polls without blocking after every step.
 """
 
 from __future__ import annotations
@@ -25,40 +21,6 @@ import signal
 import threading
 import time
 from collections.abc import Callable
-
-
-class RunControl:
-    """Attempt counts per rank, the time of a preemption notice, rank 0's final figures."""
-
-    def __init__(self) -> None:
-        self.starts: dict[int, int] = {}
-        self.notice_at: float | None = None
-        self.outcome: dict = {}
-
-    def finish(self, outcome: dict) -> None:
-        """Rank 0's final checkpoint metrics (Ray Train keeps only checkpoint reports')."""
-        self.outcome = dict(outcome)
-
-    def final(self) -> dict:
-        return dict(self.outcome)
-
-    def start(self, rank: int) -> int:
-        """Record that `rank` started; how many times it had started before (the attempt)."""
-        attempt = self.starts.get(rank, 0)
-        self.starts[rank] = attempt + 1
-        return attempt
-
-    def restarts(self) -> int:
-        """Worker-group restarts so far."""
-        return max(self.starts.values(), default=1) - 1
-
-    def preempt(self, at: float) -> None:
-        """A preemption notice that arrived at wall-clock time `at` (the first one counts)."""
-        if self.notice_at is None:
-            self.notice_at = at
-
-    def notice(self) -> float | None:
-        return self.notice_at
 
 
 class NoticePoll:
@@ -164,7 +126,7 @@ class StopRelay:
         to the user). For `ray.init`: an exception raised in the middle of it leaves Ray's
         core worker half made, and the process can crash as it exits. The handlers are put
         back as the block ends, in case the block replaced one (Ray's own SIGTERM handler
-        exits at once: driver/embedded.py keeps `ray.init` from installing it)."""
+        exits at once: driver/embedded/lean.py keeps `ray.init` from installing it)."""
         self._holding = True
         try:
             yield self

@@ -9,7 +9,7 @@ collation, shared memory, resume and the corrupt-sample policy are unchanged:
     RemoteStage({"tcp://aux-0:41000": 4, "tcp://aux-1:41000": 4}, "decode")  # proxies
 
 A request is method "process" with payload {"sample": sample, "ctx": [index, epoch, seed,
-rank]} in the wire format of `driver.aux.wire` (JSON plus raw array frames, no pickle); the
+rank]} in the wire format of `driver.messaging.wire` (JSON plus raw array frames, no pickle); the
 rank is the fair-queue key at the workers. A stage's exception comes back as
 `AuxRemoteError` and raises in the producer like a local stage would; a service that stops
 answering trips `sample_timeout_s` (the call's own deadline is longer by default).

@@ -4,7 +4,7 @@ Ray 2.60's servers (GCS, raylet, object manager, workers, agents) bind the wildc
 address, and `ray.init` turns a loopback `_node_ip_address` back into the machine's IP, so
 an embedded Ray listens on every interface of the machine. A local run (`runner run --local`,
 `python -m driver.train`) goes instead in a network namespace of its own (Linux), made
-just before its Ray starts (driver/supervise.py, `supervise`): its only interface is
+just before its Ray starts (driver/embedded/supervise.py, `supervise`): its only interface is
 loopback, carrying the address Ray picks for the machine (so Ray and gloo find it) and a
 route through it to the one address Ray's address lookup "connects" a UDP socket to (no
 packet is sent), so that lookup needs no outside network. There is no default route: a DNS

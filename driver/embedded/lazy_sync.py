@@ -3,12 +3,12 @@
 Ray Train 2.60 starts a `SynchronizationActor` with every worker group, beside the training
 workers. It serves only Ray Train's collectives (`ray.train.report`, its barrier and
 broadcast) and the controller's barrier resets; the driver's loop calls none of them (its
-final figures go to the run's channel, driver.telemetry), so on a local run the actor would
+final figures go to the run's channel, driver.channel), so on a local run the actor would
 only cost CPU: its process starts and imports Ray Train (about 1 s of CPU, taken from the
 training workers while they start) and then wakes 100 times a second for Ray's signal check
 (0.6 % of a core for the whole run).
 
-`install()` makes the in-process controller (driver/embedded_train.py) create a
+`install()` makes the in-process controller (driver/embedded/controller.py) create a
 `LazySyncActor` instead: a picklable stand-in with the same methods that creates the real
 actor, named after the worker group and with the options Ray Train gave it, the first time
 anyone (the controller, or a worker it was handed to) calls one of its methods. It is created

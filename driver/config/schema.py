@@ -1,10 +1,10 @@
 """Typed configuration of the driver: one dataclass per component, a docstring per field.
 
-The dataclasses are registered as Hydra structured configs (`register()`), so an unknown key or
-a value of the wrong type in a YAML file or an override is an error naming the key. Shipped
-choices for each group live in `driver/conf/<group>/*.yaml`; `driver.config.compose` builds a
-`TrainConfig` from a run's YAML. Model and data have one schema per kind (`kind` field);
-the checkpoint group's schema is `driver.checkpoint.config.CheckpointConfig`.
+The dataclasses are registered as Hydra structured configs (`register()`), so an unknown key or a
+value of the wrong type in a YAML file or an override is an error naming the key. Shipped choices
+for each group live in `driver/conf/<group>/*.yaml`; `driver.config.compose.compose` builds a
+`TrainConfig` from a run's YAML. Model and data have one schema per kind (`kind` field); the
+checkpoint group's schema is `driver.config.checkpoint.CheckpointConfig`.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from typing import Any
 
 from omegaconf import MISSING
 
-from driver.checkpoint.config import CheckpointConfig
-from driver.ft.config import FtConfig
+from driver.config.checkpoint import CheckpointConfig
+from driver.config.ft import FtConfig
 
 
 @dataclass
@@ -251,7 +251,7 @@ class AuxConfig:
     proxy table)."""
 
     def __post_init__(self) -> None:
-        from driver.aux.config import check_aux
+        from driver.config.aux import check_aux
 
         check_aux(self)
 
@@ -287,7 +287,7 @@ class TrainConfig:
     parallelism: ParallelismConfig = field(default_factory=ParallelismConfig)
     """Workers, devices and the parallel layout."""
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
-    """Checkpoint location, cadence and resume (`driver.checkpoint.config`)."""
+    """Checkpoint location, cadence and resume (`driver.config.checkpoint`)."""
     logging: LoggingConfig = field(default_factory=LoggingConfig)
     """Progress display and metrics."""
     aux: AuxConfig = field(default_factory=AuxConfig)
@@ -295,7 +295,7 @@ class TrainConfig:
     debug: DebugConfig = field(default_factory=DebugConfig)
     """Fault injection for tests and drills."""
     ft: FtConfig = field(default_factory=FtConfig)
-    """Live fault tolerance with torchft (`driver.ft.config`)."""
+    """Live fault tolerance with torchft (`driver.config.ft`)."""
 
 
 def register() -> None:

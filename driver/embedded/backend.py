@@ -2,7 +2,7 @@
 torch, so that the driver process never does.
 
 The driver of an embedded run runs Ray Train's controller in its own process
-(driver/embedded_train.py). With Ray Train's `TorchConfig` it would import torch there
+(driver/embedded/controller.py). With Ray Train's `TorchConfig` it would import torch there
 (`ray.train.torch.config` imports it at the top, and the controller calls its backend's
 `on_start`): a second of CPU, taken from Ray's daemons while they start on a machine the
 run fills. `LocalTorchConfig` is the same configuration (backend, `env://` rendezvous,
@@ -19,7 +19,7 @@ that import Ray's torch helpers on the worker, where torch is loaded anyway:
 - `train_func_context`: Ray Train's own (the worker's CUDA device set before training).
 
 A cluster run keeps Ray Train's TorchTrainer and TorchConfig, and a torchft run torchft's
-TorchftConfig (driver/trainer.py).
+TorchftConfig (driver/raytrain.py).
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ machine that never grows: the actor would only take CPU from the workers while t
 `lean_policy(policy)` returns the same policy without it; any other policy (elastic
 training decides from the coordinator's answers) is returned as it is.
 
-This module imports Ray Train: import it only when building a trainer (driver/embedded.py).
+This module imports Ray Train: import it only when building a trainer (driver/embedded/lean.py).
 """
 
 from __future__ import annotations
@@ -33,8 +33,8 @@ from ray.train.v2._internal.execution.controller import TrainController
 from ray.train.v2._internal.execution.scaling_policy.fixed import FixedScalingPolicy
 from ray.train.v2._internal.execution.worker_group import WorkerGroup
 
-from driver import lazy_sync
-from driver.controller_thread import STOP_TIMEOUT_S, ControllerThread
+from driver.embedded import lazy_sync
+from driver.embedded.controller_thread import STOP_TIMEOUT_S, ControllerThread
 
 
 class LocalFixedScalingPolicy(FixedScalingPolicy):
@@ -93,7 +93,7 @@ class LocalWorkerGroup(WorkerGroup):
 
     @staticmethod
     def _get_worker_runtime_env(custom_runtime_env):
-        from driver.embedded import STARTED_ENV
+        from driver.embedded.lean import STARTED_ENV
 
         runtime_env = WorkerGroup._get_worker_runtime_env(custom_runtime_env)
         return inherited_runtime_env(runtime_env, STARTED_ENV)
@@ -132,7 +132,7 @@ def run_controller(controller_init_kwargs: dict):
     """Ray Train's `_initialize_and_run_controller` (ray 2.60) with the controller in this
     process rather than in an actor: no process to start, and none that imports Ray Train
     and the backend while the training workers wait for it. It runs in a thread of its own
-    (`ControllerThread`, driver/controller_thread.py) while this thread waits, so that a
+    (`ControllerThread`, driver/embedded/controller_thread.py) while this thread waits, so that a
     signal handler's exception (Ctrl-C, a stop signal during start-up) is raised here, in a
     wait, never in the middle of one of the controller's Ray calls; the controller then
     stops (`stop`) before the exception goes on. Its log lines go to the driver's own
@@ -140,7 +140,7 @@ def run_controller(controller_init_kwargs: dict):
     controller log would configure this process's logging). It reads the variables Ray Train
     would hand an actor (`get_env_vars_to_propagate`) from this process's environment, where
     Ray Train takes them from. Ray Train's synchronization actor is created only if someone
-    calls it (driver/lazy_sync.py)."""
+    calls it (driver/embedded/lazy_sync.py)."""
     before = os.environ.get(CONTROLLER_LOG_ENV)
     os.environ[CONTROLLER_LOG_ENV] = "0"  # read once, as the controller is made
     try:
