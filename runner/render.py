@@ -118,6 +118,8 @@ def _pod(plan: Plan, env: EnvPlan, role: str, configmap: str | None) -> dict[str
         "working_dir": working_dir,
         "secrets": {**env.secrets, **(TRAINING_SECRETS if training else {})},
         **({"env": dict(TRAINING_ENV)} if training else {}),
+        # a stop (preemption, eviction, spot reclaim) leaves time for the final save
+        "termination_grace": plan.grace.grace_s if training else None,
         "configmap": configmap,
         "run_as_user": spec.run_as_user,
     }
@@ -232,15 +234,16 @@ def context(plan: Plan, env: EnvPlan) -> dict[str, Any]:
     }
     if spec.working_dir and "://" in spec.working_dir:
         run["runtime_env_yaml"] = f"working_dir: {json.dumps(spec.working_dir)}\n"
-    shape = shape_of(plan)
+    shape, budget = shape_of(plan), plan.grace.budget_s
     if spec.type == "job":
         run["worker"] = _worker(plan, env, configmap, "job")
-        run["worker"].update(restart_policy="Never", command=entrypoint(spec, shape=shape))
+        command = entrypoint(spec, shape=shape, budget_s=budget)
+        run["worker"].update(restart_policy="Never", command=command)
     else:
         run["worker"] = _worker(plan, env, configmap, "worker")
         run["head"] = _head(plan, env, configmap)
     if spec.type == "rayjob":
-        run["entrypoint"] = shlex.join(entrypoint(spec, shape=shape))
+        run["entrypoint"] = shlex.join(entrypoint(spec, shape=shape, budget_s=budget))
         run["submitter"] = _submitter(plan)
     if spec.type == "raycluster":
         run["sentinel"] = _sentinel(plan, env)
@@ -256,7 +259,7 @@ def render(spec: RunSpec) -> Rendered:
     layout = None
     shape = shape_of(plan)
     if shape and not spec.cmd and spec.train_config:  # the driver: check what it composes
-        layout = check_layout(spec, entrypoint(spec, shape=shape))
+        layout = check_layout(spec, entrypoint(spec, shape=shape, budget_s=plan.grace.budget_s))
     manifests = render_template(spec.type, run=context(plan, env))
     validate_manifests(manifests, plan.cluster.kubernetes_version, spec.origin)
     return Rendered(plan, manifests, layout)

@@ -93,10 +93,13 @@ def shape_words(shape: dict | None) -> list[str]:
     return [f"shape.{key}={shape[key]}" for key in SHAPE_KEYS]
 
 
-def entrypoint(spec: RunSpec, local: bool = False, shape: dict | None = None) -> list[str]:
-    """The command the run executes: `cmd`, else the driver with the run's config and the
+def entrypoint(spec: RunSpec, local: bool = False, shape: dict | None = None,
+               budget_s: int | None = None) -> list[str]:  # fmt: skip
+    """The command the run executes: `cmd`, else the driver with the run's config, the
     `shape` it was rendered for (pods, GPUs each, accelerator, CPUs per GPU), from which the
-    driver composes its layout. The shape is the manifest's: an override may not set it."""
+    driver composes its layout (the manifest's: an override may not set it), and, rendered,
+    `checkpoint.preemption_budget_s` (the final save's part of the pods' grace period,
+    runner.resolve)."""
     if spec.cmd:
         try:
             return shlex.split(spec.cmd)
@@ -122,6 +125,8 @@ def entrypoint(spec: RunSpec, local: bool = False, shape: dict | None = None) ->
     words += shape_words(shape)
     if spec.resume:
         words.append(f"checkpoint.resume={spec.resume}")
+    if budget_s is not None:
+        words.append(f"checkpoint.preemption_budget_s={budget_s}")
     return words + list(spec.train_overrides)
 
 

@@ -300,6 +300,12 @@ class DebugConfig:
     """Raise an error at this step (to exercise failure handling and crash bundles)."""
     fail_rank: int = 0
     """Rank that raises at fail_at_step; -1 for every rank."""
+    hang_storage_check: bool = False
+    """Hold the driver's main thread in native code during the storage check, for good, as
+    a cloud client retrying does (drills the stop deadline: driver/checkpoint/reach.py)."""
+    slow_save_s: float = 0.0
+    """Every checkpoint write waits this long before it writes (a slow bucket), to drill a
+    stop signal during a save."""
     flight_recorder_entries: int = 2000
     """PyTorch flight recorder: collectives kept per process group on each rank (0: off)."""
 

@@ -25,7 +25,7 @@ _VALUE_FIELDS = [
     "type", "cluster", "namespace", "team", "pods", "gpus", "cpus", "memory", "accelerator",
     "image", "working_dir", "env_file", "priority", "cmd", "train_config", "ttl_seconds",
     "head_cpus", "head_memory", "rack_affinity", "shm", "resource_group", "resume", "keep_nodes",
-    "run_as_user",
+    "run_as_user", "model_params", "model_shards",
 ]  # fmt: skip
 _BOOL_FIELDS = ["preemptible", "allow_mutable_tag", "preflight"]
 _SHORT = {"namespace": "-n"}
@@ -38,6 +38,8 @@ _METAVAR = {
     "resume": "URI",
     "keep_nodes": "DURATION",
     "run_as_user": "UID",
+    "model_params": "COUNT",
+    "model_shards": "N",
 }
 
 
