@@ -174,8 +174,6 @@ def check_ft(cfg, source) -> None:
     cfg.ft = FtConfig.from_dict(asdict(cfg.ft), str(source))
     par = cfg.parallelism
     cfg.ft.check_layout(par.fsdp_size, par.replica_group_size, par.workers, str(source))
-    if cfg.ft.enabled and cfg.aux.services:
-        raise InputError(source, "aux.services", "not supported with ft.enabled (docs/ft.md)")
 
 
 def check_batch(cfg, world: int, source: str | None = None) -> None:
