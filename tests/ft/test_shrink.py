@@ -64,6 +64,7 @@ def replica(position_calls: list, cfg=None):
     ft.counters = {"ft_quorum_size": 0, "ft_failures_survived": 0}
     ft.manager = type("M", (), {"current_step": lambda self: 7})()
     ft.shrink = lambda request: (position_calls.append(request), done.set())
+    ft.decider = None
     return ft, done
 
 
@@ -72,7 +73,26 @@ def test_the_lowest_live_group_asks_once_per_drop(position, asks):
     calls: list = []
     ft, done = replica(calls)
     for live in (4, 4, 3, 3):
-        ft._note_quorum(live, position)
+        ft._note_quorum(live, position, tuple(range(live)))
     done.wait(5 if asks else 0.2)
     assert calls == ([ShrinkRequest(4, 3)] if asks else [])
     assert ft.counters["ft_failures_survived"] == 1 and ft.counters["ft_quorum_size"] == 3
+
+
+def test_with_the_decider_a_late_group_is_no_shrink_and_a_lost_one_is_named():
+    """The replica feeds driver.ft.lost's decider every quorum: one quorum without group 2
+    asks nothing (late); the third in a row, its pods dead, asks once, naming its pods."""
+    from driver.ft.lost import LossRule, ShrinkDecider
+
+    calls: list = []
+    ft, done = replica(calls)
+    ranks = {2: [2]}
+    dead = {"pod-2": True}
+    ft.decider = ShrinkDecider(4, lambda g: ranks.get(g, [g]), lambda r: dead, LossRule(3, 120.0))
+    ft._note_quorum(4, 0, (0, 1, 2, 3))
+    for _ in range(2):
+        ft._note_quorum(3, 0, (0, 1, 3))
+    assert not done.wait(0.2) and calls == []  # late: two quorums only
+    ft._note_quorum(3, 0, (0, 1, 3))
+    done.wait(5)
+    assert calls == [ShrinkRequest(4, 3, (2,), ("pod-2",))]
