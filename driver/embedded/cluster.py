@@ -27,8 +27,10 @@ from catalog.errors import InputError
 
 USAGE = ("usage: python -m driver.embedded.cluster CONFIG.yaml [key=value ...] "
          "shape.nodes=N shape.gpus_per_node=G")  # fmt: skip
-HEAD = {"num_cpus": 0, "include_dashboard": False}
-"""The head node: the driver's, with no CPUs for work (the rendered head's `num-cpus: 0`)."""
+HEAD = {"num_cpus": 0, "include_dashboard": True, "dashboard_host": "127.0.0.1"}
+"""The head node: the driver's, with no CPUs for work (the rendered head's `num-cpus: 0`),
+and the dashboard's API server, as the rendered head has (Ray Train's placement-group
+cleaner asks Ray's state API, which it serves)."""
 SPARE_CPUS = 16
 """Logical CPUs a node has beyond its workers' (services and actors request some)."""
 NO_PRESTART = {"RAY_prestart_worker_first_driver": "0", "RAY_enable_worker_prestart": "0"}
@@ -60,12 +62,21 @@ def start(nodes: int, gpus: int, cpus_per_gpu: float):
     # Ray's folder of its own: a tool that looks for "the" local Ray (Ray Train's placement
     # group cleaner does, through the state API) finds this one, not another on the machine.
     os.environ["RAY_TMPDIR"] = tempfile.mkdtemp(prefix="ray-shape-")
-    cluster = Cluster(initialize_head=True, head_node_args=dict(HEAD))
+    cluster = Cluster(initialize_head=True, head_node_args={**HEAD, "dashboard_port": free_port()})
     for index in range(nodes):
         cluster.add_node(num_cpus=int(gpus * cpus_per_gpu) + SPARE_CPUS, num_gpus=gpus,
                          resources={f"shape_node_{index}": 1}, include_dashboard=False)  # fmt: skip
     cluster.wait_for_nodes()
     return cluster
+
+
+def free_port() -> int:
+    """A TCP port free on this machine now (for the head's dashboard)."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
 
 
 def run(args: list[str]) -> int:
