@@ -52,7 +52,7 @@ def relative_to_root(path: Path, root: Path | None = None) -> str:
     """`apps/x/y/z.yaml` for a path inside the repository, else the path as given."""
     try:
         return path.resolve().relative_to((root or repo_root()).resolve()).as_posix()
-    except ValueError:
+    except (ValueError, OSError, RuntimeError):  # outside the root; a symlink loop
         return str(path)
 
 

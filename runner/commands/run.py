@@ -23,6 +23,7 @@ import click
 
 from catalog.errors import InputError
 from catalog.loader import repo_root
+from runner.commands._types import PathArg
 
 
 def local_command(words: list[str]) -> list[str]:
@@ -45,7 +46,7 @@ def local_env(spec_env: dict, base: dict[str, str]) -> dict[str, str]:
 
 
 @click.command("run")
-@click.argument("run_file", type=click.Path(dir_okay=False))
+@click.argument("run_file", type=PathArg(dir_okay=False))
 @click.option("--local", "local", is_flag=True, help="Run on an embedded Ray on this machine.")
 @click.option(
     "--set", "sets", multiple=True, metavar="KEY=VALUE",
@@ -58,7 +59,7 @@ def run(run_file, local, sets, steps, show_config, dry_run) -> None:
     """Run a run definition locally: the same driver and config its RayJob runs."""
     from runner.experiment import run_local as run_experiment
     from runner.runfile import shown
-    from runner.spec import entrypoint, load_run
+    from runner.spec import check_overrides, entrypoint, load_run
 
     if not local:
         raise InputError("command line", "--local", "required (use runner submit for clusters)")
@@ -69,6 +70,7 @@ def run(run_file, local, sets, steps, show_config, dry_run) -> None:
             raise InputError("command line", "--set", f"expected KEY=VALUE, got {shown(word)}")
     spec = load_run(run_file)
     extra = [*sets, *([f"train.steps={steps}"] if steps else [])]
+    check_overrides(extra, "command line", "--set")
     if extra:
         spec = load_run(run_file, {"train_overrides": [*spec.train_overrides, *extra]})
     command = local_command(entrypoint(spec, local=True))
