@@ -117,6 +117,7 @@ class Part:
     cluster: str
     manifests: list[dict]
     totals: str
+    notices: tuple[str, ...] = ()
 
 
 def learner_spec(exp: Experiment, index: int, train_overrides: tuple[str, ...] = ()):
@@ -145,4 +146,12 @@ def render_learner(exp: Experiment, index: int) -> Part:
         raise relabel(err, exp, f"learners[{index}]", own) from None
     identity = {EXPERIMENT_LABEL: exp.name, LEARNER_LABEL: learner.name}
     manifests = add_identity(rendered.manifests, identity)
-    return Part(learner.name, learner.cluster, manifests, rendered.plan.totals())
+    notices = tuple(relabel_notice(n, exp, index, own) for n in rendered.notices)
+    return Part(learner.name, learner.cluster, manifests, rendered.plan.totals(), notices)
+
+
+def relabel_notice(line: str, exp: Experiment, index: int, own: set[str]) -> str:
+    """A learner's notice about its image, naming where the image is set in the file."""
+    if "image" in own and line.startswith(f"{exp._origin}: image: "):
+        return line.replace(": image: ", f": learners[{index}].image: ", 1)
+    return line

@@ -23,6 +23,7 @@ from runner.sizing import CPU_ONLY_SHM
 from runner.spec import entrypoint
 from runner.spec_schema import RunSpec
 from runner.templating import render_template
+from runner.unbuilt import notice, unbuilt_image
 from runner.validation.inputs import EnvPlan, check_spec, load_env
 from runner.validation.manifests import validate_manifests
 
@@ -58,6 +59,8 @@ class Rendered:
 
     plan: Plan
     manifests: list[dict]
+    notices: tuple[str, ...] = ()
+    """One line each: what keeps the run from starting as rendered (runner.unbuilt)."""
 
 
 def _secret(pair: tuple[str, str]) -> dict[str, str]:
@@ -227,7 +230,8 @@ def render(spec: RunSpec) -> Rendered:
     env = load_env(spec)
     manifests = render_template(spec.type, run=context(plan, env))
     validate_manifests(manifests, plan.cluster.kubernetes_version, spec.origin)
-    return Rendered(plan, manifests)
+    unbuilt = unbuilt_image(spec)
+    return Rendered(plan, manifests, (notice(spec, unbuilt),) if unbuilt else ())
 
 
 def render_run(spec: RunSpec) -> list[dict]:

@@ -55,10 +55,14 @@ def check_name(spec: RunSpec, key: str, value: str, limit: int = 63) -> None:
 
 
 def check_image(spec: RunSpec) -> None:
+    """A valid reference, pinned by digest (or a tag the run allows, or an image of the
+    catalog not built yet: runner.unbuilt)."""
+    from runner.unbuilt import unbuilt_image
+
     image = spec.image
     if not IMAGE.match(image):
         raise spec.error("image", f"{shown(image)} is not an image reference")
-    if DIGEST.search(image) or spec.allow_mutable_tag:
+    if DIGEST.search(image) or spec.allow_mutable_tag or unbuilt_image(spec):
         return
     raise spec.error(
         "image",
