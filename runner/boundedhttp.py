@@ -131,7 +131,7 @@ class _Closer:
     def __init__(self):
         self._lock = threading.Condition()
         self._waiting: dict[socket.socket, float] = {}
-        self._thread: threading.Thread | None = None
+        threading.Thread(target=self._run, name="closer", daemon=True).start()
 
     def close(self, sock) -> None:
         with self._lock:
@@ -140,9 +140,6 @@ class _Closer:
                 return
             self._waiting[sock] = time.monotonic() + LINGER_S
             self._lock.notify()
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._run, name="closer", daemon=True)
-                self._thread.start()
 
     def _run(self) -> None:
         while True:

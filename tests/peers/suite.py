@@ -169,3 +169,19 @@ def run_suite(server, kind: str, count: int, seed: int = 0, peers: int = 16,
 def health_request(kind: str, info: dict) -> bytes:
     path = "/healthz" if kind == "gateway" else "/api/health"
     return f"GET {path} HTTP/1.1\r\nHost: {info['host']}\r\n\r\n".encode()
+
+
+def check_suite(kind: str, count: int, seed: int = 30, request_s: float = 2.0) -> Report:
+    """Run `count` cases against a fresh server of `kind` in its own process and assert the
+    goals: no failure, no serving thread lost, memory growth within 64 MiB."""
+    from tests.peers.servers import ServerProcess
+
+    server = ServerProcess.start(kind, request_s=request_s)
+    try:
+        report = run_suite(server, kind, count, seed=seed, request_s=request_s)
+    finally:
+        server.close()
+    assert report.failures == [], report.failures[:5]
+    assert report.threads_lost == 0, report.after
+    assert report.rss_growth_mib <= 64, report.line()
+    return report
