@@ -4,7 +4,7 @@
 
 - SIGKILL (or any death) of `runner run` kills the child at once (Linux: the child's
   parent-death signal), and the driver's own supervision ends the rest of the run
-  (driver/supervise.py: its session, Ray included);
+  (driver/embedded/supervise.py: its session, Ray included);
 - a SIGTERM to `runner run` is handed to the child (a preemption notice: it saves a final
   checkpoint and exits 143);
 - Ctrl-C reaches the child through the terminal's process group, once per press; `runner

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from catalog.errors import InputError
-from driver.config import compose
-from driver.schema import DiTModelConfig, LMModelConfig
+from driver.config.compose import compose
+from driver.config.schema import DiTModelConfig, LMModelConfig
 from driver.train import main
 from tests.driver.conftest import TINY_DIT, TINY_LM
 
@@ -197,11 +197,12 @@ def test_local_paths_are_made_absolute_against_the_working_directory(given, made
     user ran from, in the driver and in every worker."""
     from types import SimpleNamespace as Box
 
-    from driver.config import fill_defaults
+    from driver.config.compose import fill_defaults
 
     output_dir, root, resume = given
     cfg = Box(run=Box(output_dir=output_dir, team="t", name="r"),
               checkpoint=Box(root=root, resume=resume),
-              parallelism=Box(replica_group_size=1, fsdp_size=1))  # fmt: skip
+              parallelism=Box(replica_group_size=1, fsdp_size=1),
+              data=Box(loader="auto"))  # fmt: skip
     fill_defaults(cfg, cwd=Path("/home/u/work"))
     assert (cfg.run.output_dir, cfg.checkpoint.root, cfg.checkpoint.resume) == made

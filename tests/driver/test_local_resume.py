@@ -5,7 +5,7 @@ saved; SIGKILL of `runner run` ends the whole run. Real processes: the runner, t
 with its embedded Ray, two CPU workers.
 
 Ray runs the workers in folders of its own, so before the driver made its paths absolute
-(driver/config.py `fill_defaults`), a relative `checkpoint.root` wrote the checkpoints
+(driver/config/compose.py `fill_defaults`), a relative `checkpoint.root` wrote the checkpoints
 under Ray's session folder: the summary named a path that did not exist and the next run
 started from step 1.
 """

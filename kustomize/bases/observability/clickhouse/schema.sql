@@ -1,3 +1,5 @@
+-- Generated from observability/sql/schema.sql by
+-- `python -m kustomize.tooling.generate`. Do not edit: change the source and rerun.
 -- The platform's telemetry schema: run metrics, node events and NCCL collective records.
 -- Run by the ClickHouse server at first start (/docker-entrypoint-initdb.d) and by
 -- tests/kustomize/test_observability.py in chDB. Every statement is idempotent.
