@@ -111,6 +111,10 @@ class BoundedServer(ThreadingHTTPServer):
             pass
         self.close_request(request)
 
+    def server_close(self) -> None:
+        super().server_close()
+        self._closer.stop()
+
     def handle_error(self, request, client_address) -> None:
         """An exception escaped a handler: one line in the log, counted; the thread ends,
         the server serves on."""
@@ -131,7 +135,14 @@ class _Closer:
     def __init__(self):
         self._lock = threading.Condition()
         self._waiting: dict[socket.socket, float] = {}
+        self._stopped = False
         threading.Thread(target=self._run, name="closer", daemon=True).start()
+
+    def stop(self) -> None:
+        """End the thread (once nothing lingers any more)."""
+        with self._lock:
+            self._stopped = True
+            self._lock.notify()
 
     def close(self, sock) -> None:
         with self._lock:
@@ -144,8 +155,10 @@ class _Closer:
     def _run(self) -> None:
         while True:
             with self._lock:
-                while not self._waiting:  # no wake-ups while nothing lingers
+                while not self._waiting and not self._stopped:  # no wake-ups while idle
                     self._lock.wait()
+                if not self._waiting:
+                    return
                 waiting = dict(self._waiting)
             ready = select.select(list(waiting), [], [], 0.05)[0]
             now = time.monotonic()

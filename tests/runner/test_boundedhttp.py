@@ -131,3 +131,13 @@ def test_limits_are_the_documented_ones():
     assert (LIMITS.connections, LIMITS.per_peer, LIMITS.request_s) == (64, 32, 10.0)
     assert (SERVER.connections, SERVER.per_peer, SERVER.request_s) == (32, None, 15.0)
     assert Limits().header_bytes == 16 * 1024
+
+
+def test_a_closed_server_leaves_no_thread_behind():
+    before = threading.active_count()
+    server = BoundedServer(("127.0.0.1", 0), Handler, Limits())
+    serve_in_thread(server, "test")
+    assert ask(server.server_address[1], "/") == b"HTTP/1.0 200 OK"
+    server.shutdown()
+    server.server_close()
+    wait_for(lambda: threading.active_count() == before)
