@@ -73,17 +73,50 @@ def main(argv: list[str] | None = None, supervised: bool = False) -> int:
         print(f"error: {err.line()}", file=sys.stderr)
         return 2
     fmt = output_format(cfg)
+    if fmt != "json":
+        from driver.saved import resume_line
+
+        resuming = resume_line(cfg)  # the first line of a run that goes on from a checkpoint
+        print(resuming or "", end="\n" if resuming else "", flush=True)
     print(config_text(cfg, config_yaml, output_dir, fmt, show), end="", flush=True)
     if supervised and embedded(cfg):
-        from dataclasses import asdict
-
-        from driver.embedded.netns import network_reason
-        from driver.embedded.supervise import supervise
-
-        shared = network_reason(asdict(cfg), dict(os.environ))
-        return supervise(lambda: _run(cfg, config_yaml, output_dir, fmt, args[0]),
-                         isolate_network=shared is None)  # fmt: skip
+        return _supervised(cfg, lambda: _run(cfg, config_yaml, output_dir, fmt, args[0]))
     return _run(cfg, config_yaml, output_dir, fmt, args[0])
+
+
+def _supervised(cfg, run) -> int:
+    """`run()` in a child process in its own session (driver/embedded/supervise.py); when a signal
+    killed it before it could print its summary (a second Ctrl-C stops at once), the
+    summary of what was saved is printed here."""
+    from dataclasses import asdict
+
+    from driver.embedded.netns import network_reason
+    from driver.embedded.supervise import supervise
+
+    done_r, done_w = os.pipe()
+    os.set_blocking(done_r, False)
+
+    def child() -> int:
+        code = run()
+        os.write(done_w, b"1")  # the run ended by itself and said how
+        return code
+
+    shared = network_reason(asdict(cfg), dict(os.environ))
+    parent = os.getpid()
+    code = supervise(child, isolate_network=shared is None)
+    if os.getpid() != parent:  # the child, ending: its byte is for the parent to read
+        return code
+    os.close(done_w)
+    try:
+        finished = os.read(done_r, 1) == b"1"
+    except BlockingIOError:
+        finished = False
+    os.close(done_r)
+    if not finished and code > 128:
+        from driver.saved import stopped_line
+
+        print(stopped_line(cfg, code - 128), flush=True)
+    return code
 
 
 def config_text(cfg, config_yaml: str, output_dir: Path, fmt: str, show: bool) -> str:

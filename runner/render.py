@@ -26,6 +26,7 @@ from runner.sizing import CPU_ONLY_SHM
 from runner.spec import entrypoint
 from runner.spec_schema import RunSpec
 from runner.templating import render_template
+from runner.unbuilt import notice, unbuilt_image
 from runner.validation.inputs import EnvPlan, check_spec, load_env
 from runner.validation.manifests import validate_manifests
 
@@ -63,6 +64,8 @@ class Rendered:
     plan: Plan
     manifests: list[dict]
     layout: dict | None = None
+    notices: tuple[str, ...] = ()
+    """One line each: what keeps the run from starting as rendered (runner.unbuilt)."""
 
     def summary(self) -> str:
         """The plan's totals, and what trains: `...; trains on 16 GPUs: FSDP 8 x 2 replica
@@ -262,7 +265,8 @@ def render(spec: RunSpec) -> Rendered:
         layout = check_layout(spec, entrypoint(spec, shape=shape, budget_s=plan.grace.budget_s))
     manifests = render_template(spec.type, run=context(plan, env))
     validate_manifests(manifests, plan.cluster.kubernetes_version, spec.origin)
-    return Rendered(plan, manifests, layout)
+    unbuilt = unbuilt_image(spec)
+    return Rendered(plan, manifests, layout, (notice(spec, unbuilt),) if unbuilt else ())
 
 
 def render_run(spec: RunSpec) -> list[dict]:

@@ -23,16 +23,33 @@ from catalog import labels
 from catalog.errors import InputError, from_validation
 from catalog.loader import repo_root
 from runner.runfile import read_yaml_file, shown
-from runner.spec_schema import COMMAND_LINE, SURROGATE, RunSpec, locate
+from runner.spec_schema import COMMAND_LINE, MAX_ENTRIES, SURROGATE, RunSpec, locate
 
 
 def display_path(path: str | Path) -> str:
-    """A path relative to the repository root when inside it, else as given."""
-    resolved = Path(path).resolve()
+    """A path relative to the repository root when inside it, else as given (also when it
+    cannot be resolved: a symlink loop, a NUL in the name; reading it then says why)."""
     try:
-        return str(resolved.relative_to(repo_root()))
-    except ValueError:
+        return str(Path(path).resolve().relative_to(repo_root()))
+    except (ValueError, OSError, RuntimeError):  # outside the root; a NUL; a symlink loop
         return str(path)
+
+
+def check_overrides(items: Any, source: str, field: str = "train_overrides") -> None:
+    """`key=value` items of one place (a file's list, or the command line's `--set`s): the
+    same key twice is refused, naming both (a later place may override an earlier one)."""
+    if not isinstance(items, list | tuple) or len(items) > MAX_ENTRIES:
+        return  # the schema refuses it, saying so
+    seen: dict[str, int] = {}
+    for index, item in enumerate(items):
+        if not isinstance(item, str) or "=" not in item:
+            continue
+        key = item.split("=", 1)[0].strip().lstrip("+~")
+        if key in seen:
+            label = f"{field}[{index}]" if source != COMMAND_LINE else field
+            raise InputError(source, label, f"{shown(key)} is set twice (entries "
+                             f"{seen[key] + 1} and {index + 1}); give each key once")  # fmt: skip
+        seen[key] = index
 
 
 def build_spec(
@@ -65,12 +82,15 @@ def read_run(path: str | Path) -> tuple[dict[str, Any], str]:
     """(data, display name) of a run definition file; errors name the file."""
     if SURROGATE.search(str(path)):
         raise InputError(COMMAND_LINE, "RUN", f"{shown(str(path))}: the name is not UTF-8")
+    if "\x00" in str(path):
+        raise InputError(COMMAND_LINE, "RUN", f"{shown(str(path))}: the name contains a NUL")
     origin = display_path(path)
     data = read_yaml_file(Path(path), origin)
     if data is None:
         data = {}
     if not isinstance(data, dict):
         raise InputError(origin, None, "expected a mapping of run definition keys")
+    check_overrides(data.get("train_overrides"), origin)
     return data, origin
 
 

@@ -12,7 +12,7 @@ Reading a file and applying flags is `runner.spec` (`load_run`, `build_spec`).
 from __future__ import annotations
 
 import re
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationInfo, field_validator
 
@@ -139,7 +139,9 @@ class RunSpec(BaseModel):
     @field_validator("*", mode="before")
     @classmethod
     def _bounded(cls, value: Any, info: ValidationInfo) -> Any:
-        """Every string bounded, valid UTF-8 and without NUL; every list or mapping short."""
+        """Every string bounded, valid UTF-8 and without NUL; every list or mapping short;
+        true/false only where the field is a yes/no."""
+        no_bool(cls, value, info)
         long = info.field_name in ("cmd", "env")
         if isinstance(value, list | dict):
             if len(value) > MAX_ENTRIES:
@@ -191,6 +193,17 @@ class RunSpec(BaseModel):
     def overridden(self) -> list[str]:
         """Fields set on the command line, in field order."""
         return [f for f in type(self).model_fields if self._sources.get(f) == COMMAND_LINE]
+
+
+def no_bool(model: type[BaseModel], value: Any, info: ValidationInfo) -> None:
+    """A field validator's check: true/false for a field that is not a yes/no (pydantic
+    would take `pods: true` as 1). ValueError naming what the field takes."""
+    if not isinstance(value, bool):
+        return
+    annotation = model.model_fields[info.field_name].annotation
+    if annotation is bool or bool in get_args(annotation):
+        return
+    raise ValueError(f"expected a number, not {str(value).lower()}")
 
 
 def _check_text(value: Any, limit: int) -> None:

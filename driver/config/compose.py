@@ -8,6 +8,7 @@ wrong types. Every problem is a `catalog.InputError` naming the file and the key
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from catalog.errors import InputError
@@ -121,14 +122,31 @@ def _extra_key(composed: object, typed: object, prefix: str = "") -> str | None:
     return None
 
 
-def fill_defaults(cfg: TrainConfig) -> None:
+def fill_defaults(cfg: TrainConfig, cwd: str | Path | None = None) -> None:
     """Values derived from others: the output folder, the parallel layout from the shape
-    (driver.config.layout), the data loader (the pipeline with a shape)."""
+    (driver.config.layout), the data loader (the pipeline with a shape), and every
+    local path the run writes or resumes from (`run.output_dir`, `checkpoint.root`, a
+    `checkpoint.resume` path) made absolute against `cwd` (default: this process's working
+    directory, the one the user ran from). Ray runs the workers in folders of its own, where
+    a relative path would name another place than the driver's."""
     if not cfg.run.output_dir:
         cfg.run.output_dir = f"outputs/{cfg.run.team}/{cfg.run.name}"
+    here = Path(cwd) if cwd is not None else Path.cwd()
+    cfg.run.output_dir = absolute(cfg.run.output_dir, here)
+    cfg.checkpoint.root = absolute(cfg.checkpoint.root, here)
+    if cfg.checkpoint.resume not in (None, "auto"):
+        cfg.checkpoint.resume = absolute(cfg.checkpoint.resume, here)
     layout.derive(cfg.parallelism, cfg.shape, ft=cfg.ft.enabled)
     if cfg.data.loader == "auto":
         cfg.data.loader = "pipeline" if cfg.shape.nodes else "inprocess"
+
+
+def absolute(path: str, cwd: Path) -> str:
+    """A local path made absolute against `cwd` (lexically: `..` folded, symlinks kept); a
+    URI (`gs://...`) or an empty value as it is."""
+    if not path or "://" in path:
+        return path
+    return os.path.normpath(cwd / Path(path).expanduser())
 
 
 def validate(cfg: TrainConfig, source: str | Path) -> None:

@@ -16,7 +16,7 @@ from typing import Any
 import click
 
 from catalog.errors import InputError
-from runner.spec import build_spec, read_run
+from runner.spec import build_spec, check_overrides, read_run
 from runner.spec_schema import COMMAND_LINE, FLAGS, RunSpec, flag_name
 
 # Run definition fields that have a flag, in --help order. Values stay strings here: the
@@ -96,6 +96,7 @@ def overrides_from(options: dict[str, Any]) -> tuple[dict[str, Any], dict[str, s
     found |= {f: options[f] for f in _BOOL_FIELDS if options.get(f) is not None}
     if options.get("train_overrides"):
         found["train_overrides"] = list(options["train_overrides"])
+        check_overrides(found["train_overrides"], COMMAND_LINE, "--set")
     return found, typed
 
 

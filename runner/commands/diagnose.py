@@ -32,6 +32,7 @@ from runner.commands._day2 import (
     run_argument,
 )
 from runner.commands._day2_views import summary
+from runner.commands._types import PathArg
 from runner.kube import KubeError
 
 LOG_TAIL = 5000
@@ -100,7 +101,7 @@ def _add(tar: tarfile.TarFile, name: str, text: str) -> None:
 @click.option(
     "--out",
     "out",
-    type=click.Path(dir_okay=False, path_type=Path),
+    type=PathArg(dir_okay=False, path_type=Path),
     help="Archive path (default ./<run>-diagnose-<time>.tar.gz).",
 )
 @click.option(

@@ -25,7 +25,7 @@ from catalog.errors import InputError
 from catalog.loader import repo_root
 from runner import gitops, gitstage
 from runner.commands._run_flags import load_with_flags, overrides_from, run_options
-from runner.commands.render import apps_text
+from runner.commands.render import apps_text, warn
 from runner.render import render as render_spec
 from runner.spec import build_spec, display_path, dump_spec
 from runner.spec_schema import COMMAND_LINE, RunSpec
@@ -189,6 +189,9 @@ def submit(
     rendered = render_spec(spec)
     totals = rendered.summary()
     click.echo(f"{spec.name}: {totals}")
+    if apply_ and rendered.notices:  # its pods could not start: refuse, saying why
+        raise InputError(COMMAND_LINE, "--apply", f"refused: {rendered.notices[0]}")
+    warn(rendered.notices)
     if dry_run:
         click.echo("dry run: nothing written or applied")
         return

@@ -12,6 +12,7 @@ from pathlib import Path
 import click
 
 from catalog.errors import InputError
+from runner.commands._types import PathArg
 
 
 def parse_run(text: str | None) -> tuple[str, str] | None:
@@ -46,7 +47,7 @@ def cluster_source(url: str, cluster: str | None, namespace: str | None, user_en
 @click.command("ui")
 @click.option(
     "--outputs",
-    type=click.Path(path_type=Path),
+    type=PathArg(path_type=Path),
     default=Path("outputs"),
     show_default=True,
     help="Local mode: the folder of run outputs (<team>/<name>/).",

@@ -227,12 +227,13 @@ def test_kubernetes_trouble_and_a_flood_are_refused_not_queued(gate):
     fleet, gateway, url, token_file = gate
     fleet.inject("kube", "review_token", 503)
     assert shrink_status(url, token_file())[0] == 503
-    fleet.inject("kube", "get_raycluster", "timeout")
+    fleet.inject("kube", "get_raycluster", "timeout")  # no answer in time: 504
     status, reason = shrink_status(url, token_file())
-    assert status == 503 and reason.startswith("kubernetes: "), reason
+    assert status == 504 and reason.startswith("kubernetes: "), reason
     for _ in range(MAX_IN_FLIGHT):
         gateway._slots.acquire()
     status, reason = shrink_status(url, token_file())
     assert status == 429 and reason.startswith(f"more than {MAX_IN_FLIGHT} requests in flight")
-    assert gateway.counts[("/v1/shrink", 503)] == 2 and gateway.counts[("/v1/shrink", 429)] == 1
+    assert gateway.counts[("/v1/shrink", 503)] == 1 and gateway.counts[("/v1/shrink", 504)] == 1
+    assert gateway.counts[("/v1/shrink", 429)] == 1
     assert fleet.counts("shrink") == {}
