@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import gc
 import logging
+import queue
 import time
 import weakref
 from collections import deque
@@ -105,7 +106,7 @@ class DataPipeline(Checkpointable):
     def _receive(self) -> bool:
         try:
             message = self._runtime.shared.ready_q.get(timeout=self.config.poll_interval_s)
-        except Exception:  # queue.Empty
+        except queue.Empty:
             return False
         self._handle(message)
         return True
@@ -147,7 +148,7 @@ class DataPipeline(Checkpointable):
         base = np.frombuffer(self._runtime.shm.buf, np.uint8, count=size, offset=slot * size)
         self._leased.add(slot)
         weakref.finalize(base, self._released.append, slot)
-        return codec.decode(spec, base, to_torch=self.config.output == "torch")
+        return codec.decode(codec.spec_in(spec), base, to_torch=self.config.output == "torch")
 
     def _recycle(self) -> None:
         while self._released:
@@ -187,7 +188,7 @@ class DataPipeline(Checkpointable):
         while len(ready) < len(runtime.procs):
             try:
                 message = runtime.shared.ready_q.get(timeout=self.config.poll_interval_s)
-            except Exception:  # queue.Empty
+            except queue.Empty:
                 check_ready(runtime, ready, deadline, self.config, self.rank)
                 continue
             if message[0] == "ready":

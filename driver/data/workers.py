@@ -25,9 +25,9 @@ from driver.data.heap import keep_freed_memory
 from driver.data.placement import Placer
 from driver.data.sampling import rank_slice, sample_seed, schedule_entries, steps_in_epoch
 from driver.data.stages import SampleContext, WorkerInfo
-from driver.data.staging import stage_out
+from driver.data.staging import FAILED, OK, outbound, stage_out, unsendable
 
-OK, FAILED = "ok", "failed"
+__all__ = ["FAILED", "OK"]  # the states of a sample, also read from here
 _WAIT = 0.5
 
 
@@ -150,8 +150,11 @@ def producer_main(shared: Shared, row: int, wid: int, dataset: Any, stages: list
             job = (dataset, clients, stages, epoch, slot, count, placer)
             results = _run_task(shared, row, pool, job, step, list(enumerate(indices, first)))
             set_status(shared, row, -1, -1)
-            put_item(shared, shared.sample_qs[step % len(shared.sample_qs)],
-                 (epoch, step, slot, count, results))  # fmt: skip
+            records, out = outbound(results), shared.sample_qs[step % len(shared.sample_qs)]
+            try:
+                put_item(shared, out, (epoch, step, slot, count, records))
+            except TypeError:  # a sample that is not plain data: reported, not sent
+                put_item(shared, out, (epoch, step, slot, count, unsendable(records)))
     except Stopped:
         return
     finally:
