@@ -5,10 +5,10 @@ producer → collator queue; the arrays are written once by the producer and sta
 the collator straight into the batch slot. A sample bigger than its staging space (a slot's
 bytes divided by the batch size) travels through the queue instead, as typed frames like
 every record there (driver.data.frames; never pickle). `outbound` and `inbound` turn a
-producer's results into the queue's records and back: `(position, index, state, value)`
-with state "staged" (value: the spec's transport form), "placed" (no value), "ok" (the
-sample itself) or "failed" (the reason). Used by `driver.data.workers`; not meant to be
-run on its own.
+producer's results into the queue's records and back: `[position, index, state, v]` with
+state "staged" (the spec's transport form among the record's values), "placed" (nothing),
+"ok" (the sample itself among the values) or "failed" (v: the reason). Used by
+`driver.data.workers`; not meant to be run on its own.
 """
 
 from __future__ import annotations
@@ -50,42 +50,60 @@ def stage_out(shared: Any, slot: int, pos: int, value: Any) -> Any:
     return Staged(spec)
 
 
-def outbound(results: list[tuple]) -> list[tuple]:
-    """A producer's `(pos, index, state, value)` results as the queue's records."""
-    out = []
+def outbound(results: list[tuple]) -> tuple[list, list]:
+    """A producer's `(pos, index, state, value)` results as a queue record's head part and
+    values: `[pos, index, state, v]` per sample, with v the index of its value in `values`
+    ("staged": the spec's transport form; "ok": the sample itself), the reason ("failed")
+    or None ("placed")."""
+    records: list[list] = []
+    values: list[Any] = []
     for pos, index, state, value in results:
-        if state == OK and isinstance(value, Staged):
-            out.append((pos, index, STAGED, codec.spec_out(value.spec)))
-        elif state == OK and isinstance(value, Placed):
-            out.append((pos, index, PLACED, None))
-        else:
-            out.append((pos, index, state, value))
-    return out
+        if state != OK or isinstance(value, Placed):
+            records.append([pos, index, FAILED if state != OK else PLACED, _plain(value)])
+            continue
+        if isinstance(value, Staged):
+            state, value = STAGED, codec.spec_out(value.spec)
+        records.append([pos, index, state, len(values)])
+        values.append(value)
+    return records, values
 
 
-def unsendable(records: list[tuple]) -> list[tuple]:
+def _plain(value: Any) -> Any:
+    return value if isinstance(value, str) else None  # a reason, or nothing (placed)
+
+
+def unsendable(records: list[list], values: list) -> tuple[list, list]:
     """`records` with each sample that cannot travel as typed frames made a failed one
     (its reason names the sample's type), for a put that raised TypeError."""
-    out = []
-    for pos, index, state, value in records:
-        if state == OK:
+    out: list[list] = []
+    kept: list[Any] = []
+    for pos, index, state, v in records:
+        if state in (OK, STAGED):
             try:
-                codec.to_frames(value)
+                codec.to_frames(values[v])
             except TypeError as err:
-                state, value = FAILED, f"sample cannot go between the pipeline's processes: {err}"
-        out.append((pos, index, state, value))
-    return out
+                why = f"sample cannot go between the pipeline's processes: {err}"
+                out.append([pos, index, FAILED, why])
+                continue
+            out.append([pos, index, state, len(kept)])
+            kept.append(values[v])
+        else:
+            out.append([pos, index, state, v])
+    return out, kept
 
 
-def inbound(state: str, value: Any) -> tuple[str, Any]:
-    """A queue record's (state, value) as the collator works with them: OK with a sample
-    (`Staged`, `Placed` or the value), or FAILED with the reason."""
+def inbound(record: list, values: list) -> tuple[int, int, str, Any]:
+    """A queue record's sample as the collator works with it: (pos, index, OK, a `Staged`,
+    `Placed` or the value) or (pos, index, FAILED, the reason)."""
+    pos, index, state, v = record
     if state == STAGED:
-        return OK, Staged(codec.spec_in(value))
+        return pos, index, OK, Staged(codec.spec_in(values[v]))
     if state == PLACED:
-        return OK, Placed()
-    if state in (OK, FAILED):
-        return state, value
+        return pos, index, OK, Placed()
+    if state == OK:
+        return pos, index, OK, values[v]
+    if state == FAILED:
+        return pos, index, FAILED, str(v)
     raise ValueError(f"sample record in state {state!r}")
 
 
