@@ -218,6 +218,8 @@ class ProxyServer(Forwarding, WorkerSet):
                         handle(recv_bounded(sock, budget, frames))
                     except Oversized as err:
                         self._oversized(err, front)
+                    except zmq.Again:  # nothing after all
+                        break
                     except Exception as err:  # noqa: BLE001 (a message must not end the loop)
                         self._internal(err)
                     if not _events(sock, _EVENTS) & _POLLIN:

@@ -10,7 +10,7 @@ A peer must know the run's token before it can send anything: the socket is a ZM
 server and the serving thread answers ZeroMQ's handshake checks itself (driver.messaging.zap),
 so a stranger is disconnected after its handshake (counted as `refused["token"]`) and
 never gets a message buffered in the driver. A message is handled only if its frames
-together are within `MAX_BYTES` (let go frame by frame as they are read past it), it
+together are within `max_bytes` (`MAX_BYTES`; let go frame by frame as they are read past it), it
 parses (driver.messaging.wire: JSON nesting bounded before parsing) and carries the
 token; anything else is dropped and counted (`refused`, per reason; `refused_peers`, per
 peer), with one log line per kind, since answering a stranger tells it something. A known
@@ -41,7 +41,6 @@ WORKER_METHODS = frozenset({"hello", "start", "push_many", "fail", "finish", "no
 """What a worker may ask (everything else in the state is the driver's)."""
 NO_REPLY = frozenset({"push_many"})
 POLL_MS = 200  # how often the serving thread looks at its stop flag when nothing arrives
-BUDGET = MAX_BYTES + wire.MAX_ENVELOPE_BYTES + 256  # a whole message, its routing id too
 
 
 def endpoint(host: str) -> str:
@@ -52,8 +51,10 @@ def endpoint(host: str) -> str:
 class DriverChannel:
     """The served state, its lock, and the thread serving the workers."""
 
-    def __init__(self, state: Any, host: str = "127.0.0.1"):
+    def __init__(self, state: Any, host: str = "127.0.0.1", max_bytes: int = MAX_BYTES):
         self.state, self.lock = state, threading.Lock()
+        self.max_bytes = max_bytes  # a whole message's; with its envelope and routing id:
+        self.budget = max_bytes + wire.MAX_ENVELOPE_BYTES + 256
         self.ledger = Ledger()
         self.refused = self.ledger.reasons  # per reason; self.ledger.peers per peer
         self.loop_restarts = 0
@@ -66,8 +67,10 @@ class DriverChannel:
                                         daemon=True)  # fmt: skip
 
     @classmethod
-    def start(cls, state: Any, host: str = "127.0.0.1") -> DriverChannel:
-        channel = cls(state, host)
+    def start(
+        cls, state: Any, host: str = "127.0.0.1", max_bytes: int = MAX_BYTES
+    ) -> DriverChannel:
+        channel = cls(state, host, max_bytes)
         channel._thread.start()
         channel._bound.wait()
         if channel._error is not None:
@@ -99,7 +102,7 @@ class DriverChannel:
         try:
             gate = Gate(ctx, plain_password(self.token, USER))
             sock = ctx.socket(zmq.ROUTER)
-            sock.linger, sock.maxmsgsize, sock.ipv6 = 0, MAX_BYTES, ":" in host
+            sock.linger, sock.maxmsgsize, sock.ipv6 = 0, self.max_bytes, ":" in host
             sock.plain_server = True
             port = sock.bind_to_random_port(endpoint(host))
             self.address = ChannelAddress(f"{endpoint(host)}:{port}", self.token)
@@ -141,7 +144,7 @@ class DriverChannel:
     def _serve_one(self, sock: zmq.Socket) -> None:
         """One message; whatever goes wrong with it is logged, and the thread serves on."""
         try:
-            self._handle(sock, recv_bounded(sock, BUDGET, wire.MAX_FRAMES + 2))
+            self._handle(sock, recv_bounded(sock, self.budget, wire.MAX_FRAMES + 2))
         except Oversized as err:
             self._refuse("oversized", err.head[0].bytes)
         except Exception:  # noqa: BLE001 (a bug here must not silence the channel)
@@ -168,7 +171,7 @@ class DriverChannel:
     def _admit(self, frames: list, peer: bytes) -> wire.Message | None:
         """The message if it parses and carries the run's token, else None (counted)."""
         try:
-            msg = wire.parse(frames, MAX_BYTES)
+            msg = wire.parse(frames, self.max_bytes)
         except wire.WireError as err:
             return self._refuse(err.reason, peer)
         token = (msg.info or {}).get("token")
