@@ -164,14 +164,10 @@ class WorkerServer(Queueing):
         next_sweep = time.monotonic()
         while self.running.is_set():
             if not queues.size:
-                try:
-                    self._take(sock, 0)
-                except zmq.Again:
-                    pass  # RCVTIMEO: look at the clock and the running flag
+                self._take(sock, 0)  # or RCVTIMEO: look at the clock and the running flag
             for _ in range(DRAIN):  # every rank's arrivals queued before a pick
-                if not _events(sock, _EVENTS) & _POLLIN:
+                if not _events(sock, _EVENTS) & _POLLIN or not self._take(sock, NOBLOCK):
                     break
-                self._take(sock, NOBLOCK)
             if self.held and time.monotonic() >= next_sweep:
                 self._expire_held()
                 next_sweep = time.monotonic() + 0.05
@@ -179,8 +175,9 @@ class WorkerServer(Queueing):
             if item is not None:
                 self._reply(item.route, self._serve(item))
 
-    def _take(self, sock: zmq.Socket, flags: int) -> None:
-        """Receive one message within the budget and take it in; a refusal is counted."""
+    def _take(self, sock: zmq.Socket, flags: int) -> bool:
+        """Receive one message within the budget and take it in (a refusal is counted);
+        False if none was waiting."""
         try:
             self._receive(recv_bounded(sock, self.budget, MAX_FRAMES + 3, flags, keep=3))
         except Oversized as err:
@@ -188,11 +185,12 @@ class WorkerServer(Queueing):
             text = f"oversized: {err}, limit {self.max_bytes}"
             self._reply(err.head[:2], error_reply(peek_id(err.head[2:]), "protocol", text))
         except zmq.Again:
-            raise
+            return False
         except Exception as err:  # noqa: BLE001 (a message must not end the loop)
             self.counters["refused_internal"] += 1
             if self.counters["refused_internal"] <= 3:
                 log.error("aux worker: a message could not be taken in", exc_info=err)
+        return True
 
     def _receive(self, frames: list[Any]) -> None:
         if len(frames) < 3:

@@ -183,7 +183,7 @@ class Learner:
         except outer.Refused as err:
             self.refused_updates += 1
             log.error("%s: update not applied: %s", self.cfg.learner, err)
-        except (ValueError, KeyError, TypeError, AttributeError) as err:
+        except Exception as err:  # noqa: BLE001 (a reply must not end the training step)
             log.warning("%s: bad reply from the synchronizer: %s", self.cfg.learner, err)
 
     def _apply(self, model: torch.nn.Module, reply: dict, step: int) -> None:

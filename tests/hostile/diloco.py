@@ -126,7 +126,7 @@ class LearnerSuite(Suite):
 
     KINDS = ("good", "nan", "inf", "int8_list", "int8_nan_scale", "wrong_shape", "deep_body",
              "deep_info", "garbage", "truncated", "wrong_id", "flood", "err", "unknown_kind",
-             "no_weights", "big_int", "nan_deadline", "empty")  # fmt: skip
+             "no_weights", "big_int", "nan_deadline", "empty", "infinite_round")  # fmt: skip
     HEAVY = ()
 
     def __init__(self, limit: int, peers: int):
@@ -179,6 +179,7 @@ class LearnerSuite(Suite):
             "err": lambda: [bytes(f) for f in wire.pack(wire.Message("err", msg.id, code="x"))],
             "wrong_id": lambda: rep({"kind": "same", "round": 3}, msg.id + 1000),
             "unknown_kind": lambda: rep({"kind": "weird", "round": 1}),
+            "infinite_round": lambda: rep({"kind": "same", "round": INF}),
             "no_weights": lambda: rep({"kind": "delta", "round": self.round + 1}),
             "empty": lambda: rep({"kind": "empty", "round": -1}),
         }
