@@ -17,6 +17,7 @@ until `alive()` turns false. The thread itself never ends on an error.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable
 
@@ -34,7 +35,8 @@ def supervise(
     name: str,
 ) -> None:
     """Run `loop()` until it returns or `alive()` is false; an error is reported and the loop
-    run again (SystemExit from a handler included: a serving thread is not for it to end)."""
+    run again (in a serving thread SystemExit too: it is not for a message to end the
+    thread). Ctrl-C, and SystemExit in the main thread, end it as they would any program."""
     pause = FIRST_PAUSE_S
     while alive():
         started = time.monotonic()
@@ -42,6 +44,8 @@ def supervise(
             loop()
             return
         except BaseException as err:  # noqa: BLE001 (the loop must come back)
+            if _ends_the_program(err):
+                raise
             if not alive():
                 return
             log.error("%s: the serving loop failed and starts again", name, exc_info=err)
@@ -53,3 +57,9 @@ def supervise(
             pause = FIRST_PAUSE_S
         time.sleep(pause)
         pause = min(2 * pause, MAX_PAUSE_S)
+
+
+def _ends_the_program(err: BaseException) -> bool:
+    if isinstance(err, KeyboardInterrupt | GeneratorExit):
+        return True
+    return isinstance(err, SystemExit) and threading.current_thread() is threading.main_thread()

@@ -116,8 +116,19 @@ def test_a_failing_loop_is_reported_and_run_again_until_it_returns():
         if len(calls) < 3:
             raise RecursionError("boom") if len(calls) == 1 else SystemExit(3)
 
-    supervise(loop, lambda: True, reported.append, "test")
+    thread = threading.Thread(target=supervise, args=(loop, lambda: True, reported.append, "t"))
+    thread.start()
+    thread.join(10)
     assert len(calls) == 3 and [type(e) for e in reported] == [RecursionError, SystemExit]
+
+
+@pytest.mark.parametrize("err", [KeyboardInterrupt(), SystemExit(2)])
+def test_ctrl_c_and_an_exit_in_the_main_thread_end_it(err):
+    def loop():
+        raise err
+
+    with pytest.raises(type(err)):
+        supervise(loop, lambda: True, lambda e: None, "test")
 
 
 def test_a_loop_that_fails_while_stopping_is_not_run_again():
