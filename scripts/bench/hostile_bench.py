@@ -16,10 +16,10 @@ is `--limit` (64 MiB, the default of the auxiliary services and the run's channe
 
 Printed per loop: cases and kinds, serving threads lost (goal 0), legitimate calls that
 failed (goal 0), loop restarts, the serving process's memory growth per peer from after
-the warm-up to after the suite (goal <= 64 MiB) and its peak per peer (what ZeroMQ held of
-a message while it arrived: it passes a multipart message on only once all of it is in,
-so an unauthenticated peer's split message is held whole until the receiver lets it go),
-refusals by reason; then the ratio of each growth to the 64 MiB bound.
+the warm-up to after the suite (goal <= 64 MiB) and its peak, per peer and in all (what
+ZeroMQ held of a message while it arrived: it passes a multipart message on only once all
+of it is in, so an unauthenticated peer's split message is held whole until the receiver
+lets it go), refusals by reason; then the ratio of each growth to the 64 MiB bound.
 """
 
 from __future__ import annotations

@@ -60,14 +60,20 @@ class Report:
 
     @property
     def peak_per_peer_mib(self) -> float:
-        return max(0, self.peak - self.rss_before) / self.peers / MIB
+        return self.peak_mib / self.peers
+
+    @property
+    def peak_mib(self) -> float:
+        """The serving process's peak RSS over the suite above its RSS before it."""
+        return max(0, self.peak - self.rss_before) / MIB
 
     def line(self) -> str:
         return (
             f"{self.loop:<12} {self.cases:5d} cases {len(self.kinds):2d} kinds {self.peers} peers"
             f"  threads lost {self.threads_lost}  failed calls {self.failed_checks}/{self.checks}"
             f"  restarts {self.restarts}  memory growth {self.growth_per_peer_mib:6.2f} MiB/peer"
-            f"  (peak {self.peak_per_peer_mib:7.2f} MiB/peer)  {self.seconds:5.1f} s"
+            f"  (peak {self.peak_per_peer_mib:7.2f} MiB/peer, {self.peak_mib:6.1f} MiB in all)"
+            f"  {self.seconds:5.1f} s"
         )
 
 
