@@ -21,6 +21,13 @@ fragment of the parameters, each on its own staggered schedule (docs/diloco.md).
 
 In a multi-process learner (torch.distributed initialised, several ranks) rank 0 talks to
 the synchronizer and broadcasts each merge to the other ranks; every rank calls after_step.
+
+A learner never sends or applies anything non-finite: a pseudo-gradient with a NaN or an
+infinity (its training diverged) is not pushed; the learner asks for the shared weights
+instead and replaces its own with them (`refused_pushes`). An update from the
+synchronizer whose weights are not finite is not applied (`refused_updates`); the learner
+keeps its weights and its next push, against the round it holds, brings the shared
+weights whole.
 """
 
 from __future__ import annotations
@@ -60,6 +67,9 @@ class Learner:
         self.wait_s = 0.0  # time spent blocked on the synchronizer
         self.dirty = False  # merged since the last broadcast to the other ranks
         self.resumed = False  # base, round, steps and residual came from a checkpoint
+        self.refused_pushes = 0  # sync points whose pseudo-gradient was not finite
+        self.refused_updates = 0  # updates from the synchronizer that were not finite
+        self.reset = False  # the next shared weights replace ours (ours were not finite)
 
     def start(self, model: torch.nn.Module) -> None:
         """Join: continue from the shared weights, or offer ours when there are none yet.
@@ -97,9 +107,12 @@ class Learner:
         if self.cfg.mode == "decoupled" and fresh:
             return  # the previous round is still in flight
         self.snapshot = outer.clone(self._mine(model))
-        grad, self.residual = outer.with_feedback(
-            outer.pseudo_gradient(self.base, self.snapshot), self.residual, self.cfg.compression
-        )
+        grad = outer.pseudo_gradient(self.base, self.snapshot)
+        try:
+            outer.check_update(grad, f"{self.cfg.learner}'s pseudo-gradient at step {step}")
+        except outer.Refused as err:
+            return self._diverged(model, step, err)
+        grad, self.residual = outer.with_feedback(grad, self.residual, self.cfg.compression)
         before = self.client.sent_bytes
         request = self.client.request(
             "push",
@@ -116,8 +129,24 @@ class Learner:
         if self.cfg.mode == "barrier":
             self._wait(model, self.cfg.barrier_timeout_s, step)
 
+    def _diverged(self, model: torch.nn.Module, step: int, err: outer.Refused) -> None:
+        """Our weights are not finite: push nothing, fetch the shared weights to replace
+        ours (a join without a digest is answered with them whole)."""
+        self.refused_pushes += 1
+        log.error("%s: not pushed (%s); taking the shared weights instead", self.cfg.learner, err)
+        self.reset, self.residual = True, {}
+        join = {"learner": self.cfg.learner, "digest": "", "fragment": self.fragment}
+        self.pending = (self.client.request("join", join), time.time())
+        if self.cfg.mode == "barrier":
+            self._wait(model, self.cfg.barrier_timeout_s, step)
+
     def _offer(self, model: torch.nn.Module) -> None:
         self.snapshot = outer.clone(self._mine(model))
+        try:
+            outer.check_update(self.snapshot, f"{self.cfg.learner}'s weights")
+        except outer.Refused as err:  # never the shared weights' first value
+            log.error("%s: weights not offered: %s", self.cfg.learner, err)
+            return
         request = self.client.request(
             "init",
             {
@@ -151,7 +180,10 @@ class Learner:
         try:
             reply = wire.decode(msg.body, torch=True)
             self._apply(model, reply, step)
-        except (ValueError, KeyError, TypeError) as err:
+        except outer.Refused as err:
+            self.refused_updates += 1
+            log.error("%s: update not applied: %s", self.cfg.learner, err)
+        except Exception as err:  # noqa: BLE001 (a reply must not end the training step)
             log.warning("%s: bad reply from the synchronizer: %s", self.cfg.learner, err)
 
     def _apply(self, model: torch.nn.Module, reply: dict, step: int) -> None:
@@ -167,8 +199,11 @@ class Learner:
             new_base = outer.apply_delta(self.base, outer.unpack(weights, self.base, "delta"))
         else:
             new_base = outer.unpack(weights, self.base, "shared weights")
+        outer.check_update(new_base, f"round {reply['round']} {kind} from the synchronizer")
         now = self._mine(model)  # on the model's device; the merge is done on CPU copies
-        local = outer.merge(self.cfg.merge, outer.clone(now), self.snapshot, new_base)
+        rule = "replace" if self.reset else self.cfg.merge  # ours were not finite: theirs
+        local = outer.merge(rule, outer.clone(now), self.snapshot, new_base)
+        self.reset = False
         with torch.no_grad():
             for name, tensor in now.items():
                 tensor.copy_(local[name])

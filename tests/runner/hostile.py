@@ -2,7 +2,7 @@
 rule every one must keep.
 
 Shared by the property tests (tests/runner/test_properties.py, a few thousand examples in
-the default suite), `scripts/fuzz-runs` (as many as asked) and scripts/bench/hostile_bench.py
+the default suite), `scripts/fuzz-runs` (as many as asked) and scripts/bench/hostile_http_bench.py
 (the 10,000-case figure). The rule (`check_cli`): `runner render|validate|submit|run RUN
 FLAGS` ends with exit 0, or exit 2 and exactly one line on stderr starting `error: `; never
 a traceback, never another exception, never a hang.

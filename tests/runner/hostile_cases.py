@@ -5,7 +5,7 @@ experiment), where it lies, the command and its flags; and the count of a fuzzin
     @given(case=cases())
     def test(case): check_case(folder, case)         # AssertionError: a traceback; Hang
 
-    report = fuzz(folder, count=10_000)              # scripts/fuzz-runs, hostile_bench.py
+    report = fuzz(folder, count=10_000)              # scripts/fuzz-runs, hostile_http_bench.py
     print(report.line())   # "10000 cases (...): 0 tracebacks, 0 hangs, ..."
 
 The generators of files and flags are tests/runner/hostile.py's; this module adds the

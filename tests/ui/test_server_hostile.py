@@ -1,7 +1,7 @@
 """`runner ui`'s server against hostile and careless peers: bounded connections, time per
 request and query fields; 400/404 as one line of JSON naming no file of the installation;
 no thread held by an idle connection; a store that hangs or fails answered 504/503/502; and
-200 cases of the hostile-peer suite (tests/peers; 1,000 in scripts/bench/hostile_bench.py)
+200 cases of the hostile-peer suite (tests/peers; 1,000 in scripts/bench/hostile_http_bench.py)
 against a server in a process of its own."""
 
 from __future__ import annotations
@@ -152,5 +152,5 @@ def test_a_store_that_hangs_is_504_then_503_and_one_that_fails_is_502(ui, monkey
 
 
 def test_hostile_peers():
-    """200 cases of the hostile-peer suite (1,000: scripts/bench/hostile_bench.py)."""
+    """200 cases of the hostile-peer suite (1,000: scripts/bench/hostile_http_bench.py)."""
     check_suite("ui", count=200)

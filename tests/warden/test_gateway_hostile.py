@@ -4,7 +4,7 @@ token, holds one longer than a request may take, or gets a 500.
 The slow-loris lock (16 clients sending a byte every 5 s held all 16 slots), the order of
 the checks (a token before a slot), what each bad header or body is answered, the token
 reviews' cache and bound, and 200 cases of the hostile-peer suite (tests/peers; 1,000 in
-scripts/bench/hostile_bench.py) against a gateway in a process of its own.
+scripts/bench/hostile_http_bench.py) against a gateway in a process of its own.
 """
 
 from __future__ import annotations
@@ -260,5 +260,5 @@ def test_token_reviews_are_cached_bounded_and_shaped():
 
 
 def test_hostile_peers():
-    """200 cases of the hostile-peer suite (1,000: scripts/bench/hostile_bench.py)."""
+    """200 cases of the hostile-peer suite (1,000: scripts/bench/hostile_http_bench.py)."""
     check_suite("gateway", count=200)
