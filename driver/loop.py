@@ -37,16 +37,18 @@ def train_worker(args: dict) -> None:
     count, preemption notices and, from rank 0, the final figures go there."""
     import ray.train
 
+    from driver.logs import LogSpec, close
     from driver.telemetry import where_am_i, worker_logger
 
     cfg = args["cfg"]
     rank = ray.train.get_context().get_world_rank()
     channel = args["channel"].connect(rank)
-    host = where_am_i()
+    host, handlers = where_am_i(), []
     try:
         attempt = channel.call("hello", rank, host, timeout_s=60)  # tags its rows
         tags = {"run": cfg.run.name, "rank": rank, "attempt": attempt, **host}
         logger, tail = worker_logger(cfg.logging.tail_lines, tags)
+        handlers = LogSpec.of(cfg).install([logger.name, ""], rank=rank, attempt=attempt, **host)
         share_handlers(logger, "driver.checkpoint")
         final = train_rank(cfg, channel, logger, tail, rank, attempt, args)
         # No `ray.train.report`: the final figures go to the run's channel (run_ft sent them
@@ -56,6 +58,7 @@ def train_worker(args: dict) -> None:
         if not cfg.ft.enabled and rank == 0:
             channel.call("finish", final, timeout_s=30)
     finally:
+        close(handlers)  # the run's log file and OTLP (driver/logs.py)
         channel.close()
 
 
