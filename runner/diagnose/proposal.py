@@ -4,9 +4,11 @@
 
 The proposal only describes; nothing is changed here. `runner diagnose --propose` turns it
 into a run-file change on a branch (runner.diagnose.relaunch), and a person approves it by
-merging. A relaunch resumes from the run's newest committed checkpoint (`newest_checkpoint`:
-a `step-<n>/COMMITTED` under `<checkpoint.root>/<team>/<run>`), or, when none can be seen
-from here, leaves it to the driver's `checkpoint.resume: auto`.
+merging. A relaunch (a new run name: runner.diagnose.relaunch) resumes from the failed run's newest
+committed checkpoint (`newest_checkpoint`: a `step-<n>/COMMITTED` under
+`<checkpoint.root>/<team>/<run>`, read here: a local folder, or the bucket through fsspec
+with this user's credentials). When none can be seen from here the proposal says so
+(`resume: null`): the relaunch would start from step 0 unless a person sets `resume:`.
 """
 
 from __future__ import annotations
@@ -24,9 +26,10 @@ _STEP = re.compile(r"^step-(\d+)$")
 def newest_checkpoint(ev: Evidence) -> str | None:
     """The URI of the run's newest committed checkpoint, when its storage is readable here
     (a local folder; gs:// through fsspec when installed and signed in), else None."""
+    said = (ev.summary or {}).get("ckpt_uri")  # the run's own word at its end
     root = lookup(ev.config, "checkpoint.root")
     if not isinstance(root, str) or not ev.team or not ev.run:
-        return None
+        return said if isinstance(said, str) and said else None
     base = f"{root.rstrip('/')}/{ev.team}/{ev.run}"
     try:
         if "://" in base and not base.startswith("file://"):
@@ -40,18 +43,19 @@ def newest_checkpoint(ev: Evidence) -> str | None:
             if not folder.is_absolute():
                 folder = ev.folder / folder if (ev.folder / folder).exists() else folder
             committed = [p.name for p in folder.glob("step-*") if (p / "COMMITTED").exists()]
-    except Exception:  # no fsspec, no credentials, no bucket: leave it to resume=auto
-        return None
+    except Exception:  # no fsspec, no credentials, no bucket: what the run said, if anything
+        committed = []
     steps = sorted(int(_STEP.match(n)[1]) for n in committed if _STEP.match(n))
-    return f"{base}/step-{steps[-1]}" if steps else None
+    if steps:
+        return f"{base}/step-{steps[-1]}"
+    return said if isinstance(said, str) and said else None
 
 
 def build(decision: str, finding: Finding | None, ev: Evidence) -> dict:
     change = dict(finding.change) if finding else {}
     out: dict = {"action": decision}
     if decision in RELAUNCH:
-        resume = newest_checkpoint(ev)
-        out["resume"] = resume or "auto"
+        out["resume"] = newest_checkpoint(ev)
         for key in ("avoid_nodes", "warden_check", "set", "remove"):
             if change.get(key):
                 out[key] = change[key]
@@ -65,8 +69,9 @@ def text(decision: str, p: dict) -> str:
     resume = p.get("resume")
     start = (
         f"resuming from {resume}"
-        if resume and resume != "auto"
-        else "resuming from the newest committed checkpoint (checkpoint.resume: auto)"
+        if resume
+        else "from step 0: no committed checkpoint of the run was found from here (set resume: "
+        "to one)"
     )
     if decision == "restart":
         return f"relaunch as it was, {start}"

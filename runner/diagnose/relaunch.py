@@ -74,9 +74,8 @@ def relaunch_data(data: dict, proposal: dict, run: str, taken: set[str]) -> tupl
     out = dict(data)
     name = next_name(run, taken | {run})
     out["name"] = name
-    resume = proposal.get("resume")
-    if resume and resume != "auto":
-        out["resume"] = resume
+    if proposal.get("resume"):
+        out["resume"] = proposal["resume"]
     else:
         out.pop("resume", None)
     avoid = sorted(set(out.get("avoid_nodes") or []) | set(proposal.get("avoid_nodes") or []))
@@ -100,7 +99,7 @@ def files_for(data: dict, verdict, source: str, root: Path) -> tuple[str, dict[s
     """(run file path, {repository path: text}) of the relaunch: its run definition and its
     rendered apps/ file (as `runner submit` writes them)."""
     from runner.commands.render import apps_text
-    from runner.render import render_spec
+    from runner.render import render as render_spec
     from runner.spec import build_spec
 
     relative = f"runs/{data['cluster']}/{data['namespace']}/{data['name']}.yaml"

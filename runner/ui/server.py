@@ -5,7 +5,8 @@
     print(url(server))
 
 API (docs/ui.md): `GET /api/runs`, `GET /api/run?team=T&run=R[&points=&ranks=&window_s=&windows=]`,
-`GET /api/health`. Parameters are validated against `LIMITS` (400 with a one-line JSON
+`GET /api/logs?team=T&run=R[&rank=&pod=&node=&learner=&since=&until=&level=&text=&limit=]`,
+`GET /api/verdict?team=T&run=R`, `GET /api/health`. Parameters are validated against `LIMITS` (400 with a one-line JSON
 error otherwise); names are bound as SQL parameters, never pasted into SQL.
 """
 
@@ -101,6 +102,8 @@ class Handler(BaseHTTPRequestHandler):
             self.send_json(HTTPStatus.OK, {"ok": True})
         elif path == "/api/runs":
             self.send_json(HTTPStatus.OK, {"runs": self.source.runs()})
+        elif path in ("/api/logs", "/api/verdict"):
+            self.post_mortem(path, query)
         elif path == "/api/run":
             team, run, opts = name(query, "team"), name(query, "run"), options(query)
             found = self.source.run(team, run, opts)
@@ -110,6 +113,22 @@ class Handler(BaseHTTPRequestHandler):
                 self.send_json(HTTPStatus.OK, clean(found))
         else:
             self.send_json(HTTPStatus.NOT_FOUND, {"error": f"no API {path}"})
+
+    def post_mortem(self, path: str, query: dict) -> None:
+        """A run's log lines (`/api/logs`, runner.ui.logview) or its failure analysis
+        (`/api/verdict`, a local run's; runner.diagnose)."""
+        from runner.ui import logview
+
+        team, run = name(query, "team"), name(query, "run")
+        try:
+            opts = logview.log_options(query) if path == "/api/logs" else None
+        except logview.BadRequest as err:
+            raise BadRequest(str(err)) from None
+        found = self.source.logs(team, run, opts) if opts else self.source.verdict(team, run)
+        if found is None:
+            self.send_json(HTTPStatus.NOT_FOUND, {"error": f"no {path[5:]} for run {team}/{run}"})
+        else:
+            self.send_json(HTTPStatus.OK, clean(found))
 
     def static(self, path: str) -> None:
         if path in ("/", "/index.html"):
