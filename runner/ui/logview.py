@@ -114,7 +114,8 @@ def answer(query, team: str, run: str, opts: LogOptions, failure: dict | None) -
         since, until = failure["ts"] - BEFORE_S, failure["ts"] + AFTER_S
         rank = failure.get("rank") if rank is None else rank
     filters = {"rank": rank, "pod": opts.pod, "node": opts.node, "learner": opts.learner,
-               "since": since, "until": until, "text": opts.text, "levels": opts.levels}  # fmt: skip
+               "since": since, "until": until, "text": opts.text,
+               "levels": opts.levels}  # fmt: skip
     lines = log_search.lines(query, team, run, limit=opts.limit, newest=True, **filters)
     return {"lines": lines, "facets": log_search.facets(query, team, run), "failure": failure,
             "window": {"since": since, "until": until, "rank": rank,

@@ -6,8 +6,9 @@
 
 API (docs/ui.md): `GET /api/runs`, `GET /api/run?team=T&run=R[&points=&ranks=&window_s=&windows=]`,
 `GET /api/logs?team=T&run=R[&rank=&pod=&node=&learner=&since=&until=&level=&text=&limit=]`,
-`GET /api/verdict?team=T&run=R`, `GET /api/health`. Parameters are validated against `LIMITS` (400 with a one-line JSON
-error otherwise); names are bound as SQL parameters, never pasted into SQL.
+`GET /api/verdict?team=T&run=R`, `GET /api/health`. Parameters are validated against
+`LIMITS` (400 with a one-line JSON error otherwise); names are bound as SQL parameters,
+never pasted into SQL.
 """
 
 from __future__ import annotations

@@ -28,9 +28,10 @@ def fill(root: Path, reader) -> None:
     for index, learner in enumerate(LEARNERS):
         folder = root / TEAM / f"{EXPERIMENT}-{learner}"
         folder.mkdir(parents=True)
-        lines = [json.dumps({"team": TEAM, "run": folder.name, "learner": learner, "rank": 0,
-                             "attempt": 0, "step": s, "time": 1.7e9 + s,
-                             "loss": 3.0 - 0.1 * s - 0.05 * index}) for s in range(1, 11)]  # fmt: skip
+        rows = [{"team": TEAM, "run": folder.name, "learner": learner, "rank": 0, "attempt": 0,
+                 "step": s, "time": 1.7e9 + s, "loss": 3.0 - 0.1 * s - 0.05 * index}
+                for s in range(1, 11)]  # fmt: skip
+        lines = [json.dumps(row) for row in rows]
         (folder / "metrics.jsonl").write_text("\n".join(lines) + "\n")
         (folder / "summary.json").write_text(json.dumps({"steps": 10, "final_loss": 2.0,
                                                          "world_size": 1}))  # fmt: skip

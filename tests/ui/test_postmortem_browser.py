@@ -9,8 +9,10 @@ from __future__ import annotations
 import pytest
 
 from runner.ui.sources import LocalSource
-from tests.ui import postmortem
-from tests.ui.test_browser import page, shot  # noqa: F401 (the browser fixture)
+from tests.ui import postmortem, test_browser
+from tests.ui.test_browser import shot
+
+page = test_browser.page  # the same browser fixture
 
 
 @pytest.fixture(scope="module")
@@ -22,7 +24,7 @@ def folders(tmp_path_factory, reader):
 
 def test_the_log_view_opens_at_the_failure_and_filters_by_rank(
     folders, reader, serve, page, tmp_path
-):  # noqa: F811
+):
     base = serve(LocalSource(folders, reader=reader))
     page.goto(f"{base}#{postmortem.TEAM}/{postmortem.FAILED}")
     where = page.locator("#log-where")
@@ -48,7 +50,7 @@ def test_the_log_view_opens_at_the_failure_and_filters_by_rank(
     shot(page, tmp_path / "logs-errors.png")
 
 
-def test_the_failure_analysis_names_the_rank_that_hung(folders, reader, serve, page, tmp_path):  # noqa: F811
+def test_the_failure_analysis_names_the_rank_that_hung(folders, reader, serve, page, tmp_path):
     base = serve(LocalSource(folders, reader=reader))
     page.goto(f"{base}#{postmortem.TEAM}/{postmortem.FAILED}")
     page.locator("#postmortem").wait_for(state="visible", timeout=60_000)
@@ -66,7 +68,7 @@ def test_the_failure_analysis_names_the_rank_that_hung(folders, reader, serve, p
 
 def test_failed_runs_stay_listed_and_learners_sit_under_their_experiment(
     folders, reader, serve, page, tmp_path
-):  # noqa: F811
+):
     base = serve(LocalSource(folders, reader=reader))
     page.goto(base)
     failed = page.locator(f'#runs tr[data-run="{postmortem.TEAM}/{postmortem.FAILED}"]')
