@@ -77,9 +77,13 @@ def rank_report(rank: int, record: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def flight_recorder(folder: Path, output_dir: Path, ranks: dict[int, dict],
-                    remote: dict[int, dict] | None = None,
-                    remote_errors: list[str] | None = None) -> dict | None:  # fmt: skip
+def flight_recorder(
+    folder: Path,
+    output_dir: Path,
+    ranks: dict[int, dict],
+    remote: dict[int, dict] | None = None,
+    remote_errors: list[str] | None = None,
+) -> dict | None:
     """The ranks' flight recorder dumps into `folder/flight-recorder/`: each as JSON, the
     original files moved under `original/` (the next failure starts clean), the analysis in
     analysis.txt; returns the analysis (None without dumps). Per rank a JSON file wins over
@@ -91,8 +95,11 @@ def flight_recorder(folder: Path, output_dir: Path, ranks: dict[int, dict],
 
     source = Path(output_dir) / fr.DUMP_DIR
     files, errors = fr.load_dir(source) if source.is_dir() else ({}, [])
-    sent = {r: fr.normalize(rec["flight_recorder"]) for r, rec in ranks.items()
-            if isinstance(rec.get("flight_recorder"), dict)}  # fmt: skip
+    sent = {
+        r: fr.normalize(rec["flight_recorder"])
+        for r, rec in ranks.items()
+        if isinstance(rec.get("flight_recorder"), dict)
+    }
     json_files = {r: d for r, d in files.items() if (source / f"{fr.PREFIX}{r}.json").exists()}
     dumps = {**(remote or {}), **files, **sent, **json_files}
     errors = [*errors, *(remote_errors or [])]
@@ -132,8 +139,13 @@ def write_bundle(
     (folder / "error.txt").write_text(exc_text)
     nodes = nodes or []
     remote = {int(r): d for n in nodes for r, d in (n.get("dumps") or {}).items()}
-    flight = flight_recorder(folder, Path(output_dir), ranks, remote,
-                             [e for n in nodes for e in n.get("dump_errors") or []])  # fmt: skip
+    flight = flight_recorder(
+        folder,
+        Path(output_dir),
+        ranks,
+        remote,
+        [e for n in nodes for e in n.get("dump_errors") or []],
+    )
     for rank, record in sorted(ranks.items()):
         (folder / f"rank-{rank}.txt").write_text(rank_report(rank, record))
     (folder / "ranks.json").write_text(json.dumps(ranks_json(ranks, hosts or {}), indent=1))
@@ -157,9 +169,13 @@ def ranks_json(ranks: dict[int, dict], hosts: dict[int, dict]) -> dict:
     """`ranks.json`: every rank's pod, node and attempt, and the failed ranks' records
     (their error line, time, process; the traceback stays in rank-<r>.txt)."""
     keep = ("error", "time", "host", "pid")
-    failed = {str(r): {**{k: rec.get(k) for k in keep if k in rec},
-                       **{k: v for k, v in hosts.get(r, {}).items()}}
-              for r, rec in sorted(ranks.items())}  # fmt: skip
+    failed = {
+        str(r): {
+            **{k: rec.get(k) for k in keep if k in rec},
+            **{k: v for k, v in hosts.get(r, {}).items()},
+        }
+        for r, rec in sorted(ranks.items())
+    }
     members = {str(r): dict(h) for r, h in sorted(hosts.items())}
     return {"failed": failed, "members": members}
 
@@ -173,8 +189,11 @@ def node_files(folder: Path, output_dir: Path, nodes: list[dict]) -> None:
 
     here = where_am_i()["node"]
     logs = output_dir / LOG_DIR
-    local = {p.name: crash_gather.tail(p) for p in sorted(logs.glob("*.jsonl"))} \
-        if logs.is_dir() else {}  # fmt: skip
+    local = (
+        {p.name: crash_gather.tail(p) for p in sorted(logs.glob("*.jsonl"))}
+        if logs.is_dir()
+        else {}
+    )
     text, source = crash_gather.kernel_log()
     seen: set[str] = set()
     for node in [{"node": here, "logs": local, "kernel": text, "kernel_source": source}, *nodes]:
@@ -212,11 +231,15 @@ def log_failures(cfg, ranks: dict[int, dict], hosts: dict[int, dict]) -> int:
     rows = []
     for rank, record in sorted(ranks.items()):
         host = hosts.get(rank, {})
-        tags = spec.labels(rank=rank, attempt=host.get("attempt", 0), pod=host.get("pod"),
-                           node=host.get("node"))  # fmt: skip
+        tags = spec.labels(
+            rank=rank, attempt=host.get("attempt", 0), pod=host.get("pod"), node=host.get("node")
+        )
         text = f"rank {rank} failed: {record.get('error', '')}\n{record.get('traceback', '')}"
-        rows.append(logs.row(tags, record.get("time") or time.time(), text.rstrip(), "ERROR",
-                             "driver.crash"))  # fmt: skip
+        rows.append(
+            logs.row(
+                tags, record.get("time") or time.time(), text.rstrip(), "ERROR", "driver.crash"
+            )
+        )
     folder = Path(spec.folder)
     folder.mkdir(parents=True, exist_ok=True)
     with (folder / "failures.jsonl").open("a") as f:
@@ -232,8 +255,14 @@ def log_failures(cfg, ranks: dict[int, dict], hosts: dict[int, dict]) -> int:
     return len(rows)
 
 
-def collect(cfg, config_yaml: str, error: BaseException, ranks: dict[int, dict],
-            driver_lines: list[str], hosts: dict[int, dict] | None = None) -> Path:  # fmt: skip
+def collect(
+    cfg,
+    config_yaml: str,
+    error: BaseException,
+    ranks: dict[int, dict],
+    driver_lines: list[str],
+    hosts: dict[int, dict] | None = None,
+) -> Path:
     """The driver's call when training fails (see the module docstring): the bundle's
     folder. Gathering, logging and uploading never hide the failure: a step that fails
     leaves a line in NOTES.txt (or on stderr after signing)."""
@@ -255,6 +284,7 @@ def collect(cfg, config_yaml: str, error: BaseException, ranks: dict[int, dict],
             uri = crash_upload.upload(folder, root, cfg.run.team, cfg.run.name)
             print(f"crash bundle kept at {uri}", file=sys.stderr)
         except Exception as err:  # the bundle is still in the output folder
-            print(f"crash bundle not uploaded to {root}: {type(err).__name__}: {err}",
-                  file=sys.stderr)  # fmt: skip
+            print(
+                f"crash bundle not uploaded to {root}: {type(err).__name__}: {err}", file=sys.stderr
+            )
     return folder

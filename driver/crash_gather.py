@@ -101,8 +101,12 @@ def gather(output_dir: str, timeout_s: float = 60.0) -> tuple[list[dict], list[s
         here = ray.get_runtime_context().get_node_id()
         nodes = [n for n in ray.nodes() if n.get("Alive") and n["NodeID"] != here]
         task = ray.remote(num_cpus=0, max_retries=0)(node_evidence)
-        refs = {task.options(scheduling_strategy=NodeAffinitySchedulingStrategy(
-            n["NodeID"], soft=False)).remote(output_dir): n for n in nodes}  # fmt: skip
+        refs = {
+            task.options(
+                scheduling_strategy=NodeAffinitySchedulingStrategy(n["NodeID"], soft=False)
+            ).remote(output_dir): n
+            for n in nodes
+        }
         ready, late = ray.wait(list(refs), num_returns=len(refs), timeout=timeout_s)
     except Exception as err:  # Ray already down, or no Ray at all
         return [], [f"nodes not asked: {type(err).__name__}: {err}"]
@@ -112,8 +116,9 @@ def gather(output_dir: str, timeout_s: float = 60.0) -> tuple[list[dict], list[s
             found.append(ray.get(ref))
         except Exception as err:
             missing.append(f"{refs[ref].get('NodeManagerAddress', '?')}: {type(err).__name__}")
-    missing += [f"{refs[ref].get('NodeManagerAddress', '?')}: no answer in {timeout_s:g} s"
-                for ref in late]  # fmt: skip
+    missing += [
+        f"{refs[ref].get('NodeManagerAddress', '?')}: no answer in {timeout_s:g} s" for ref in late
+    ]
     for ref in late:
         ray.cancel(ref, force=True)
     return found, missing

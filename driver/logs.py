@@ -44,8 +44,12 @@ class LogSpec:
         from observability.logs import LOG_DIR
 
         run = cfg.run
-        identity = {"cluster": run.cluster, "team": run.team, "run": run.name,
-                    "learner": os.environ.get(labels.LEARNER_ENV, "")}  # fmt: skip
+        identity = {
+            "cluster": run.cluster,
+            "team": run.team,
+            "run": run.name,
+            "learner": os.environ.get(labels.LEARNER_ENV, ""),
+        }
         folder = str(Path(run.output_dir).resolve() / LOG_DIR)
         return cls(folder, identity, getattr(cfg.logging, "otel_endpoint", None) or None)
 
@@ -116,9 +120,16 @@ class DriverLogs:
         """One line of the driver's (its progress messages)."""
         self.file.write(time.time(), message, level, "driver")
         for handler in self.handlers[1:]:
-            handler.emit(logging.makeLogRecord({"msg": message, "levelname": level,
-                                                "levelno": logging.getLevelName(level),
-                                                "name": "driver"}))  # fmt: skip
+            handler.emit(
+                logging.makeLogRecord(
+                    {
+                        "msg": message,
+                        "levelname": level,
+                        "levelno": logging.getLevelName(level),
+                        "name": "driver",
+                    }
+                )
+            )
 
     def poll(self, force: bool = False) -> int:
         """Ingest the new lines of every log file into the store; the count (0 without a

@@ -43,9 +43,14 @@ def files_of(folder: Path) -> dict[str, dict]:
 
 def manifest(folder: Path, team: str, run: str, created: float | None = None) -> dict:
     """The unsigned manifest of a bundle folder."""
-    return {"version": VERSION, "team": team, "run": run, "bundle": Path(folder).name,
-            "created": time.time() if created is None else created,
-            "files": files_of(Path(folder))}  # fmt: skip
+    return {
+        "version": VERSION,
+        "team": team,
+        "run": run,
+        "bundle": Path(folder).name,
+        "created": time.time() if created is None else created,
+        "files": files_of(Path(folder)),
+    }
 
 
 def payload(m: dict) -> bytes:

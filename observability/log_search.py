@@ -62,18 +62,36 @@ def array_param(values) -> str:
     return "[" + ",".join(quoted) + "]"
 
 
-def params(team: str, run: str, rank: int | None = None, pod: str = "", node: str = "",
-           learner: str = "", since: float | None = None, until: float | None = None,
-           text: str = "", levels: tuple[str, ...] = ()) -> dict:  # fmt: skip
+def params(
+    team: str,
+    run: str,
+    rank: int | None = None,
+    pod: str = "",
+    node: str = "",
+    learner: str = "",
+    since: float | None = None,
+    until: float | None = None,
+    text: str = "",
+    levels: tuple[str, ...] = (),
+) -> dict:
     """The bound parameters of FILTER (None and "" match everything)."""
-    return {"team": team, "run": run, "rank": ANY_RANK if rank is None else int(rank),
-            "pod": pod or "", "node": node or "", "learner": learner or "",
-            "since": ts_param(since, 0.0), "until": ts_param(until, 4.0e9), "text": text or "",
-            "levels": array_param(levels)}  # fmt: skip
+    return {
+        "team": team,
+        "run": run,
+        "rank": ANY_RANK if rank is None else int(rank),
+        "pod": pod or "",
+        "node": node or "",
+        "learner": learner or "",
+        "since": ts_param(since, 0.0),
+        "until": ts_param(until, 4.0e9),
+        "text": text or "",
+        "levels": array_param(levels),
+    }
 
 
-def lines(query: Query, team: str, run: str, limit: int = 500, newest: bool = False,
-          **filters) -> list[dict]:  # fmt: skip
+def lines(
+    query: Query, team: str, run: str, limit: int = 500, newest: bool = False, **filters
+) -> list[dict]:
     """The run's lines matching `filters` (see `params`), oldest first; with `newest`, the
     newest `limit` of them (still returned oldest first)."""
     bound = {**params(team, run, **filters), "limit": max(1, min(int(limit), MAX_LIMIT))}
@@ -81,13 +99,28 @@ def lines(query: Query, team: str, run: str, limit: int = 500, newest: bool = Fa
     return list(reversed(rows)) if newest else rows
 
 
-def around(query: Query, team: str, run: str, rank: int | None, ts: float,
-           before_s: float = 60.0, after_s: float = 10.0,
-           limit: int = 500) -> list[dict]:  # fmt: skip
+def around(
+    query: Query,
+    team: str,
+    run: str,
+    rank: int | None,
+    ts: float,
+    before_s: float = 60.0,
+    after_s: float = 10.0,
+    limit: int = 500,
+) -> list[dict]:
     """One rank's lines (every rank's with `rank` None) from `before_s` before `ts` to
     `after_s` after it: the newest `limit` of them."""
-    return lines(query, team, run, limit=limit, newest=True, rank=rank,
-                 since=ts - before_s, until=ts + after_s)  # fmt: skip
+    return lines(
+        query,
+        team,
+        run,
+        limit=limit,
+        newest=True,
+        rank=rank,
+        since=ts - before_s,
+        until=ts + after_s,
+    )
 
 
 def first_error(query: Query, team: str, run: str) -> dict | None:

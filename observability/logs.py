@@ -37,9 +37,11 @@ LOG_DIR = "logs"
 STATE = ".ingested.json"
 MAX_LINE = 16_384  # characters of one record kept (a traceback is one record)
 CHUNK = 8 << 20  # bytes of one file read per poll
-INSERT = (f"INSERT INTO {RUN_LOGS} SETTINGS input_format_skip_unknown_fields = 1, "
-          "input_format_allow_errors_num = 1000000, input_format_allow_errors_ratio = 1 "
-          "FORMAT JSONEachRow\n")  # fmt: skip
+INSERT = (
+    f"INSERT INTO {RUN_LOGS} SETTINGS input_format_skip_unknown_fields = 1, "
+    "input_format_allow_errors_num = 1000000, input_format_allow_errors_ratio = 1 "
+    "FORMAT JSONEachRow\n"
+)
 _SAFE = re.compile(r"[^A-Za-z0-9._-]")
 _FORMATTER = logging.Formatter()
 
@@ -65,11 +67,18 @@ def label_fields(labels: dict) -> dict:
     return out
 
 
-def row(labels: dict, ts: float, line: str, level: str = "", logger: str = "",
-        source: str = "logging") -> dict:  # fmt: skip
+def row(
+    labels: dict, ts: float, line: str, level: str = "", logger: str = "", source: str = "logging"
+) -> dict:
     """One `platform.run_logs` row (`ts` epoch seconds)."""
-    return {"ts": round(float(ts), 6), **label_fields(labels), "source": source,
-            "logger": logger, "level": level, "line": str(line)[:MAX_LINE]}  # fmt: skip
+    return {
+        "ts": round(float(ts), 6),
+        **label_fields(labels),
+        "source": source,
+        "logger": logger,
+        "level": level,
+        "line": str(line)[:MAX_LINE],
+    }
 
 
 def record_text(record: logging.LogRecord) -> str:
@@ -104,8 +113,10 @@ class LogFile(logging.Handler):
     def write(self, ts: float, line: str, level: str = "", logger: str = "") -> None:
         """One line not from `logging` (the driver's progress lines)."""
         text = json.dumps(str(line)[:MAX_LINE])
-        out = (f'{{"ts":{ts:.6f},{self.tags},"source":"logging","logger":{json.dumps(logger)},'
-               f'"level":{json.dumps(level)},"line":{text}}}\n')  # fmt: skip
+        out = (
+            f'{{"ts":{ts:.6f},{self.tags},"source":"logging","logger":{json.dumps(logger)},'
+            f'"level":{json.dumps(level)},"line":{text}}}\n'
+        )
         with self.lock:
             self.file.write(out)
             self.file.flush()

@@ -107,6 +107,11 @@ def bucket_of(cluster: str | None) -> str | None:
         return None
 
 
+def interactive() -> bool:
+    """Whether a person is at the terminal (standard input is one)."""
+    return sys.stdin.isatty()
+
+
 def model_client(endpoint, model, key_env, kind):
     """The model client of the --model-* flags, or None."""
     if not endpoint:
@@ -267,7 +272,7 @@ def diagnose(
         )
     if not run and not local:
         raise click.UsageError("give RUN or --local OUTPUT_DIR")
-    if approve and not sys.stdin.isatty():
+    if approve and not interactive():
         raise click.UsageError(
             "--approve asks a person at a terminal; use --propose for a pull request"
         )

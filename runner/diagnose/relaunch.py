@@ -50,11 +50,9 @@ def next_name(run: str, taken: set[str]) -> str:
     base, n = (m["base"], int(m["n"])) if m else (run, 0)
     while True:
         n += 1
-        name = f"{base}-r{n}"
-        if name not in taken and len(name) <= 63:
+        name = f"{base[: 63 - len(f'-r{n}')]}-r{n}"  # a DNS-1123 label: 63 characters
+        if name not in taken:
             return name
-        if len(name) > 63:
-            base = base[: 63 - len(f"-r{n}")]
 
 
 def overrides(listed: list[str], changes: dict, removed: list[str]) -> list[str]:

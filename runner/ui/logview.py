@@ -77,10 +77,14 @@ def log_options(query: dict) -> LogOptions:
         raise BadRequest("text: at most 200 characters")
     limit = number(query, "limit", 1, log_search.MAX_LIMIT)
     return LogOptions(
-        rank=None if rank is None else int(rank), **names,
-        since=number(query, "since", 0, 4e9), until=number(query, "until", 0, 4e9),
-        levels=levels, text=text, limit=int(limit or 500),
-    )  # fmt: skip
+        rank=None if rank is None else int(rank),
+        **names,
+        since=number(query, "since", 0, 4e9),
+        until=number(query, "until", 0, 4e9),
+        levels=levels,
+        text=text,
+        limit=int(limit or 500),
+    )
 
 
 def bundle_failure(folder: Path) -> dict | None:
@@ -97,8 +101,14 @@ def bundle_failure(folder: Path) -> dict | None:
     if not timed:
         return {"bundle": bundles[-1].name}
     ts, rank, f = timed[0]
-    return {"bundle": bundles[-1].name, "ts": ts, "rank": rank, "pod": f.get("pod", ""),
-            "node": f.get("node", ""), "error": str(f.get("error", ""))[:300]}  # fmt: skip
+    return {
+        "bundle": bundles[-1].name,
+        "ts": ts,
+        "rank": rank,
+        "pod": f.get("pod", ""),
+        "node": f.get("node", ""),
+        "error": str(f.get("error", ""))[:300],
+    }
 
 
 def answer(query, team: str, run: str, opts: LogOptions, failure: dict | None) -> dict:
@@ -106,27 +116,50 @@ def answer(query, team: str, run: str, opts: LogOptions, failure: dict | None) -
     if failure is None or "ts" not in failure:
         first = log_search.first_error(query, team, run)
         if first is not None:
-            failure = {**(failure or {}), **first, "rank": first["rank"] if first["rank"] >= 0
-                       else None}  # fmt: skip
+            failure = {
+                **(failure or {}),
+                **first,
+                "rank": first["rank"] if first["rank"] >= 0 else None,
+            }
     since, until, rank = opts.since, opts.until, opts.rank
     opened = since is None and until is None
     if opened and failure and failure.get("ts"):
         since, until = failure["ts"] - BEFORE_S, failure["ts"] + AFTER_S
         rank = failure.get("rank") if rank is None else rank
-    filters = {"rank": rank, "pod": opts.pod, "node": opts.node, "learner": opts.learner,
-               "since": since, "until": until, "text": opts.text,
-               "levels": opts.levels}  # fmt: skip
+    filters = {
+        "rank": rank,
+        "pod": opts.pod,
+        "node": opts.node,
+        "learner": opts.learner,
+        "since": since,
+        "until": until,
+        "text": opts.text,
+        "levels": opts.levels,
+    }
     lines = log_search.lines(query, team, run, limit=opts.limit, newest=True, **filters)
-    return {"lines": lines, "facets": log_search.facets(query, team, run), "failure": failure,
-            "window": {"since": since, "until": until, "rank": rank,
-                       "at_failure": bool(opened and failure and failure.get("ts"))}}  # fmt: skip
+    return {
+        "lines": lines,
+        "facets": log_search.facets(query, team, run),
+        "failure": failure,
+        "window": {
+            "since": since,
+            "until": until,
+            "rank": rank,
+            "at_failure": bool(opened and failure and failure.get("ts")),
+        },
+    }
 
 
 def local_logs(reader, folder: Path, team: str, run: str, opts: LogOptions) -> dict:
     failure = bundle_failure(folder)
     if not (folder / "chdb").is_dir():
-        return {"lines": [], "facets": {}, "failure": failure, "window": {},
-                "note": "this run has no store (a run before log ingestion)"}  # fmt: skip
+        return {
+            "lines": [],
+            "facets": {},
+            "failure": failure,
+            "window": {},
+            "note": "this run has no store (a run before log ingestion)",
+        }
     query = lambda sql, params: reader.query(folder, sql, params)  # noqa: E731
     return answer(query, team, run, opts, failure)
 

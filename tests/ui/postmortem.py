@@ -21,20 +21,35 @@ def fill(root: Path, reader) -> None:
     """Write the folders under `root` (`<team>/<run>/`); `reader` writes the store."""
     dest = root / TEAM / FAILED
     shutil.copytree(CORPUS / FAILED, dest)
-    rows = [json.loads(line) for path in sorted((dest / "logs").glob("*.jsonl"))
-            for line in path.read_text().splitlines() if line]  # fmt: skip
+    rows = [
+        json.loads(line)
+        for path in sorted((dest / "logs").glob("*.jsonl"))
+        for line in path.read_text().splitlines()
+        if line
+    ]
     reader.insert(dest, "platform.run_logs", rows)
     reader.insert(dest, "platform.run_metrics", metric_rows(dest / "metrics.jsonl"))
     for index, learner in enumerate(LEARNERS):
         folder = root / TEAM / f"{EXPERIMENT}-{learner}"
         folder.mkdir(parents=True)
-        rows = [{"team": TEAM, "run": folder.name, "learner": learner, "rank": 0, "attempt": 0,
-                 "step": s, "time": 1.7e9 + s, "loss": 3.0 - 0.1 * s - 0.05 * index}
-                for s in range(1, 11)]  # fmt: skip
+        rows = [
+            {
+                "team": TEAM,
+                "run": folder.name,
+                "learner": learner,
+                "rank": 0,
+                "attempt": 0,
+                "step": s,
+                "time": 1.7e9 + s,
+                "loss": 3.0 - 0.1 * s - 0.05 * index,
+            }
+            for s in range(1, 11)
+        ]
         lines = [json.dumps(row) for row in rows]
         (folder / "metrics.jsonl").write_text("\n".join(lines) + "\n")
-        (folder / "summary.json").write_text(json.dumps({"steps": 10, "final_loss": 2.0,
-                                                         "world_size": 1}))  # fmt: skip
+        (folder / "summary.json").write_text(
+            json.dumps({"steps": 10, "final_loss": 2.0, "world_size": 1})
+        )
 
 
 def metric_rows(path: Path) -> list[dict]:
@@ -44,10 +59,18 @@ def metric_rows(path: Path) -> list[dict]:
     out = []
     for line in path.read_text().splitlines():
         row = json.loads(line)
-        values = {"train/loss": row.get("loss"), "train/step_time_s": row.get("step_time"),
-                  "train/tokens_per_s": row.get("tokens_per_s")}  # fmt: skip
-        out += store.metric_rows(row, row.get("rank", 0), row["step"], row["time"],
-                                 {k: v for k, v in values.items() if v is not None})  # fmt: skip
+        values = {
+            "train/loss": row.get("loss"),
+            "train/step_time_s": row.get("step_time"),
+            "train/tokens_per_s": row.get("tokens_per_s"),
+        }
+        out += store.metric_rows(
+            row,
+            row.get("rank", 0),
+            row["step"],
+            row["time"],
+            {k: v for k, v in values.items() if v is not None},
+        )
     return out
 
 

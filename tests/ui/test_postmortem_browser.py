@@ -32,21 +32,25 @@ def test_the_log_view_opens_at_the_failure_and_filters_by_rank(
     assert "rank 0" in where.inner_text() and "Timed out" in where.inner_text()
     rows = page.locator("#logs tbody tr")
     assert rows.count() > 0
-    assert set(page.locator("#logs tbody tr").evaluate_all(
-        "rows => rows.map(r => r.dataset.rank)")) == {"0"}  # fmt: skip
+    assert set(
+        page.locator("#logs tbody tr").evaluate_all("rows => rows.map(r => r.dataset.rank)")
+    ) == {"0"}
     assert "rank 0 failed" in page.locator("#logs tbody tr.ERROR").last.inner_text()
     shot(page, tmp_path / "logs-at-failure.png")
     page.select_option("#log-filters select[name=rank]", "1")
     page.click("#log-filters button[type=submit]")
-    page.wait_for_function("() => [...document.querySelectorAll('#logs tbody tr')]"
-                           ".every(r => r.dataset.rank === '1')")  # fmt: skip
+    page.wait_for_function(
+        "() => [...document.querySelectorAll('#logs tbody tr')].every(r => r.dataset.rank === '1')"
+    )
     assert "step 4 loss" in page.locator("#logs tbody").inner_text()
     page.select_option("#log-filters select[name=level]", "ERROR,CRITICAL")
     page.select_option("#log-filters select[name=rank]", "")
     page.click("#log-newest")
-    page.wait_for_function("() => document.querySelectorAll('#logs tbody tr.ERROR').length > 0 "
-                           "&& [...document.querySelectorAll('#logs tbody tr')]"
-                           ".every(r => r.classList.contains('ERROR'))")  # fmt: skip
+    page.wait_for_function(
+        "() => document.querySelectorAll('#logs tbody tr.ERROR').length > 0 "
+        "&& [...document.querySelectorAll('#logs tbody tr')]"
+        ".every(r => r.classList.contains('ERROR'))"
+    )
     shot(page, tmp_path / "logs-errors.png")
 
 
@@ -61,8 +65,9 @@ def test_the_failure_analysis_names_the_rank_that_hung(folders, reader, serve, p
     text = verdict.inner_text()
     assert "restart" in text and "hang" in text and "rank 1" in text
     page.click("#verdict button.culprit")
-    page.wait_for_function("() => [...document.querySelectorAll('#logs tbody tr')]"
-                           ".every(r => r.dataset.rank === '1')")  # fmt: skip
+    page.wait_for_function(
+        "() => [...document.querySelectorAll('#logs tbody tr')].every(r => r.dataset.rank === '1')"
+    )
     shot(page, tmp_path / "verdict.png")
 
 
