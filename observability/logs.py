@@ -31,7 +31,8 @@ from pathlib import Path
 from catalog.labels import TELEMETRY_LABELS
 
 RUN_LOGS = "platform.run_logs"
-LOG_COLUMNS = ("ts", *TELEMETRY_LABELS, "source", "logger", "level", "line")
+LOG_COLUMNS = ("ts", "cluster", "team", "run", "learner", "attempt", "rank", "pod", "node",
+               "worker", "service", "source", "logger", "level", "line")  # fmt: skip
 """`platform.run_logs`' columns, in order (a test holds them equal to the table's)."""
 LOG_DIR = "logs"
 STATE = ".ingested.json"
@@ -196,13 +197,43 @@ def write_offsets(path: Path, offsets: dict[str, int]) -> None:
     tmp.replace(path)
 
 
+# Python's level names as OpenTelemetry's severity (text, number): the log data model's.
+SEVERITY = {"DEBUG": ("DEBUG", 5), "INFO": ("INFO", 9), "WARNING": ("WARN", 13),
+            "ERROR": ("ERROR", 17), "CRITICAL": ("FATAL", 21)}  # fmt: skip
+
+
+class OtlpHandler(logging.Handler):
+    """Each record (its message and traceback) as an OpenTelemetry log record of
+    `provider`, under the record's logger name (the scope)."""
+
+    def __init__(self, provider, level: int = logging.INFO):
+        super().__init__(level)
+        self.provider = provider
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            text, number = SEVERITY.get(record.levelname, (record.levelname, 0))
+            self.provider.get_logger(record.name).emit(
+                timestamp=int(record.created * 1e9), severity_text=text,
+                severity_number=number or None, body=record_text(record)[:MAX_LINE],
+            )  # fmt: skip
+        except Exception:
+            self.handleError(record)
+
+    def close(self) -> None:
+        try:
+            self.provider.shutdown()  # exports what is left
+        finally:
+            super().close()
+
+
 def otel_handler(endpoint: str, labels: dict, interval_s: float = 1.0) -> logging.Handler:
     """A logging.Handler that exports records over OTLP/HTTP to a collector (`endpoint`,
     e.g. http://otel-collector.observability.svc:4318), the label set as the resource
     (catalog.labels.otel_attributes), batched every `interval_s`. `handler.close()`
     exports what is left."""
     from opentelemetry.exporter.otlp.proto.http._log_exporter import OTLPLogExporter
-    from opentelemetry.sdk._logs import LoggerProvider, LoggingHandler
+    from opentelemetry.sdk._logs import LoggerProvider
     from opentelemetry.sdk._logs.export import BatchLogRecordProcessor
     from opentelemetry.sdk.resources import Resource
 
@@ -212,17 +243,8 @@ def otel_handler(endpoint: str, labels: dict, interval_s: float = 1.0) -> loggin
     url = url if url.endswith("/v1/logs") else url + "/v1/logs"
     tags = {k: str(v) for k, v in label_fields(labels).items() if v not in ("", -1)}
     provider = LoggerProvider(resource=Resource.create(otel_attributes(tags)))
+    exporter = OTLPLogExporter(endpoint=url, timeout=5)
     provider.add_log_record_processor(
-        BatchLogRecordProcessor(
-            OTLPLogExporter(endpoint=url, timeout=5), schedule_delay_millis=int(interval_s * 1000)
-        )
+        BatchLogRecordProcessor(exporter, schedule_delay_millis=int(interval_s * 1000))
     )
-    handler = LoggingHandler(level=logging.INFO, logger_provider=provider)
-    close = handler.close
-
-    def close_all() -> None:
-        close()
-        provider.shutdown()
-
-    handler.close = close_all
-    return handler
+    return OtlpHandler(provider)

@@ -294,7 +294,8 @@ AS SELECT
     ServiceName AS service,
     'logging' AS source,
     ScopeName AS logger,
-    SeverityText AS level,
+    multiIf(SeverityText = 'WARN', 'WARNING', SeverityText = 'FATAL', 'CRITICAL',
+            SeverityText) AS level,
     Body AS line
 FROM platform.otel_run_logs
 WHERE ResourceAttributes['reve.run'] != '';
