@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import re
 import threading
 from pathlib import Path
@@ -38,11 +39,21 @@ LOG_DIR = "logs"
 STATE = ".ingested.json"
 MAX_LINE = 16_384  # characters of one record kept (a traceback is one record)
 CHUNK = 8 << 20  # bytes of one file read per poll
-INSERT = (
-    f"INSERT INTO {RUN_LOGS} SETTINGS input_format_skip_unknown_fields = 1, "
-    "input_format_allow_errors_num = 1000000, input_format_allow_errors_ratio = 1 "
-    "FORMAT JSONEachRow\n"
+LENIENT = (
+    "input_format_skip_unknown_fields = 1, input_format_allow_errors_num = 1000000, "
+    "input_format_allow_errors_ratio = 1"
 )
+INSERT = f"INSERT INTO {RUN_LOGS} SETTINGS {LENIENT} FORMAT JSONEachRow\n"
+COLUMN_TYPES = (
+    ("ts", "DateTime64(6)"), ("cluster", "String"), ("team", "String"), ("run", "String"),
+    ("learner", "String"), ("attempt", "UInt32"), ("rank", "Int32 DEFAULT -1"),
+    ("pod", "String"), ("node", "String"), ("worker", "String"), ("service", "String"),
+    ("source", "String DEFAULT \\'logging\\'"), ("logger", "String"), ("level", "String"),
+    ("line", "String"),
+)  # fmt: skip
+STRUCTURE = ", ".join(f"{c} {t}" for c, t in COLUMN_TYPES)
+"""The rows' structure as a quoted SQL string's content (quotes escaped): file()'s."""
+FROM_FILE_BYTES = 1 << 20  # larger batches are read by the embedded server from a file
 _SAFE = re.compile(r"[^A-Za-z0-9._-]")
 _FORMATTER = logging.Formatter()
 
@@ -172,12 +183,31 @@ class Ingest:
                 offsets[name] = offset
             if batch:
                 body = b"".join(batch)
-                self.store.execute(INSERT + body.decode("utf-8", errors="replace"))
+                self.insert(body)
                 self.offsets.update(offsets)
                 write_offsets(self.state, self.offsets)
                 done = body.count(b"\n")
             self.ingested += done
             return done
+
+    def insert(self, body: bytes) -> None:
+        """The rows into the store: a large batch of a local store from a file the embedded
+        server parses in parallel (several times faster than rows in the query's text),
+        columns by name; anything else in the INSERT itself."""
+        if len(body) < FROM_FILE_BYTES or not hasattr(self.store, "path"):
+            self.store.execute(INSERT + body.decode("utf-8", errors="replace"))
+            return
+        tmp = self.folder / f".ingest-{os.getpid()}.tmp"
+        tmp.write_bytes(body)
+        try:
+            where = str(tmp.resolve()).replace("\\", "\\\\").replace("'", "\\'")
+            columns = ", ".join(LOG_COLUMNS)
+            self.store.execute(
+                f"INSERT INTO {RUN_LOGS} ({columns}) SETTINGS {LENIENT} SELECT {columns} "
+                f"FROM file('{where}', 'JSONEachRow', '{STRUCTURE}')"
+            )
+        finally:
+            tmp.unlink(missing_ok=True)
 
 
 def read_offsets(path: Path) -> dict[str, int]:

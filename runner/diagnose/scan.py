@@ -1,8 +1,9 @@
 """Finding the lines that matter in a run's logs, fast: a gigabyte in seconds.
 
-The analysis reads only lines that could be evidence: each file is read in large blocks,
-searched for a few byte strings (`NEEDLES`: error levels, NCCL, Xid, tracebacks, timeouts,
-kills; bytes.find runs at memory speed), and only the lines around a hit are decoded. A
+The analysis reads only lines that could be evidence: every file is searched for a few
+byte strings (`NEEDLES`: error levels, NCCL, Xid, tracebacks, timeouts, kills) by `grep -F`
+(one pass for all of them), or where grep is missing in large blocks with bytes.find, and
+only the lines holding one are decoded. A
 line of a log file the platform writes (`logs/*.jsonl`: one `platform.run_logs` row a line)
 is read as JSON for its labels; any other line is plain text (container logs, kernel logs).
 
@@ -16,6 +17,8 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
+import subprocess
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,6 +47,7 @@ NEEDLES = (
 BLOCK = 16 << 20
 MAX_HITS_PER_FILE = 2000
 MAX_LINE = 4000
+GREP_BATCH = 256  # files per grep
 _RANK = re.compile(r"\brank[= ](\d+)\b")
 
 
@@ -160,16 +164,53 @@ def scan_file(
                 )
 
 
+def source_of(path: Path, root: Path) -> str:
+    try:
+        return path.relative_to(root).as_posix()
+    except ValueError:
+        return path.name
+
+
+def grep_hits(paths: list[Path], needles=NEEDLES) -> dict[Path, list[tuple[int, bytes]]] | None:
+    """{file: [(line number, line)]} of the lines holding a needle, found by `grep -F` (a
+    multi-string search several times faster than Python's, per file at most
+    MAX_HITS_PER_FILE); None when grep is missing or fails (the caller searches itself)."""
+    grep = shutil.which("grep")
+    if grep is None:
+        return None
+    patterns = [arg for n in needles for arg in ("-e", n.decode())]
+    found: dict[Path, list[tuple[int, bytes]]] = {p: [] for p in paths}
+    by_name = {str(p).encode(): p for p in paths}
+    for start in range(0, len(paths), GREP_BATCH):
+        batch = [str(p) for p in paths[start : start + GREP_BATCH]]
+        command = [grep, "-F", "-a", "-n", "-H", "-Z", "-m", str(MAX_HITS_PER_FILE), *patterns,
+                   "--", *batch]  # fmt: skip
+        try:
+            done = subprocess.run(command, capture_output=True, env={"LC_ALL": "C"}, timeout=600)
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        if done.returncode not in (0, 1):
+            return None
+        for raw in done.stdout.split(b"\n"):
+            name, _, rest = raw.partition(b"\0")
+            number, _, text = rest.partition(b":")
+            if name in by_name and number.isdigit():
+                found[by_name[name]].append((int(number), text))
+    return found
+
+
 def scan(paths: Iterable[Path], root: Path, nodes: dict[str, str] | None = None) -> list[Line]:
     """Every evidence line of `paths` (sources relative to `root`); `nodes`: file -> node
-    for files that are one node's (kernel logs)."""
+    for files that are one node's (kernel logs). grep finds them when it is installed."""
+    paths, nodes = list(paths), nodes or {}
+    found = grep_hits(paths) if paths else {}
     out = []
     for path in paths:
-        try:
-            source = path.relative_to(root).as_posix()
-        except ValueError:
-            source = path.name
-        out.extend(scan_file(path, source, (nodes or {}).get(str(path), "")))
+        source, node = source_of(path, root), nodes.get(str(path), "")
+        if found is None:
+            out.extend(scan_file(path, source, node))
+        else:
+            out.extend(line_of(text, source, number, node) for number, text in found[path])
     return out
 
 

@@ -142,3 +142,17 @@ def test_the_relaunch_changes_only_what_the_proposal_says():
     assert data["name"] == "tiny-lm"  # the failed run's definition is not touched
     with pytest.raises(relaunch.NoRelaunch, match="fix_code"):
         relaunch.relaunch_data(data, {"action": "fix_code"}, "tiny-lm", set())
+
+
+def test_grep_and_the_python_search_find_the_same_lines(tmp_path, monkeypatch):
+    files = []
+    for i in range(3):
+        path = tmp_path / f"f{i}.log"
+        path.write_text("".join(f"step {n} ok\n" if n % 7 else f"rank={i} NCCL WARN {n}\n"
+                                for n in range(300)) + "Traceback (no newline)")  # fmt: skip
+        files.append(path)
+    with_grep = scan.scan(files, tmp_path)
+    monkeypatch.setattr(scan.shutil, "which", lambda name: None)
+    without = scan.scan(files, tmp_path)
+    assert with_grep == without and len(without) == 3 * (43 + 1)
+    assert without[0] == scan.Line("f0.log", 1, "rank=0 NCCL WARN 0", 0)
