@@ -16,14 +16,11 @@ answer within `timeout_s` are named in the result.
 from __future__ import annotations
 
 import os
-import shutil
-import subprocess
 from pathlib import Path
 
 KERNEL_LINES = 5000
 LOG_TAIL_LINES = 200
 LOG_TAIL_BYTES = 1 << 20
-KERNEL_SOURCES = (["dmesg", "--time-format", "iso"], ["journalctl", "-k", "-b", "--no-pager", "-q"])
 
 
 def tail(path: Path, lines: int = LOG_TAIL_LINES, max_bytes: int = LOG_TAIL_BYTES) -> str:
@@ -43,20 +40,9 @@ def tail(path: Path, lines: int = LOG_TAIL_LINES, max_bytes: int = LOG_TAIL_BYTE
 
 def kernel_log() -> tuple[str | None, str]:
     """This node's kernel log (its last KERNEL_LINES lines) and its source, or (None, why)."""
-    reasons = []
-    for command in KERNEL_SOURCES:
-        if not shutil.which(command[0]):
-            reasons.append(f"{command[0]} not installed")
-            continue
-        try:
-            done = subprocess.run(command, capture_output=True, text=True, timeout=30)
-        except (OSError, subprocess.TimeoutExpired) as err:
-            reasons.append(f"{command[0]}: {err}")
-            continue
-        if done.returncode == 0 and done.stdout.strip():
-            return "\n".join(done.stdout.splitlines()[-KERNEL_LINES:]) + "\n", command[0]
-        reasons.append(f"{command[0]}: {(done.stderr.strip() or 'empty').splitlines()[0]}")
-    return None, "; ".join(reasons)
+    from observability import kernel_log as kernel
+
+    return kernel.read(KERNEL_LINES)
 
 
 def take_dumps(output_dir: Path) -> tuple[dict[int, dict], list[str]]:

@@ -89,6 +89,7 @@ def connect(cfg) -> bool:
     lean = contextlib.nullcontext() if cfg.run.local_dashboard else lean_ray_start()
     with lean, short_raylet_wait(), own_sigterm():
         ray.init(
+            address="local",  # a Ray of its own: never join another on this machine
             num_cpus=cpus,
             include_dashboard=bool(cfg.run.local_dashboard),
             dashboard_host="127.0.0.1",

@@ -18,61 +18,31 @@ import click
 from catalog import exitcodes
 
 
-def analyze_and_act(
-    run,
-    namespace,
-    cluster,
-    output_dir,
-    tail,
-    local,
-    as_json,
-    propose,
-    approve,
-    store_url,
-    user_env,
-    password_env,
-    bundle_root,
-    key,
-    model,
-    warden_url,
-    warden_token_file,
-) -> None:
+def analyze_and_act(o, key: bytes | None, model) -> None:
+    """`o`: the command's options (runner.commands.diagnose)."""
     from runner.diagnose.analyze import analyze
     from runner.diagnose.verdict import render
 
     with tempfile.TemporaryDirectory() as scratch:
-        if local is not None:
-            if not local.is_dir():
-                click.echo(f"error: --local: {local}: no such folder", err=True)
+        if o.local is not None:
+            if not o.local.is_dir():
+                click.echo(f"error: --local: {o.local}: no such folder", err=True)
                 raise SystemExit(exitcodes.NOT_FOUND)
-            folder, where = local, {}
+            folder, where = o.local, {}
         else:
             from runner.commands.diagnose import collect_cluster
 
             folder = Path(scratch) / "evidence"
             folder.mkdir()
-            info, _ = collect_cluster(
-                cluster,
-                namespace,
-                run,
-                output_dir,
-                tail,
-                folder,
-                store_url,
-                user_env,
-                password_env,
-                bundle_root,
-            )
-            where = {
-                "cluster": info.get("cluster") or cluster or "",
-                "namespace": info.get("namespace") or namespace or "",
-            }
+            info, _ = collect_cluster(o, folder)
+            where = {"cluster": info.get("cluster") or o.cluster or "",
+                     "namespace": info.get("namespace") or o.namespace or ""}  # fmt: skip
         verdict = analyze(folder, model=model, key=key)
-    if run and not verdict.run.get("run"):
-        verdict.run["run"] = run
-    click.echo(json.dumps(verdict.to_json(), indent=1) if as_json else render(verdict))
-    if propose or approve:
-        act(verdict, where, approve, warden_url, warden_token_file, quiet=as_json)
+    if o.run and not verdict.run.get("run"):
+        verdict.run["run"] = o.run
+    click.echo(json.dumps(verdict.to_json(), indent=1) if o.as_json else render(verdict))
+    if o.propose or o.approve:
+        act(verdict, where, o.approve, o.warden_url, o.warden_token_file, quiet=o.as_json)
 
 
 def act(verdict, where: dict, approve: bool, warden_url, token_file, quiet: bool) -> None:

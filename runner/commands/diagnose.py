@@ -21,6 +21,7 @@ import tarfile
 import tempfile
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import click
 
@@ -40,43 +41,36 @@ LOG_TAIL = 5000
 
 
 def archive(folder: Path, out: Path, root: str) -> None:
+    """Every file under `folder` into a tar.gz, under `root/`."""
     with tarfile.open(out, "w:gz") as tar:
-        tar.add(str(folder), arcname=root)
+        for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+            tar.add(str(path), arcname=f"{root}/{path.relative_to(folder).as_posix()}")
 
 
-def collect_cluster(
-    cluster,
-    namespace,
-    run,
-    output_dir,
-    tail,
-    folder: Path,
-    store_url,
-    user_env,
-    password_env,
-    bundle_root,
-) -> tuple[dict, list[str]]:
-    """The cluster run's evidence into `folder`: (its summary, notes)."""
+def collect_cluster(o, folder: Path) -> tuple[dict, list[str]]:
+    """The cluster run's evidence into `folder`: (its summary, notes). `o`: the command's
+    options (run, namespace, cluster, output_dir, tail, clickhouse, user_env, password_env,
+    bundle_root)."""
     from runner.diagnose import collect
 
-    kube = client(cluster)
-    namespace, objects, pods = find_run(kube, namespace, run)
-    info = summary(run, objects, pods)
+    kube = client(o.cluster)
+    namespace, objects, pods = find_run(kube, o.namespace, o.run)
+    info = summary(o.run, objects, pods)
     team = info["team"] or namespace
-    output_dir = output_dir or f"outputs/{team}/{run}"
-    source = pick_pod(pods, None, None, run)["metadata"]["name"] if pods else None
+    output_dir = o.output_dir or f"outputs/{team}/{o.run}"
+    source = pick_pod(pods, None, None, o.run)["metadata"]["name"] if pods else None
     notes = collect.collect(
-        kube, namespace, run, info, objects, pods, folder, output_dir, tail, source
+        kube, namespace, o.run, info, objects, pods, folder, output_dir, o.tail, source
     )
-    if store_url:
+    if o.clickhouse:
         from observability.store import ServerStore
 
         nodes = sorted({p.get("spec", {}).get("nodeName") for p in pods} - {None, ""})
-        store = ServerStore(store_url, user_env, password_env)
-        notes += collect.store_parts(folder, store, team, run, nodes)
-    root = bundle_root or bucket_of(kube_cluster_name(info, cluster))
+        store = ServerStore(o.clickhouse, o.user_env, o.password_env)
+        notes += collect.store_parts(folder, store, team, o.run, nodes)
+    root = o.bundle_root or (o.analyze and bucket_of(kube_cluster_name(info, o.cluster)))
     if root:
-        notes += collect.bucket_bundles(folder, root, team, run)
+        notes += collect.bucket_bundles(folder, root, team, o.run)
     (folder / "NOTES.txt").write_text("\n".join(notes) + "\n")
     info["collected"] = {"pods": len(pods), "events": events_in(folder)}
     return info, notes
@@ -178,7 +172,6 @@ def key_of(env: str | None) -> bytes | None:
 )
 @click.option(
     "--clickhouse",
-    "store_url",
     help="The platform's ClickHouse (HTTP): the run's "
     "log lines and its nodes' history for the evidence.",
 )
@@ -196,7 +189,8 @@ def key_of(env: str | None) -> bytes | None:
 )
 @click.option(
     "--bundle-root",
-    help="Where the run's bundles are kept (default: the cluster's bundles bucket, gs://<bucket>).",
+    help="Where the run's bundles are kept, to read the newest (with --analyze the default "
+    "is the cluster's bundles bucket, gs://<bucket>).",
 )
 @click.option(
     "--key-env",
@@ -227,100 +221,36 @@ def key_of(env: str | None) -> bytes | None:
     "warden), for --approve (default $WARDEN_TOKEN_FILE).",
 )
 @kube_errors
-def diagnose(
-    run,
-    namespace,
-    cluster,
-    out,
-    output_dir,
-    tail,
-    analyze,
-    local,
-    as_json,
-    propose,
-    approve,
-    store_url,
-    user_env,
-    password_env,
-    bundle_root,
-    key_env,
-    model_endpoint,
-    model_name,
-    model_key_env,
-    model_kind,
-    warden_url,
-    warden_token_file,
-) -> None:
+def diagnose(**opts) -> None:
     """Collect a run's crash bundle, logs, pods and events into one tar.gz; with --analyze,
     the failure's verdict (and with --propose or --approve, its relaunch)."""
-    if (propose or approve or as_json or local) and not analyze:
+    o = SimpleNamespace(**opts)
+    if (o.propose or o.approve or o.as_json or o.local) and not o.analyze:
         raise click.UsageError("--local, --json, --propose and --approve go with --analyze")
-    if not analyze:
-        if not run:
+    if not o.analyze:
+        if not o.run:
             raise click.UsageError("give RUN (or --analyze --local OUTPUT_DIR)")
-        return write_archive(
-            run,
-            namespace,
-            cluster,
-            out,
-            output_dir,
-            tail,
-            store_url,
-            user_env,
-            password_env,
-            bundle_root,
-        )
-    if not run and not local:
+        return write_archive(o)
+    if not o.run and not o.local:
         raise click.UsageError("give RUN or --local OUTPUT_DIR")
-    if approve and not interactive():
+    if o.approve and not interactive():
         raise click.UsageError(
             "--approve asks a person at a terminal; use --propose for a pull request"
         )
-    model = model_client(model_endpoint, model_name, model_key_env, model_kind)
+    model = model_client(o.model_endpoint, o.model_name, o.model_key_env, o.model_kind)
     from runner.commands._diagnose_analyze import analyze_and_act
 
-    analyze_and_act(
-        run,
-        namespace,
-        cluster,
-        output_dir,
-        tail,
-        local,
-        as_json,
-        propose,
-        approve,
-        store_url,
-        user_env,
-        password_env,
-        bundle_root,
-        key_of(key_env),
-        model,
-        warden_url,
-        warden_token_file,
-    )
+    analyze_and_act(o, key_of(o.key_env), model)
 
 
-def write_archive(
-    run, namespace, cluster, out, output_dir, tail, store_url, user_env, password_env, bundle_root
-) -> None:
+def write_archive(o) -> None:
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    out = out or Path(f"{safe_name(run)}-diagnose-{stamp}.tar.gz")
-    root = f"{safe_name(run)}-diagnose-{stamp}"
+    out = o.out or Path(f"{safe_name(o.run)}-diagnose-{stamp}.tar.gz")
+    root = f"{safe_name(o.run)}-diagnose-{stamp}"
     with tempfile.TemporaryDirectory() as scratch:
         folder = Path(scratch) / root
         folder.mkdir()
-        info, notes = collect_cluster(
-            cluster,
-            namespace,
-            run,
-            output_dir,
-            tail,
-            folder,
-            store_url,
-            user_env,
-            password_env,
-            bundle_root,
-        )
+        info, notes = collect_cluster(o, folder)
         archive(folder, out, root)
     got = info["collected"]
     click.echo(f"wrote {out} ({got['pods']} pods, {got['events']} events; {'; '.join(notes)})")

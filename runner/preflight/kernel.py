@@ -7,12 +7,11 @@ OOM kills and hung tasks, parsed from `dmesg` or `journalctl -k` lines.
 from __future__ import annotations
 
 import re
-import shutil
-import subprocess
 import sys
 from dataclasses import dataclass
 
 from catalog.xid import XIDS
+from observability import kernel_log
 from runner.preflight.rows import FAIL, PASS, SKIP, WARN, Row, worst
 
 # Xid code -> (category, severity, meaning), from the platform's one Xid catalog
@@ -102,25 +101,9 @@ def rows(findings: list[Finding]) -> list[Row]:
     return out
 
 
-SOURCES = [["dmesg", "--nopager"], ["journalctl", "-k", "-b", "--no-pager", "-q"]]
-
-
 def read_log() -> tuple[str | None, str]:
     """The kernel log and where it came from; (None, reason) when it cannot be read."""
-    reasons = []
-    for command in SOURCES:
-        if not shutil.which(command[0]):
-            reasons.append(f"{command[0]} not installed")
-            continue
-        try:
-            done = subprocess.run(command, capture_output=True, text=True, timeout=60)
-        except (OSError, subprocess.TimeoutExpired) as err:
-            reasons.append(f"{command[0]}: {err}")
-            continue
-        if done.returncode == 0 and done.stdout.strip():
-            return done.stdout, command[0]
-        reasons.append(f"{command[0]}: {(done.stderr.strip() or 'empty').splitlines()[0]}")
-    return None, "; ".join(reasons)
+    return kernel_log.read()
 
 
 def check(text: str | None = None) -> list[Row]:

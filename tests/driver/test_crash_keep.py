@@ -6,6 +6,7 @@ store and whose bundle is kept (a child process: it owns its chDB store)."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -123,7 +124,8 @@ def test_a_real_run_keeps_its_log_lines_and_its_bundle(tmp_path):
         "parallelism.workers=2",
         f"checkpoint.root={tmp_path / 'ckpt'}",
     ]
-    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=400)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}  # its own Ray
+    done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=400)
     assert done.returncode == 1, done.stderr[-2000:]
     assert "crash bundle kept at" in done.stderr
     probe = (
