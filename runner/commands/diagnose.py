@@ -35,6 +35,7 @@ from runner.commands._day2 import (
     pick_pod,
 )
 from runner.commands._day2_views import summary
+from runner.commands._store_flags import credential_options
 from runner.diagnose.collect import crash_bundles, pod_logs, safe_name  # noqa: F401 (API)
 
 LOG_TAIL = 5000
@@ -175,18 +176,7 @@ def key_of(env: str | None) -> bytes | None:
     help="The platform's ClickHouse (HTTP): the run's "
     "log lines and its nodes' history for the evidence.",
 )
-@click.option(
-    "--user-env",
-    default="CLICKHOUSE_USER",
-    show_default=True,
-    help="Environment variable holding the ClickHouse user.",
-)
-@click.option(
-    "--password-env",
-    default="CLICKHOUSE_PASSWORD",
-    show_default=True,
-    help="Environment variable holding its password.",
-)
+@credential_options
 @click.option(
     "--bundle-root",
     help="Where the run's bundles are kept, to read the newest (with --analyze the default "
