@@ -38,7 +38,7 @@ def analyze_and_act(o, key: bytes | None, model) -> None:
             where = {"cluster": info.get("cluster") or o.cluster or "",
                      "namespace": info.get("namespace") or o.namespace or ""}  # fmt: skip
         verdict = analyze(folder, model=model, key=key)
-    if o.run and not verdict.run.get("run"):
+    if o.run:  # the run asked about (a cluster run's name, whatever its bundle says)
         verdict.run["run"] = o.run
     click.echo(json.dumps(verdict.to_json(), indent=1) if o.as_json else render(verdict))
     if o.propose or o.approve:

@@ -43,6 +43,10 @@ NEEDLES = (
     b"out of memory",
     b"Exception",
     b"WARN",
+    b"loss nan",
+    b"loss inf",
+    b"loss -inf",
+    b"NaN",
 )
 BLOCK = 16 << 20
 MAX_HITS_PER_FILE = 2000
