@@ -22,6 +22,7 @@ time order: the first one is the cause, later ones followed from it.
 | a process killed, a service worker dead, ft below its minimum | killed | restart |
 | a traceback in the platform's own code only | platform | stop |
 | a finished run with a finite loss | - | no_failure |
+| the exit code alone: 2, 3 (ft), 137, 143 | config, killed, preemption | fix_config, restart |
 """
 
 from __future__ import annotations
