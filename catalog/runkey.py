@@ -4,8 +4,8 @@ bundles) is signed with it, so only what the run's own team wrote authenticates.
 `run_key = HMAC-SHA256(team secret, context | team | run)`: the team's secret
 (`labels.CHECKPOINT_KEY_ENV`, from the team's Secret in a cluster) never leaves the run; a
 key made for one run authenticates nothing of another. `driver.checkpoint.auth` signs
-commit markers with it, `driver.crash` signs bundle manifests (`observability.bundle`), and
-`runner diagnose` checks them.
+commit markers with it, `driver.output.crash_upload` crash bundles (`observability.bundle`),
+and `runner diagnose` checks them.
 
     key = run_key(secret, "research", "tiny-lm")
 """

@@ -21,10 +21,10 @@ def train(cfg, config_yaml, fmt, stops, channel, result, use_gpu, embedded, star
     the summary (or RunFailed)."""
     import ray
 
-    from driver import crash
     from driver.aux.coordinator import start_services
-    from driver.progress import Progress
-    from driver.trainer import trainer_for
+    from driver.output import crash
+    from driver.output.progress import Progress
+    from driver.raytrain import trainer_for
 
     output_dir = Path(cfg.run.output_dir)
     progress = Progress(cfg, channel, output_dir, fmt)
@@ -65,7 +65,7 @@ def train(cfg, config_yaml, fmt, stops, channel, result, use_gpu, embedded, star
 
 def run_summary(cfg, progress, channel, result, started, interrupted, stops, aux_summary):
     """The summary of a run that ended (or was stopped) without failing."""
-    from driver.progress import summarize
+    from driver.output.progress import summarize
 
     summary = summarize(progress.rows)
     summary.update(

@@ -19,10 +19,10 @@ import time
 
 from catalog.errors import InputError
 from driver import capacity
-from driver.aux.config import check_run
-from driver.config import check_batch
-from driver.embedded import LOCAL_ENV, quiet_token_notice, started_ray
-from driver.ray_start import lean_ray_start, own_sigterm, short_raylet_wait
+from driver.config.aux import check_run
+from driver.config.compose import check_batch
+from driver.embedded.lean import LOCAL_ENV, quiet_token_notice, started_ray
+from driver.embedded.ray_start import lean_ray_start, own_sigterm, short_raylet_wait
 
 # Ray Train's controller polls every worker each health-check interval, and a
 # ray.train.report call waits for the next poll. The driver never calls report (metrics and
@@ -89,7 +89,7 @@ def connect(cfg) -> bool:
     lean = contextlib.nullcontext() if cfg.run.local_dashboard else lean_ray_start()
     with lean, short_raylet_wait(), own_sigterm():
         ray.init(
-            address="local",  # a Ray of its own: never join another on this machine
+            address="local",  # a new Ray of its own, even with a `ray start` on this machine
             num_cpus=cpus,
             include_dashboard=bool(cfg.run.local_dashboard),
             dashboard_host="127.0.0.1",
@@ -102,10 +102,10 @@ def connect(cfg) -> bool:
 
 PRELOAD = (
     "ray.train.v2.api.data_parallel_trainer",
-    "driver.embedded_train",
-    "driver.local_backend",
-    "driver.loop",
-    "driver.trainer",
+    "driver.embedded.controller",
+    "driver.embedded.backend",
+    "driver.trainer.worker",
+    "driver.raytrain",
 )
 """What the driver of an embedded run imports after `ray.init` to build the trainer (Ray
 Train with pandas and Ray Data: a second and more), imported while `ray.init` waits for
@@ -149,10 +149,10 @@ def plan_capacity(cfg) -> tuple[capacity.Plan, bool]:
 
 def launch(cfg, config_yaml: str, fmt: str, say=print, stops=None) -> dict:
     """Run training to the end; the summary, or RunFailed after writing a crash bundle.
-    `stops` (a driver.checkpoint.control.StopRelay, installed) turns SIGTERM and SIGINT into
+    `stops` (a driver.channel.stops.StopRelay, installed) turns SIGTERM and SIGINT into
     a final checkpoint and an early end; the summary then has `stopped_by`."""
+    from driver.channel.server import start_channel
     from driver.fit import train
-    from driver.telemetry import start_channel
 
     started = time.monotonic()
     with stops.held() if stops is not None else contextlib.nullcontext():

@@ -2,7 +2,7 @@
 
 - `observability.inspector`: parse NCCL Inspector's JSON lines into `platform.nccl_collectives`
   rows (the same mapping as the ClickHouse materialized view in
-  kustomize/bases/observability/clickhouse/schema.sql).
+  observability/sql/schema.sql).
 - `observability.stragglers`: the straggler analysis, SQL under `observability/sql/` run in
   chDB (local) or ClickHouse (cluster), and the same query text for Grafana.
 - `observability.reference`: the same analysis in pandas (benchmark peer, cross-check).

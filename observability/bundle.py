@@ -1,6 +1,6 @@
 """The signed manifest of a crash bundle: what it holds, that it is whole, who wrote it.
 
-A bundle kept in the run's bucket (`driver.crash_upload`) carries `MANIFEST.json`: every
+A bundle kept in the run's bucket (`driver.output.crash_upload`) carries `MANIFEST.json`: every
 file's SHA-256 and size, the run's identity and an HMAC-SHA256 over all of it with the
 run's key (`catalog.runkey.run_key`: the same key that signs the run's checkpoint commits).
 A bundle whose manifest does not authenticate, or whose files differ from it, is reported,

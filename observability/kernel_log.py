@@ -3,7 +3,7 @@
     text, source = read()        # (the log, "dmesg"), or (None, "dmesg: ...; journalctl: ...")
 
 The node checks (runner.preflight.kernel) parse it for Xids, ECC, NVLink and OOM kills; a
-failed run's crash bundle keeps each node's (driver.crash_gather, nodes/<node>/kernel.log).
+failed run's crash bundle keeps each node's (driver.output.crash_gather, nodes/<node>/kernel.log).
 """
 
 from __future__ import annotations

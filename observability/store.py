@@ -1,6 +1,6 @@
 """The run's telemetry store: chDB in a local run's output folder, or the cluster's ClickHouse.
 
-Both hold the platform schema (`kustomize/bases/observability/clickhouse/schema.sql`) and
+Both hold the platform schema (`observability/sql/schema.sql`) and
 answer the same parameterized SQL (`{team:String}`), so every query (the straggler analysis,
 `runner ui`) runs unchanged on a laptop and in a cluster.
 
@@ -104,7 +104,7 @@ def store_path(folder: str | Path) -> Path:
 
 
 def schema_statements() -> list[str]:
-    from kustomize.tooling import clickhouse  # the committed schema, one place
+    from observability import clickhouse  # the platform schema, one place
 
     return clickhouse.statements(clickhouse.SCHEMA.read_text())
 
@@ -168,7 +168,7 @@ class LocalStore:
         return body.count("\n")
 
     def insert_metrics(self, rows: Iterable[dict]) -> int:
-        """Insert `platform.run_metrics` rows (`metric_rows`, or driver.clickhouse's)."""
+        """Insert `platform.run_metrics` rows (`metric_rows`, or driver.metrics.clickhouse's)."""
         return self.insert(RUN_METRICS, rows)
 
     def close(self) -> None:

@@ -43,7 +43,7 @@ class AuxWorker:
         self.service, self.error, self.server, self.receiver = service, None, None, None
         self.started = time.time()
         if logs is not None:  # the run's log file and OTLP, labelled worker and service
-            from driver.telemetry import where_am_i
+            from driver.output.logs import where_am_i
 
             logs.install(["", "driver.aux"], service=service, worker=worker, **where_am_i())
         try:

@@ -12,9 +12,9 @@ from typing import TYPE_CHECKING, Any
 import zmq
 
 from driver.aux import shm
-from driver.aux.envelope import MAX_ENVELOPE_BYTES, Message, pack
 from driver.aux.errors import AuxCancelled, AuxError, AuxTimeout
-from driver.aux.multipart import nbytes
+from driver.messaging.envelope import MAX_ENVELOPE_BYTES, Message, pack
+from driver.messaging.multipart import nbytes
 
 if TYPE_CHECKING:
     from driver.aux.client import AuxClient

@@ -43,10 +43,10 @@ from driver.aux.calls import AuxFuture, Pending, ProxyLink
 from driver.aux.client_io import Reading
 from driver.aux.client_requests import Requests
 from driver.aux.errors import AuxProtocolError, AuxUnavailable
-from driver.aux.multipart import nbytes
-from driver.aux.payload import encode
 from driver.aux.routing import SmoothWeightedRoundRobin
 from driver.aux.shm_client import Lender
+from driver.messaging.multipart import nbytes
+from driver.messaging.payload import encode
 
 
 class AuxClient(Reading, Requests):

@@ -22,10 +22,10 @@ import zmq
 from zmq.backend import Socket as _RawSocket
 from zmq.utils.monitor import recv_monitor_message
 
-from driver.aux.envelope import WireError, parse
 from driver.aux.errors import AuxProtocolError, from_code
-from driver.aux.multipart import recv_frames
-from driver.aux.payload import decode
+from driver.messaging.envelope import WireError, parse
+from driver.messaging.multipart import recv_frames
+from driver.messaging.payload import decode
 
 if TYPE_CHECKING:
     from driver.aux.calls import AuxFuture, ProxyLink

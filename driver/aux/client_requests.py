@@ -20,7 +20,7 @@ import zmq
 
 from driver.aux.calls import ProxyLink
 from driver.aux.errors import AuxError, AuxTimeout, AuxUnavailable
-from driver.aux.multipart import NOBLOCK, send_frames
+from driver.messaging.multipart import NOBLOCK, send_frames
 
 if TYPE_CHECKING:
     from driver.aux.calls import Pending

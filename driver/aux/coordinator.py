@@ -182,7 +182,7 @@ def start_services(cfg, plan, use_gpu: bool, say=print) -> AuxRuntime:
     runtime = AuxRuntime()
     if not plan.replicas:
         return runtime
-    from driver.logs import LogSpec
+    from driver.output.runlogs import LogSpec
 
     runtime.fleet = start_fleet(cfg.aux.fleet_interval_s)
     root = ipc_root()

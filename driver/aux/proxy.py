@@ -39,11 +39,11 @@ from zmq.backend import Socket as _RawSocket
 from zmq.utils.monitor import recv_monitor_message
 
 from driver.aux import shm
-from driver.aux.envelope import MAX_ENVELOPE_BYTES
-from driver.aux.multipart import recv_frames
 from driver.aux.proxy_requests import Entry, Forwarding
 from driver.aux.proxy_workers import Worker, WorkerSet
 from driver.aux.routing import RoundRobin
+from driver.messaging.envelope import MAX_ENVELOPE_BYTES
+from driver.messaging.multipart import recv_frames
 
 LOSS_POLICIES = ("retry", "error")
 COUNTERS = (

@@ -17,9 +17,9 @@ from typing import TYPE_CHECKING, Any
 
 import zmq
 
-from driver.aux.envelope import Message, WireError, pack, parse, peek_id, reply_id
-from driver.aux.multipart import NOBLOCK, send_frames
 from driver.aux.routing import pick_worker
+from driver.messaging.envelope import Message, WireError, pack, parse, peek_id, reply_id
+from driver.messaging.multipart import NOBLOCK, send_frames
 
 if TYPE_CHECKING:
     from driver.aux.proxy_workers import Worker

@@ -17,7 +17,7 @@ from typing import Any
 
 import zmq
 
-from driver.aux.envelope import Message, pack
+from driver.messaging.envelope import Message, pack
 
 
 class WorkerSet:

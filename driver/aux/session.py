@@ -4,11 +4,11 @@ Built from what the coordinator hands every rank (`AuxRuntime.spec`): an `AuxCli
 service over that service's proxy table, refreshed from the FleetMonitor every
 `aux.fleet_interval_s` (a restarted proxy has a new address; a dead one weighs 0). For the
 loop it offers:
-- `batches(source)`: the batch iterator with each batch's conditioning embeddings from
-  `aux.condition`'s service, requested every step (batches become (images, embeddings));
-- `after_step(step, model)` on rank 0: every `aux.refresh.every_steps` steps, broadcast the
-  weights to the refresh service's workers (driver.aux.refresh) and ask `aux.evaluate`'s
-  service to score that version;
+- `conditioner()`: a transform that gives each micro-batch its conditioning embeddings from
+  `aux.condition`'s service (batches become (images, embeddings));
+- `after_step(step, model, writer)` on the writer: every `aux.refresh.every_steps` steps,
+  broadcast the weights to the refresh service's workers (driver.aux.refresh) and ask
+  `aux.evaluate`'s service to score that version;
 - `metrics()` on rank 0, once per logging interval: the FleetMonitor's newest summary and
   finished evaluations, as `aux/<service>/<name>` fields of the metrics row.
 """
@@ -54,7 +54,7 @@ class AuxSession:
 
     def stages(self) -> list:
         """The data pipeline's stage run by `data.remote_stage`'s workers."""
-        from driver.data.remote import RemoteStage
+        from driver.aux.remote_stage import RemoteStage
 
         name = self.cfg.data.remote_stage
         spec = self.services[name]
@@ -72,23 +72,27 @@ class AuxSession:
                 if table and name in self.clients:
                     self.clients[name].set_proxies(table)
 
-    def batches(self, source):
-        """`source`'s batches, each with its embeddings when the model is conditioned."""
+    def conditioner(self):
+        """The batch transform adding `aux.condition`'s embeddings to each micro-batch
+        (batch -> (batch, embeddings)), or None when the model is not conditioned."""
         if not self.cfg.aux.condition:
-            yield from source
-            return
+            return None
         import numpy as np
         import torch
 
         client = self.clients[self.cfg.aux.condition]
-        for batch in source:
-            reply = client.call("encode", {"images": batch})
-            yield batch, torch.from_numpy(np.array(reply["embeddings"]))
 
-    def after_step(self, step: int, model) -> None:
-        """Rank 0: refresh the weights and request an evaluation every N steps."""
+        def condition(batch):
+            reply = client.call("encode", {"images": batch})
+            return batch, torch.from_numpy(np.array(reply["embeddings"]))
+
+        return condition
+
+    def after_step(self, step: int, model, writer: bool = True) -> None:
+        """The writer (rank 0; under torchft the writer of the step): refresh the weights
+        and request an evaluation every N steps."""
         refresh = self.cfg.aux.refresh
-        if self.rank != 0 or not refresh.every_steps or step % refresh.every_steps:
+        if not writer or not refresh.every_steps or step % refresh.every_steps:
             return
         state = unwrap(model).state_dict()
         if self.sender is None:

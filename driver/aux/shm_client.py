@@ -14,9 +14,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from driver.aux.multipart import nbytes
-from driver.aux.payload import to_shm
 from driver.aux.shm import MIN_BYTES, Lease, Pool, node_key, supported
+from driver.messaging.multipart import nbytes
+from driver.messaging.payload import to_shm
 
 
 class Lender:

@@ -21,9 +21,9 @@ from typing import Any
 
 import numpy as np
 
-from driver.aux.envelope import WireError
-from driver.aux.payload import to_shm
 from driver.aux.shm import MAP_FLAGS, MIN_BYTES, PREFIX, Lease
+from driver.messaging.envelope import WireError
+from driver.messaging.payload import to_shm
 
 
 class Attached:

@@ -30,13 +30,13 @@ import zmq
 from zmq.backend import Socket as _RawSocket
 
 from driver.aux import shm
-from driver.aux.envelope import MAX_ENVELOPE_BYTES, Message, WireError, pack, parse, peek_id
 from driver.aux.handler import Handler, RequestContext
-from driver.aux.multipart import NOBLOCK, nbytes, recv_frames, send_frames
-from driver.aux.payload import decode, encode
 from driver.aux.routing import FairQueues, admit
 from driver.aux.shm_worker import Attached, Borrowed
 from driver.aux.worker_queues import Item, Queueing, error_reply
+from driver.messaging.envelope import MAX_ENVELOPE_BYTES, Message, WireError, pack, parse, peek_id
+from driver.messaging.multipart import NOBLOCK, nbytes, recv_frames, send_frames
+from driver.messaging.payload import decode, encode
 
 DRAIN = 10_000  # messages taken in at most between two handler calls
 _EVENTS, _POLLIN = int(zmq.EVENTS), int(zmq.POLLIN)

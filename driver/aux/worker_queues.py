@@ -16,8 +16,8 @@ import time
 from collections import deque
 from typing import Any
 
-from driver.aux.envelope import Message
 from driver.aux.routing import admit
+from driver.messaging.envelope import Message
 
 
 class Queueing:

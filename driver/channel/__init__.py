@@ -1,18 +1,19 @@
 """The run's channel between the driver and its training workers, over ZeroMQ (no Ray actor).
 
-The driver serves the run's `RunChannel` state (driver.telemetry: metrics rows, failure
+The driver serves the run's `RunChannel` state (state.py: metrics rows, failure
 records, attempt counts, preemption notices, the final figures) from a ROUTER socket in a
 thread of its own process (server.py); each training worker connects a DEALER (client.py)
 with the address and the run's token that the driver hands it in the loop's arguments.
 
-    channel = DriverChannel.start(RunChannel(), host)       # driver: bind, serve
+    channel = start_channel()                               # driver: bind, serve
+    # (= DriverChannel.start(RunChannel(), host); stops.py relays SIGTERM/SIGINT to it)
     spec = channel.address                                  # -> the workers' arguments
     client = spec.connect(rank)                             # worker
     attempt = client.call("hello", rank, host, timeout_s=60)
     client.send("push_many", rows)                          # no reply
     rows = channel.drain()                                  # driver: under the state's lock
 
-Messages are the auxiliary transport's (driver.aux.wire): a packed envelope and a JSON
+Messages are the auxiliary transport's (driver.messaging.wire): a packed envelope and a JSON
 body, never pickle. Every request carries the run's token in the envelope's info; the
 server drops a message with a wrong token or one that does not parse, and answers only the
 methods in `WORKER_METHODS`. A local run binds the loopback address; a cluster run its
@@ -20,6 +21,15 @@ pod's IP, which the team namespace's NetworkPolicy opens to that namespace's pod
 """
 
 from driver.channel.client import ChannelAddress, ChannelClient, ChannelError
-from driver.channel.server import WORKER_METHODS, DriverChannel
+from driver.channel.server import WORKER_METHODS, DriverChannel, start_channel
+from driver.channel.state import RunChannel
 
-__all__ = ["WORKER_METHODS", "ChannelAddress", "ChannelClient", "ChannelError", "DriverChannel"]
+__all__ = [
+    "WORKER_METHODS",
+    "ChannelAddress",
+    "ChannelClient",
+    "ChannelError",
+    "DriverChannel",
+    "RunChannel",
+    "start_channel",
+]

@@ -22,7 +22,7 @@ from typing import Any
 
 import zmq
 
-from driver.aux import wire
+from driver.messaging import wire
 
 MAX_BYTES = 64 << 20
 """The largest message either end takes (a batch of rows, a failure record with its log

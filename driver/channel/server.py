@@ -3,10 +3,10 @@
 `DriverChannel.start(state, host)` binds a ROUTER on `host` (a free port) and serves the
 workers' requests from a thread of the driver's process; the driver's own threads call the
 same state through the channel's methods. Both go through one lock, so the state itself is
-plain Python (driver.telemetry.RunChannel). The thread owns the socket: it creates, uses and
+plain Python (driver.channel.state.RunChannel). The thread owns the socket: it creates, uses and
 closes it, and `close()` stops it.
 
-A message is handled only if it parses (driver.aux.wire, within `MAX_BYTES`) and carries
+A message is handled only if it parses (driver.messaging.wire, within `MAX_BYTES`) and carries
 the run's token; anything else is dropped and counted (`refused`), with one log line per
 kind, since answering a stranger tells it something. A known peer asking for a method
 outside `WORKER_METHODS`, or one whose handler raises, gets an `err` reply.
@@ -23,8 +23,8 @@ from typing import Any
 
 import zmq
 
-from driver.aux import wire
 from driver.channel.client import MAX_BYTES, ChannelAddress
+from driver.messaging import wire
 
 log = logging.getLogger("driver.channel")
 WORKER_METHODS = frozenset({"hello", "start", "push_many", "fail", "finish", "notice", "sync"})
@@ -146,3 +146,17 @@ class DriverChannel:
             sock.send_multipart([peer, *wire.pack(reply)], copy=False)
         except zmq.ZMQError as err:  # the peer went away: nothing to answer
             log.debug("run channel: reply to rank %d lost: %s", msg.rank, err)
+
+
+def start_channel():
+    """The run's channel, served by this (the driver's) process: on the loopback address
+    when this process started the Ray it runs on (a local run: every worker is on this
+    machine), else on this node's IP (the workers on other nodes connect)."""
+    import ray
+
+    from driver.embedded.lean import started_here
+
+    host = "127.0.0.1" if started_here() else ray.util.get_node_ip_address()
+    from driver.channel.state import RunChannel
+
+    return DriverChannel.start(RunChannel(), host)

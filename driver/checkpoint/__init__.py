@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from importlib import import_module
 
-from driver.checkpoint.config import CheckpointConfig
 from driver.checkpoint.errors import CheckpointError
+from driver.config.checkpoint import CheckpointConfig
 
 _LAZY = {
     "Checkpointer": "driver.checkpoint.checkpointer",

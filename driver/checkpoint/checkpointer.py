@@ -32,12 +32,12 @@ import torch.distributed as dist
 from driver.checkpoint.api import CheckpointCallback, new_counters
 from driver.checkpoint.auth import load_secret, marker_problem
 from driver.checkpoint.commit import Committing, failures
-from driver.checkpoint.config import CheckpointConfig
 from driver.checkpoint.groups import training_cpu_group
 from driver.checkpoint.layout import run_uri, save_due, step_dir
 from driver.checkpoint.loading import Loading
 from driver.checkpoint.state import TrainState, save_dict
 from driver.checkpoint.storage import Storage, make_writer
+from driver.config.checkpoint import CheckpointConfig
 
 if TYPE_CHECKING:  # DCP itself loads at the first save (commit.failures says why)
     from torch.distributed.checkpoint.staging import DefaultStager

@@ -10,7 +10,7 @@ heals from a live group and reads the checkpoint only when no group is ahead.
 
 from __future__ import annotations
 
-from driver.checkpoint.config import CheckpointConfig
+from driver.config.checkpoint import CheckpointConfig
 
 
 def allowed_restarts(config: CheckpointConfig) -> int:

@@ -23,9 +23,9 @@ import logging
 import time
 
 from driver.aux.listeners import RayListeners
+from driver.channel.stops import NoticePoll
 from driver.checkpoint.api import CheckpointRef, row_fields
 from driver.checkpoint.checkpointer import Checkpointer
-from driver.checkpoint.control import NoticePoll
 from driver.checkpoint.preemption import PreemptionGuard
 from driver.checkpoint.state import TrainState
 from driver.parallel import Topology

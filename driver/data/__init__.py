@@ -7,11 +7,10 @@
 See docs/data.md for the design, configuration, guarantees and failure behaviour.
 """
 
-from driver.data.config import PipelineConfig
+from driver.config.data import PipelineConfig
 from driver.data.datasets import FileDataset, PackedDataset, PackedStrings, as_map_dataset
 from driver.data.errors import CorruptSample, PipelineError, StageCrashed, StageHung
 from driver.data.pipeline import DataPipeline
-from driver.data.remote import RemoteStage, serve_stage
 from driver.data.shards import ShardedDataset, write_shards
 from driver.data.stages import FunctionStage, SampleContext, Stage, WorkerInfo, default_collate
 
@@ -24,7 +23,6 @@ __all__ = [
     "PackedStrings",
     "PipelineConfig",
     "PipelineError",
-    "RemoteStage",
     "SampleContext",
     "ShardedDataset",
     "Stage",
@@ -33,6 +31,5 @@ __all__ = [
     "WorkerInfo",
     "as_map_dataset",
     "default_collate",
-    "serve_stage",
     "write_shards",
 ]

@@ -1,7 +1,7 @@
 """Batch codec: a tree of arrays laid out in one flat buffer plus a small spec.
 
 Used for shared-memory batch slots; the spec travels only between the pipeline's own
-processes (stages served elsewhere use the auxiliary-service wire format, driver.aux.wire).
+processes (stages served elsewhere use the auxiliary-service wire format, driver.messaging.wire).
 Leaves that are numpy arrays, torch tensors or bytes go into the buffer (64-byte aligned);
 every other leaf (ints, strings, ...) stays in the spec. Dicts, lists and tuples nest.
 
@@ -126,16 +126,16 @@ def decode(spec: Any, base: np.ndarray, to_torch: bool = False) -> Any:
 
 
 def to_frames(tree: Any) -> list[Any]:
-    """Transport form, no pickle: the body frames of `driver.aux.wire` (a JSON frame, then
+    """Transport form, no pickle: the body frames of `driver.messaging.wire` (a JSON frame, then
     one raw frame per array, not copied)."""
-    from driver.aux import wire
+    from driver.messaging import wire
 
     return wire.encode(tree)
 
 
 def from_frames(frames: list[Any]) -> Any:
     """Inverse of `to_frames` (tensors come back as tensors); ValueError if malformed."""
-    from driver.aux import wire
+    from driver.messaging import wire
 
     return wire.decode(frames, torch=True)
 

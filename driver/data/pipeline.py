@@ -24,8 +24,8 @@ from typing import Any
 
 import numpy as np
 
+from driver.config.data import PipelineConfig
 from driver.data import codec
-from driver.data.config import PipelineConfig
 from driver.data.datasets import as_map_dataset
 from driver.data.errors import CorruptSample, PipelineError
 from driver.data.resume import Checkpointable

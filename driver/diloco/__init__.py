@@ -3,7 +3,7 @@
 - `outer`: the pure maths (pseudo-gradients, the outer Nesterov step, compression, merge
   rules, when a round closes).
 - `keys`: CurveZMQ key files (`python -m driver.diloco.keys DIR --learners a,b`).
-- `link`: the authenticated, encrypted ZeroMQ link; messages in `driver.aux.wire`'s format.
+- `link`: the authenticated, encrypted ZeroMQ link; messages in `driver.messaging.wire`'s format.
 - `state`: the synchronizer's outer state on disk (raw tensor frames + JSON, no pickle).
 - `synchronizer`: the server (`python -m driver.diloco.synchronizer --help`).
 - `config`: a learner's settings (`LearnerConfig`, also from `REVE_DILOCO_*`).

@@ -15,9 +15,9 @@ import logging
 import time
 from typing import TYPE_CHECKING
 
-from driver.aux import wire
 from driver.diloco import outer, state
 from driver.diloco.link import Server
+from driver.messaging import wire
 
 if TYPE_CHECKING:
     from driver.diloco.synchronizer import OuterConfig

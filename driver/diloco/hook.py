@@ -21,7 +21,7 @@ import logging
 import os
 
 from catalog.errors import InputError
-from driver.diloco.config import LearnerConfig
+from driver.config.diloco import LearnerConfig
 
 log = logging.getLogger("driver.diloco.hook")
 SOURCE = "environment"

@@ -30,10 +30,10 @@ import time
 
 import torch
 
-from driver.aux import wire
+from driver.config.diloco import ENV_PREFIX, LearnerConfig
 from driver.diloco import outer
-from driver.diloco.config import ENV_PREFIX, LearnerConfig
 from driver.diloco.link import Client
+from driver.messaging import wire
 
 log = logging.getLogger("driver.diloco.learner")
 __all__ = ["ENV_PREFIX", "Learner", "LearnerConfig", "make"]

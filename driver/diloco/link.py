@@ -3,7 +3,7 @@
 The synchronizer binds a ROUTER with its Curve key pair and a ZAP handler that admits only
 the public keys in the keys folder's `allowed/` (a refused key is logged with its Z85 form);
 each learner connects a DEALER with its own key pair and the synchronizer's public key.
-Messages are `driver.aux.wire` messages: a packed binary envelope, a JSON body and one raw
+Messages are `driver.messaging.wire` messages: a packed binary envelope, a JSON body and one raw
 frame per tensor (bf16 travels as its raw 16 bits), never pickle.
 
     server = Server("tcp://*:5555", keys_dir)       # .recv(timeout) -> (peer, Message) | None
@@ -20,8 +20,8 @@ from typing import Any
 import zmq
 from zmq.auth.thread import ThreadAuthenticator
 
-from driver.aux import wire
 from driver.diloco import keys
+from driver.messaging import wire
 
 log = logging.getLogger("driver.diloco.link")
 MAX_BYTES = 8 << 30  # the largest message accepted (tensors of a model of about 2G params)

@@ -1,7 +1,7 @@
 """The synchronizer's outer state on disk: raw tensor frames + JSON, never pickle.
 
 `<dir>` is a local folder or a URI (`gs://bucket/team/run/synchronizer`, through fsspec).
-`<dir>/outer.state` holds one `driver.aux.wire` body (the JSON document, then one raw frame
+`<dir>/outer.state` holds one `driver.messaging.wire` body (the JSON document, then one raw frame
 per tensor), each frame preceded by its length (8 bytes, little-endian), after a magic line.
 It is written to a temporary file and renamed (or uploaded as one object), so a crash leaves
 the previous round's state.
@@ -19,8 +19,8 @@ import struct
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from driver.aux import wire
 from driver.diloco.outer import Params
+from driver.messaging import wire
 
 MAGIC = b"reve-diloco-outer-state v1\n"
 FILE = "outer.state"

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import torch
 
+from driver.config.diloco import LearnerConfig
 from driver.diloco import outer
-from driver.diloco.config import LearnerConfig
 from driver.diloco.learner import Learner
 
 

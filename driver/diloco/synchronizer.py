@@ -4,7 +4,7 @@
         [--outer-lr 0.7 --outer-momentum 0.9 --no-nesterov --round-timeout 60 \
          --min-learners 1 --compression bf16 --rounds N]
 
-Requests it serves (`driver.aux.wire` messages from `link.Client`):
+Requests it serves (`driver.messaging.wire` messages from `link.Client`):
 - `join {learner, digest}`: the round and the shared weights (`kind: full`), or only the
   round when the weights the learner holds as shared (its own at a first join, its round's
   when it resumes from its checkpoint) have the shared weights' digest (`kind: same`),
@@ -31,10 +31,10 @@ import os
 import signal
 from dataclasses import dataclass
 
-from driver.aux import wire
 from driver.diloco import outer
 from driver.diloco.fragment import Fragment
 from driver.diloco.link import MAX_BYTES, Server
+from driver.messaging import wire
 
 log = logging.getLogger("driver.diloco.synchronizer")
 MAX_FRAGMENTS = 64

@@ -24,7 +24,8 @@ from types import SimpleNamespace
 import torch
 
 from driver import optim
-from driver.batches import LocalBatchSource, collate
+from driver.data.feed import Feed
+from driver.data.stages import default_collate
 from driver.diloco.learner import LearnerConfig, make
 from driver.workloads import build
 from driver.workloads.text import TextDataset
@@ -69,7 +70,9 @@ def eval_loss(model, loss_fn, seq_len: int, batches: int = 4) -> float:
     data = TextDataset(batches * 16, seq_len, seed=99)
     with torch.no_grad():
         losses = [
-            loss_fn(model, collate([data[i * 16 + j] for j in range(16)])).item()
+            loss_fn(
+                model, torch.from_numpy(default_collate([data[i * 16 + j] for j in range(16)]))
+            ).item()
             for i in range(batches)
         ]
     return sum(losses) / len(losses)
@@ -121,7 +124,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"error: learner {args.learner}: {err}")
             return 2
         learner.start(model)
-    source = iter(LocalBatchSource(work.dataset, args.batch, args.index, args.learners, args.seed))
+    feed = Feed(work.dataset, args.batch, args.learners, args.seed, rank=args.index)
+    source = (feed.batch(step, args.index) for step in range(1 << 62))
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     start = time.time()

@@ -1,6 +1,6 @@
 """Live fault tolerance with torchft: replica groups that survive the loss of a group.
 
-- `config.FtConfig`: the `ft.*` keys (no torch import).
+- the `ft.*` keys are `driver.config.ft.FtConfig` (no torch import).
 - `batch`: which micro-batch slots each live group trains on; the LR rule (pure).
 - `lighthouse.DriverSide`: the Lighthouse and the start gate, on the driver.
 - `replica.FtReplica`: a Manager per replica group, the step protocol, healing, metrics.
@@ -11,10 +11,10 @@
 - `launch.trainer_parts`: the driver's TorchftConfig, FailureConfig and start gate.
 - `stop`: below `ft.min_replicas` the run ends at once (a Ray Train controller callback),
   `stop_reason` gives the one-line reason.
-- `loop.run_ft`: the training loop of one worker under torchft (`ft.enabled`), fed by
-  `source.SlotSource` (batches by step and slot), checkpointing through
-  `session.FtCheckpointSession` (the lowest live group writes); `stepper.FtStep` is one
-  step of one group.
+- `stepper.FtStepper`: one step of one replica group, the stepper of the one trainer
+  (driver.trainer) under torchft (`ft.enabled`); checkpoints through
+  `session.FtCheckpointSession` (the lowest live group writes); `end` and `records`: the
+  end of the run and the rows of a writer that died.
 - `drill`: one replica group of a small job as a process, for tests and the benchmark;
   `drill_job` the job it trains (the model, its fixed data, the digest of its weights).
 

@@ -1,17 +1,17 @@
 """Which samples each live replica group trains on in a step, and the learning-rate rule
 when the global batch shrinks. Pure functions, no torch.
 
-A step's global batch is `groups_at_start * grad_accum` micro-batch slots; slot `j` of step
-`s` holds samples `(s * slots + j) * micro_batch ...` (+ micro_batch). With a constant
-global batch (ReCoVer), the live groups split all the slots between them in contiguous
-blocks, so each committed step consumes the same sample ids, in the same global order, as a
-failure-free run, whatever groups are missing; every group scales its loss by 1/slots and the
-gradients are summed across groups. With a shrinking batch each live group trains its own
+A step's global batch is `groups_at_start * grad_accum` micro-batch slots (the samples of
+each: driver.data.slots). With a constant global batch (ReCoVer), each live group trains
+its own slots and the missing groups' slots are shared out among the live ones, so each
+committed step consumes the same samples as a failure-free run, whatever groups are
+missing; every group scales its loss by 1/slots and the gradients are summed across
+groups. With a shrinking batch each live group trains its own
 `grad_accum` slots, the missing groups' slots are skipped, and the learning rate follows
 `lr_scale` (linear: live/total).
 
     plan_step(live_groups=[0, 2, 3], groups_at_start=4, grad_accum=2)
-    -> {0: (0, 1), 2: (2, 3, 4), 3: (5, 6, 7)}
+    -> {0: (0, 1, 2), 2: (4, 5, 3), 3: (6, 7)}
 """
 
 from __future__ import annotations
@@ -27,20 +27,28 @@ def slots_per_step(groups_at_start: int, grad_accum: int) -> int:
 def plan_step(
     live_groups: Sequence[int], groups_at_start: int, grad_accum: int, constant: bool = True
 ) -> dict[int, tuple[int, ...]]:
-    """Live group id -> the global slots it processes this step (in order). Constant: all
-    `groups_at_start * grad_accum` slots in contiguous blocks over the live groups sorted by
-    id (sizes differ by at most one); shrinking: each group its own `grad_accum` slots (a
-    group id past the start count takes the slots of id modulo that count)."""
+    """Live group id -> the global slots it processes this step (in order). Each live group
+    keeps its own `grad_accum` slots (the ones its data pipeline prefetched); constant: the
+    slots of the missing groups go round robin to the live groups sorted by id, after their
+    own (sizes differ by at most one); shrinking: the missing groups' slots are skipped. A
+    group id past the start count takes the slots of id modulo that count."""
     live = sorted(set(live_groups))
-    if not live:
-        return {}
-    if not constant:
-        return {g: own_slots(g % groups_at_start, grad_accum) for g in live}
-    total = slots_per_step(groups_at_start, grad_accum)
-    return {
-        g: tuple(range(r * total // len(live), (r + 1) * total // len(live)))
-        for r, g in enumerate(live)
-    }
+    plan: dict[int, list[int]] = {}
+    owners: set[int] = set()
+    for g in live:  # each live group its own slots (an id past the start count: id modulo)
+        base = g % groups_at_start
+        plan[g] = [] if base in owners else list(own_slots(base, grad_accum))
+        owners.add(base)
+    if constant and live:
+        orphans = [
+            slot
+            for g in range(groups_at_start)
+            if g not in owners
+            for slot in own_slots(g, grad_accum)
+        ]
+        for i, slot in enumerate(orphans):
+            plan[live[i % len(live)]].append(slot)
+    return {g: tuple(slots) for g, slots in plan.items()}
 
 
 def own_slots(group: int, grad_accum: int) -> tuple[int, ...]:

@@ -64,7 +64,8 @@ def kill_now(spec: dict, step: int, phase: str, live: int | None = None) -> None
 
 def run_ft(spec: dict) -> int:
     from driver.checkpoint import TrainState
-    from driver.ft.config import FtConfig
+    from driver.config.ft import FtConfig
+    from driver.ft.manager import live_groups
     from driver.ft.records import Copies
     from driver.ft.replica import FtReplica, FtStopped
     from driver.metrics.rank import rank_row
@@ -123,6 +124,8 @@ def run_ft(spec: dict) -> int:
                         "step": ft.step,
                         "live": plan.live,
                         "position": plan.position,
+                        "groups": list(live_groups(ft.manager)),
+                        "group": group,
                         "slots": list(plan.slots),
                         "loss": total,
                         "digest": digest(job.model),

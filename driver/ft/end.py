@@ -1,9 +1,9 @@
 """The end of a torchft run, for driver.ft.loop (docs/ft.md, "End of run").
 
 - The group that commits the last step marks `DONE_KEY` in the start gate's store. A group
-  checks it before its first step and after every quorum (`finished`): a replacement that
-  arrives after the end, or a group that formed a quorum without the groups that finished,
-  stops without training (`RunFinished`); FtStopped while the run is done is not a failure.
+  checks it before its first step and after every quorum (`finished`): a replacement that arrives
+  after the end, or a group that formed a quorum without the groups that finished, stops without
+  training (driver.trainer.loop.RunFinished); FtStopped while the run is done is not a failure.
 - The writer of the last step marks its rows, final save and final figures in
   (driver.ft.records.mark_recorded); the next group in line waits for that mark and, without
   it, sends its copies of the rows and the final figures (`hand_over_at_end`).
@@ -17,10 +17,6 @@ from __future__ import annotations
 from driver.ft.records import wait_recorded
 
 DONE_KEY = "ft/done"
-
-
-class RunFinished(Exception):
-    """The run's last step was committed by other groups while this one waited."""
 
 
 class RunEnd:

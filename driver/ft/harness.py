@@ -79,7 +79,7 @@ class Drill:
         )
 
     def run(self) -> DrillResult:
-        from driver.ft.config import FtConfig
+        from driver.config.ft import FtConfig
 
         self.folder.mkdir(parents=True, exist_ok=True)
         env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}

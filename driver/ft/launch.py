@@ -1,4 +1,4 @@
-"""The driver's part of a torchft run (`ft.enabled`), for `driver.trainer.trainer_for`.
+"""The driver's part of a torchft run (`ft.enabled`), for `driver.raytrain.trainer_for`.
 
     torch_config, failures, loop_config = trainer_parts(cfg, world=4)
 
@@ -63,7 +63,7 @@ one group may be missing: its writer can die after the last step)."""
 
 def groups_replaced(hosts: dict[int, dict], first_attempt: int) -> int:
     """Replica groups Ray Train started again in this run: every start of a rank after its
-    first (the attempt each rank's newest start said hello with, driver.telemetry.Sink).
+    first (the attempt each rank's newest start said hello with, driver.channel.state.Sink).
     Not the summary's `restarts` (the most starts of any one rank, which counts whole
     worker-group restarts: two replacements of one rank and one of another are 3, not 2)."""
     return sum(max(0, int(h.get("attempt", first_attempt)) - first_attempt) for h in hosts.values())

@@ -19,7 +19,7 @@ import os
 import time
 from datetime import timedelta
 
-from driver.ft.config import FtConfig
+from driver.config.ft import FtConfig
 
 GATE_KEY = "ft/started"
 

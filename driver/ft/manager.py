@@ -15,7 +15,7 @@ import os
 from collections.abc import Callable
 from datetime import timedelta
 
-from driver.ft.config import FtConfig
+from driver.config.ft import FtConfig
 
 
 def replica_id(group: int) -> str:
@@ -61,7 +61,34 @@ def build_manager(
         heartbeat_interval=timedelta(milliseconds=cfg.heartbeat_interval_ms),
         checkpoint_transport=WeightsOnlyHTTPTransport(timeout),
     )
+    manager._client = QuorumWatch(manager._client)
     return manager, store
+
+
+class QuorumWatch:
+    """torchft's ManagerClient, keeping the replica ids of the newest quorum: the Manager
+    uses them only inside its quorum thread (torchft-nightly 2026.10.26,
+    `Manager._async_quorum`), and the step plan needs to know which groups are live, not
+    only how many (tests/ft/test_manager.py checks the attribute this wraps)."""
+
+    def __init__(self, client):
+        self._client = client
+        self.replica_ids: list[str] = []
+
+    def _quorum(self, *args, **kwargs):
+        result = self._client._quorum(*args, **kwargs)
+        self.replica_ids = list(result.replica_ids)
+        return result
+
+    def __getattr__(self, name):
+        return getattr(self._client, name)
+
+
+def live_groups(manager) -> tuple[int, ...]:
+    """The group numbers of the newest quorum's replicas (`replica_id`'s digits, before
+    torchft's `:uuid`), sorted."""
+    ids = getattr(manager._client, "replica_ids", [])
+    return tuple(sorted(int(rid.split(":", 1)[0].rsplit("_", 1)[1]) for rid in ids))
 
 
 def sum_grads(manager, params, loss_sum: float) -> float:

@@ -3,8 +3,8 @@ live groups, this group's place among them, its micro-batch slots, the loss divi
 the LR multiplier (the rules are driver.ft.batch's); or, when no quorum forms, the one-line
 reason FtStopped carries. Pure, no torch.
 
-    plan = step_plan(cfg.ft, step=7, live=3, position=1, group=2, groups_at_start=4,
-                     grad_accum=2)
+    plan = step_plan(cfg.ft, step=7, live_groups=(0, 2, 3), position=1, group=2,
+                     groups_at_start=4, grad_accum=2)
     plan.slots, plan.divisor, plan.lr_scale
     no_quorum_reason(cfg.ft, step=7, last_live=2, groups_at_start=3, err=err)
 """
@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from driver.config.ft import FtConfig
 from driver.ft.batch import loss_divisor, lr_scale, plan_step
-from driver.ft.config import FtConfig
 
 
 @dataclass(frozen=True)
@@ -36,21 +36,22 @@ class StepPlan:
 def step_plan(
     cfg: FtConfig,
     step: int,
-    live: int,
+    live_groups: tuple[int, ...],
     position: int,
     group: int,
     groups_at_start: int,
     grad_accum: int,
 ) -> StepPlan:
-    """The plan of `step` for `group`, the `position`-th of `live` groups in the quorum."""
+    """The plan of `step` for `group`, the `position`-th of the live groups (their ids:
+    `live_groups`) in the quorum."""
     constant = cfg.constant_batch
-    own = position if constant else group
-    slots = plan_step(range(live) if constant else [own], groups_at_start, grad_accum, constant)
+    live = len(live_groups)
+    slots = plan_step(live_groups, groups_at_start, grad_accum, constant)
     return StepPlan(
         step,
         live,
         position,
-        slots[own],
+        slots[group],
         loss_divisor(live, groups_at_start, grad_accum, constant),
         lr_scale(live, groups_at_start, cfg.lr_scaling, constant),
     )

@@ -37,8 +37,8 @@ import threading
 import time
 from collections.abc import Callable
 
-from driver.ft.config import FtConfig
-from driver.ft.manager import build_manager, sum_grads
+from driver.config.ft import FtConfig
+from driver.ft.manager import build_manager, live_groups, sum_grads
 from driver.ft.plan import StepPlan, no_quorum_reason, step_plan
 from driver.ft.shrink import ShrinkRequest, local_shrink
 
@@ -130,8 +130,11 @@ class FtReplica:
         if self.restore is not None:
             self._restore_if_alone()
         self._note_quorum(live, position)
+        ids, me = live_groups(self.manager), self.group
+        if len(ids) != live or me not in ids:  # ids unknown: plan by position (one split)
+            ids, me = tuple(range(live)), position
         self.plan = step_plan(
-            self.cfg, self.step, live, position, self.group, self.start_groups, self.grad_accum
+            self.cfg, self.step, ids, position, me, self.start_groups, self.grad_accum
         )
         return self.plan
 

@@ -15,8 +15,8 @@ when the group's first quorum has no live group ahead to heal from (a full resta
 from __future__ import annotations
 
 from driver.aux.listeners import RayListeners
+from driver.channel.stops import NoticePoll
 from driver.checkpoint.checkpointer import Checkpointer
-from driver.checkpoint.control import NoticePoll
 from driver.checkpoint.preemption import PreemptionGuard
 from driver.checkpoint.session import CheckpointSession
 

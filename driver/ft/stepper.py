@@ -1,74 +1,138 @@
-"""One training step of one replica group under torchft, for driver.ft.loop: `FtStep.step`
-runs the quorum and slot plan (`ft.begin_step`), forward/backward of this group's planned
-micro-batch slots (batches from driver.ft.source.SlotSource by step and slot), `ft.reduce`,
-clipping and `ft.commit`, and returns the committed step's metrics row, or None when the
-commit vote failed (the same step runs again).
+"""The stepper under torchft (`ft.enabled`): one replica group's step, for the one trainer
+(driver.trainer.loop), beside driver.trainer.plain's.
 
-    stepper = FtStep(cfg, model, work, optimizer, scheduler, device, source)
-    stepper.done = gate_store(gate)     # the run's done mark (driver.ft.loop), or None
-    row = stepper.step(ft)              # ft: a driver.ft.replica.FtReplica
+    stepper = FtStepper(core, ft, topo, rank, done=gate_store(gate))
+    stepper.resume(session)       # first start: the checkpoint's step; started again: heal
+    row = stepper.run()           # the committed step's row, or None (the vote failed)
+
+Per step: `ft.begin_step()` (quorum; a group that is behind heals from a live peer first)
+-> forward/backward of this group's micro-batch slots (its own, plus a share of a missing
+group's: driver.ft.batch) -> `ft.reduce` (gradients and loss SUMmed across the live groups)
+-> clipping -> `ft.commit` (all-or-nothing). A failed commit is not a step: no row, no
+checkpoint, the same step runs again with the next quorum. The lowest rank of the lowest
+live group (`driver.parallel.Topology.is_writer`) writes the checkpoints and the step's full
+metrics row; a group that becomes the writer first sends copies of the rows the old writer
+may have lost (driver.ft.records). The end of the run (the done mark, the writer's mark, the
+next group's copies) is driver.ft.end's.
+
+A group started again (attempt > 0) reads no checkpoint up front: it heals from a live group
+at its first quorum, and reads the newest checkpoint only when no group is ahead (a full
+restart; `FtReplica.restore`). Below `ft.min_replicas` FtStopped ends the worker with the
+one-line reason; Ray Train's controller then stops the run at once (driver.ft.stop).
 """
 
 from __future__ import annotations
 
 import time
 
-from driver.ft.end import RunFinished, finished
-from driver.step import autocast_for
+from driver.ft.end import finished, hand_over_at_end
+from driver.ft.records import Copies, mark_recorded
+from driver.trainer.core import StepCore, Times
+from driver.trainer.loop import RunFinished
 
 
-class FtStep:
+class FtStepper:
     """One step of one replica group: its slots' forward/backward, reduce, clip, commit."""
 
-    def __init__(self, cfg, model, work, optimizer, scheduler, device, source):
-        self.cfg, self.model, self.work, self.device = cfg, model, work, device
-        self.optimizer, self.scheduler, self.source = optimizer, scheduler, source
-        self.autocast = autocast_for(cfg, device)
-        self.done = None  # the gate's store: the run's done mark, checked after each quorum
-        per_step = cfg.train.micro_batch_size * source.slots
-        self.units_per_step = per_step * work.units_per_example
+    def __init__(self, core: StepCore, ft, topo, rank: int, done=None):
+        self.core, self.ft, self.topo, self.rank, self.done = core, ft, topo, rank, done
+        cfg = core.cfg
+        self.units = cfg.train.micro_batch_size * topo.groups * cfg.train.grad_accum_steps
+        self.copies = Copies()
+        self.took_over = False
+        self.committed = 0  # steps this process committed
 
-    def step(self, ft) -> dict | None:
-        """The committed step's row, or None when the commit vote failed."""
-        import torch
+    @property
+    def step(self) -> int:
+        """Steps committed so far (after healing: the live groups' count)."""
+        return self.ft.step
 
-        from driver.step import to_device
+    def resume(self, session) -> int:
+        """The first start follows `checkpoint.resume`; a group started again heals from a
+        live group, and reads the newest checkpoint only if none is ahead."""
+        if session is None:
+            return 0
+        if session.attempt == 0:
+            start = session.resume()
+            if start:
+                batches = start * self.topo.groups
+                self.ft.manager.load_state_dict({"step": start, "batches_committed": batches})
+            return start
+        self.ft.restore = session.resume
+        return 0
 
-        plan = ft.begin_step()
+    def run(self) -> dict | None:
+        """The committed step's row, or None when the commit vote failed. RunFinished when
+        the other groups finished the run while this one waited."""
+        from driver.ft.replica import FtStopped
+
+        if not self.committed and finished(self.done):  # a replacement arriving after the end
+            raise RunFinished
+        try:
+            plan = self.ft.begin_step()
+        except FtStopped:
+            if finished(self.done):  # one of fewer than ft.min_replicas after the end
+                raise RunFinished from None
+            raise
         if finished(self.done):  # a quorum without the groups that finished the run
             raise RunFinished
-        started = time.perf_counter()
-        local, wait = 0.0, 0.0
-        for slot in plan.slots:
-            fetch = time.perf_counter()
-            batch = to_device(self.source.batch(plan.step, slot), self.device)
-            wait += time.perf_counter() - fetch
-            with self.autocast():
-                loss = self.work.loss(self.model, batch) / plan.divisor
-            loss.backward()
-            local += loss.item()
-        computed = time.perf_counter()
-        total = ft.reduce(self.model.parameters(), local)
-        clip = self.cfg.train.max_grad_norm
-        norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), clip if clip > 0 else 1e9)
-        lr = self.scheduler.get_last_lr()[0] * plan.lr_scale
-        if not ft.commit(self.optimizer, self.scheduler):
+        core, ft = self.core, self.ft
+        times = Times(started=time.perf_counter())
+        local = core.backward(plan.step, plan.slots, plan.divisor, times, sync_last=False)
+        total = ft.reduce(core.model.parameters(), local)
+        norm = core.clip()
+        lr = core.scheduler.get_last_lr()[0] * plan.lr_scale
+        if not ft.commit(core.optimizer, core.scheduler):
             return None
-        ended = time.perf_counter()
-        elapsed = ended - started
-        return {
-            "step": plan.step + 1,
-            "loss": total,
-            "lr": lr,
-            "grad_norm": float(norm),
-            "step_time": elapsed,
-            "data_wait_s": wait,
-            "forward_backward_s": computed - started - wait,
-            "optimizer_s": ended - computed,
-            f"{self.work.unit}_per_s": self.units_per_step * plan.live / ft.start_groups / elapsed
-            if not self.cfg.ft.constant_batch
-            else self.units_per_step / elapsed,
-            "time": time.time(),
-            "ft_slots": len(plan.slots),
-            **ft.metrics(),
-        }
+        times.ended = time.perf_counter()
+        self.committed += 1
+        live = 1.0 if core.cfg.ft.constant_batch else plan.live / ft.start_groups
+        row = core.row(plan.step, total, lr, norm, times, self.units * live)
+        return {**row, "ft_slots": len(plan.slots), **ft.metrics()}
+
+    def writer(self) -> bool:
+        """Whether this rank writes the step's records: the lowest rank of the lowest live
+        group."""
+        return self.topo.is_writer(self.rank, self.ft.plan.position)
+
+    def rows(self, row: dict, writer: bool) -> list[tuple[dict, bool]]:
+        """The copies of the old writer's rows this group sends on becoming the writer,
+        then the step's own row."""
+        return [(copy, True) for copy in self.copies.after_step(row, writer)] + [(row, writer)]
+
+    def checkpoint_writer(self) -> bool:
+        """Whether this group writes the step's checkpoint (the writer's group)."""
+        return self.writer()
+
+    def end(self, reporter, logger, completed: bool) -> bool:
+        """After the last step (`completed`): the done mark; the next group in line sends
+        its copies when the writer's mark does not come. Whether this rank sends the run's
+        final figures (never after an early stop: the writer's rows say it all)."""
+        if not completed:
+            return False
+        wrote = self.ft.plan is not None and self.writer()
+        reports = hand_over_at_end(self.ft, self.done, wrote, self.copies, reporter, logger)
+        self.took_over = reports and not wrote
+        return reports
+
+    def reported(self) -> None:
+        """The final figures reached the driver: mark the writer's rows delivered."""
+        mark_recorded(self.done, self.core.cfg.train.steps)
+
+    def metrics(self) -> dict:
+        return self.ft.metrics()
+
+    def close(self) -> None:
+        self.ft.close()
+
+
+def gate_store(gate: str | None):
+    """A client of the start gate's TCPStore (the run's done mark), or None."""
+    if not gate:
+        return None
+    from datetime import timedelta
+
+    from torch.distributed import TCPStore
+
+    host, port = gate.rsplit(":", 1)
+    return TCPStore(host, int(port), is_master=False, timeout=timedelta(seconds=60))

@@ -3,7 +3,7 @@
 - `names`: the platform's metric names and units, one list (writers, dashboards, tests).
 - `rank`: a training rank's reporter (every rank: step phases, memory, throughput).
 - `hub`, `writers`, `otel`: the driver's writers: metrics.jsonl (appended, every attempt),
-  the run's chDB store, ClickHouse (driver.clickhouse) and OpenTelemetry.
+  the run's chDB store, ClickHouse (driver.metrics.clickhouse) and OpenTelemetry.
 - `flight`: the PyTorch flight recorder's environment for training ranks.
 
 ClickHouse credentials come from the environment only: `CLICKHOUSE_ENV` lists the names

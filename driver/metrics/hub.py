@@ -7,7 +7,7 @@
                                    # in place first: driver.metrics.records)
     metrics.close(); metrics.problems()   # lines about rows a writer dropped
 
-The progress display (driver.progress) drains the run's channel and calls `write`; it owns
+The progress display (driver.output.progress) drains the run's channel and calls `write`; it owns
 no output.
 """
 
@@ -35,7 +35,7 @@ class RunMetrics:
         self._label_sets: dict[tuple, dict] = {}
         self.records = RecordBook()
         if clickhouse_url:
-            from driver.clickhouse import RunMetricsWriter
+            from driver.metrics.clickhouse import RunMetricsWriter
 
             self.clickhouse = RunMetricsWriter(clickhouse_url, self.identity)
         if otel_endpoint:

@@ -1,5 +1,5 @@
 """The driver's metrics writers: metrics.jsonl, the run's chDB store and, through
-driver.clickhouse and driver.metrics.otel, ClickHouse and OpenTelemetry.
+driver.metrics.clickhouse and driver.metrics.otel, ClickHouse and OpenTelemetry.
 
 `Writers.write(rows, hosts)` takes a drained batch of every rank's rows (driver.metrics.rank:
 tagged with `rank` and `attempt`) and the ranks' hosts (`{rank: {"pod", "node"}}`); each row

@@ -9,7 +9,9 @@ the images of Warden's Jobs), `kustomize/overlays/<name>-fair-sharing/` (the opt
 capacity-quota overlay), `kustomize/overlays/<name>-node-addons/` (the GPU node add-ons
 its accelerators need, from `kustomize/bases/node-addons/`) and
 `kustomize/argocd/<name>/runs-project.yaml` (the Argo CD project of its runs: only the kinds
-`runner render` writes, only into its team namespaces).
+`runner render` writes, only into its team namespaces). Once for all clusters it copies the
+platform's ClickHouse schema (`observability/sql/schema.sql`, which the trainer image ships)
+into the ClickHouse base (`kustomize/bases/observability/clickhouse/schema.sql`).
 """
 
 from __future__ import annotations
@@ -133,10 +135,24 @@ def node_addons_files(cluster: Cluster, root: Path) -> dict[str, str]:
     return {"kustomization.yaml": header(cluster) + dump([kustomization])}
 
 
+CLICKHOUSE_SCHEMA = Path("kustomize/bases/observability/clickhouse/schema.sql")
+
+
+def schema_copy() -> str:
+    """The ClickHouse base's copy of the platform schema, with a header naming its source."""
+    from observability import clickhouse
+
+    return (
+        "-- Generated from observability/sql/schema.sql by\n"
+        "-- `python -m kustomize.tooling.generate`. Do not edit: change the source and rerun.\n"
+        + clickhouse.SCHEMA.read_text()
+    )
+
+
 def expected_files(root: Path) -> dict[Path, str]:
     """Every generated file and its content, by path."""
     entries = images.load_entries(root)
-    out: dict[Path, str] = {}
+    out: dict[Path, str] = {root / CLICKHOUSE_SCHEMA: schema_copy()}
     for name in cluster_names(root):
         cluster = load_cluster(name)
         overlay = root / "kustomize" / "overlays" / name

@@ -44,8 +44,8 @@ import zmq
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, ROOT)
 
-from driver.aux import wire  # noqa: E402
 from driver.aux.client import AuxClient  # noqa: E402
+from driver.messaging import wire  # noqa: E402
 
 
 class Echo:

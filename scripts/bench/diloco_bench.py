@@ -90,7 +90,7 @@ def dp_worker(args: argparse.Namespace) -> None:
     import torch
     import torch.distributed as dist
 
-    from driver.batches import LocalBatchSource
+    from driver.data.feed import Feed
 
     torch.set_num_threads(1)
     os.environ.update(MASTER_ADDR=args.master, MASTER_PORT=PORT, GLOO_SOCKET_IFNAME=slowlink.IFACE)
@@ -99,7 +99,8 @@ def dp_worker(args: argparse.Namespace) -> None:
     model, loss_fn = work.model, work.loss
     optimizer, scheduler = trainer.inner_optimizer(model, args)
     params = [p for p in model.parameters()]
-    source = iter(LocalBatchSource(work.dataset, args.batch, args.rank, args.learners, args.seed))
+    feed = Feed(work.dataset, args.batch, args.learners, args.seed, rank=args.rank)
+    source = (feed.batch(step, args.rank) for step in range(1 << 62))
     dist.barrier()
     start = time.time()
     for _ in range(args.steps):

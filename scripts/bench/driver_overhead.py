@@ -49,30 +49,30 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent
-PROBE_ENV = "DRIVER_BENCH_PROBE"
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from driver.batches import LocalBatchSource  # noqa: E402
+WORKER_MARKS = (b"RayTrainWorker", b"multiprocessing.spawn")
+"""A training worker's command line: Ray Train's worker actor, or a plain side's rank."""
 
 
-class ProbeSource(LocalBatchSource):
-    """The default batch source, plus one JSON line of this worker's threading conditions."""
-
-    def __init__(self, dataset, batch_size: int, rank: int, world_size: int, seed: int):
-        import torch
-
-        super().__init__(dataset, batch_size, rank, world_size, seed)
-        probe = {
-            "rank": rank,
-            "threads": torch.get_num_threads(),
-            "omp": os.environ.get("OMP_NUM_THREADS"),
-            "cpus": len(os.sched_getaffinity(0)),
-            "nice": os.nice(0),
-        }
-        if os.environ.get(PROBE_ENV):
-            with open(os.environ[PROBE_ENV], "a") as out:
-                out.write(json.dumps(probe) + "\n")
+def worker_probe(pid: int) -> dict | None:
+    """The conditions a training worker runs under, from /proc: OMP_NUM_THREADS, the CPUs
+    it may run on, its niceness (None: not a training worker, or gone)."""
+    try:
+        if not any(mark in Path(f"/proc/{pid}/cmdline").read_bytes() for mark in WORKER_MARKS):
+            return None
+        env = dict(
+            item.split(b"=", 1) for item in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+            if b"=" in item
+        )  # fmt: skip
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        nice = int(stat[stat.rindex(")") + 2 :].split()[16])
+        cpus = len(os.sched_getaffinity(pid))
+    except (OSError, ValueError):
+        return None
+    omp = env.get(b"OMP_NUM_THREADS")
+    return {"pid": pid, "omp": omp.decode() if omp else None, "cpus": cpus, "nice": nice}
 
 
 def steady_rate(times: list[float], skip: int) -> float:
@@ -83,8 +83,9 @@ def steady_rate(times: list[float], skip: int) -> float:
 
 
 def conditions(probes: list[dict]) -> set[tuple]:
-    """The distinct (threads, OMP_NUM_THREADS, CPUs, niceness) the workers ran under."""
-    return {(p["threads"], p["omp"], p["cpus"], p["nice"]) for p in probes}
+    """The distinct (OMP_NUM_THREADS, CPUs, niceness) the workers ran under (both sides set
+    torch's threads to `parallelism.cpus_per_worker`)."""
+    return {(p["omp"], p["cpus"], p["nice"]) for p in probes}
 
 
 def ray_worker_niceness() -> int:
@@ -99,7 +100,8 @@ def plain_worker(rank: int, world: int, port: int, config: str, overrides: list,
     from torch.nn.parallel import DistributedDataParallel
 
     from driver import optim
-    from driver.config import compose
+    from driver.config.compose import compose
+    from driver.data.feed import Feed
     from driver.workloads import build
 
     os.nice(ray_worker_niceness() - os.nice(0))  # as Ray's workers run
@@ -111,13 +113,14 @@ def plain_worker(rank: int, world: int, port: int, config: str, overrides: list,
     work = build(cfg.model, cfg.data)
     model = DistributedDataParallel(work.model) if world > 1 else work.model  # as the driver
     opt, sched = optim.build(model, cfg.optimizer, cfg.train.steps)
-    source = ProbeSource(work.dataset, cfg.train.micro_batch_size, rank, world, cfg.train.seed)
-    batches, accum, rows = iter(source), cfg.train.grad_accum_steps, []
+    accum, rows = cfg.train.grad_accum_steps, []
+    feed = Feed(work.dataset, cfg.train.micro_batch_size, world * accum, cfg.train.seed,
+                rank=rank, grad_accum=accum)  # fmt: skip
     for step in range(cfg.train.steps):
         total = 0.0
         for micro in range(accum):
             with model.no_sync() if micro < accum - 1 and world > 1 else _nothing():
-                loss = work.loss(model, next(batches)) / accum
+                loss = work.loss(model, feed.batch(step, rank * accum + micro)) / accum
                 loss.backward()
             total += loss.item()
         torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.train.max_grad_norm or 1e9)
@@ -147,13 +150,13 @@ def plain_main(out: str, workers: int, config: str, overrides: list[str]) -> Non
                        nprocs=workers, start_method="spawn")  # fmt: skip
 
 
-def run_side(side: str, args, overrides: list[str], probe: Path) -> dict:
+def run_side(side: str, args, overrides: list[str]) -> dict:
     """Run one side to the end in its own session: its steady rate, start-up and CPU cost."""
     out = Path(tempfile.mkdtemp(prefix=f"driver-bench-{side}-"))
-    env = {**os.environ, PROBE_ENV: str(probe), "OMP_NUM_THREADS": str(args.threads)}
+    env = {**os.environ, "OMP_NUM_THREADS": str(args.threads)}
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(HERE), env.get("PYTHONPATH", "")])
     env.pop("RAY_ADDRESS", None)
-    every = [*overrides, "data.source=driver_overhead:ProbeSource"]
+    every = list(overrides)
     if side == "driver":
         cmd = [sys.executable, "-m", "driver.train", args.config, *every,
                f"run.output_dir={out}", "run.name=bench", "logging.format=json"]  # fmt: skip
@@ -170,8 +173,13 @@ def run_side(side: str, args, overrides: list[str], probe: Path) -> dict:
         reader = threading.Thread(target=copy_lines, args=(proc.stdout, log, seen), daemon=True)
         reader.start()
         samples = []  # (time, CPU seconds used so far by every process of the run's tree)
+        probes: dict[int, dict] = {}  # the training workers' conditions, by pid
         while proc.poll() is None:
-            samples.append((time.time(), tree_cpu(proc.pid)))
+            members, cpu = tree_cpu(proc.pid)
+            samples.append((time.time(), cpu))
+            for pid in members - probes.keys():
+                if found := worker_probe(pid):
+                    probes[pid] = found
             time.sleep(0.25)
         reader.join(timeout=10)
     settle(proc.pid)
@@ -184,6 +192,7 @@ def run_side(side: str, args, overrides: list[str], probe: Path) -> dict:
         "start": ends[0] - launched,
         "cpu": cpu_per_step(samples, ends, args.skip),
         "phases": {**phases, "first step": ends[0] - launched},
+        "probes": list(probes.values()),
     }
 
 
@@ -202,9 +211,9 @@ def copy_lines(stream, log, seen: dict[str, float]) -> None:
                 seen[name] = time.time()
 
 
-def tree_cpu(root: int) -> float:
-    """CPU seconds (user + system) of the live processes of a run: those of its session
-    and every descendant of `root` (an embedded run's Ray has a session of its own), from
+def tree_cpu(root: int) -> tuple[set[int], float]:
+    """The live processes of a run (those of its session and every descendant of `root`: an
+    embedded run's Ray has a session of its own) and their CPU seconds (user + system), from
     /proc."""
     stats = {}
     for pid in os.listdir("/proc"):
@@ -224,7 +233,7 @@ def tree_cpu(root: int) -> float:
         todo += children.get(pid, [])
     members |= {pid for pid, fields in stats.items() if int(fields[3]) == root}
     used = sum(int(stats[p][11]) + int(stats[p][12]) for p in members if p in stats)
-    return used / os.sysconf("SC_CLK_TCK")
+    return members & stats.keys(), used / os.sysconf("SC_CLK_TCK")
 
 
 def cpu_per_step(samples: list[tuple[float, float]], ends: list[float], skip: int) -> float:
@@ -238,7 +247,7 @@ def cpu_per_step(samples: list[tuple[float, float]], ends: list[float], skip: in
 
 def settle(session: int, timeout_s: float = 60.0) -> None:
     """Wait until every process left over from a run's session has exited (an embedded
-    run's own supervisor kills what its Ray leaves, driver/embedded.py)."""
+    run's own supervisor kills what its Ray leaves, driver/embedded/lean.py)."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline and any(
         _sid(int(pid)) == session for pid in os.listdir("/proc") if pid.isdigit()
@@ -265,7 +274,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if args.plain:
         return plain_main(args.plain, int(args.workers), args.config, args.overrides)
-    from driver.config import compose
+    from driver.config.compose import compose
 
     counts = [int(count) for count in args.workers.split(",")]
     for count in counts:
@@ -283,9 +292,7 @@ def measure_round(args, overrides: list[str], index: int) -> dict:
     order = ("driver", "plain") if index % 2 == 0 else ("plain", "driver")
     result: dict = {}
     for side in order:
-        probe = Path(tempfile.mkstemp(prefix=f"probe-{side}-", suffix=".jsonl")[1])
-        got = run_side(side, args, overrides, probe)
-        got["probes"] = [json.loads(line) for line in probe.read_text().splitlines()]
+        got = run_side(side, args, overrides)
         result[side] = got
         phases = ", ".join(f"{name} {at:.1f} s" for name, at in got["phases"].items())
         print(f"round {index + 1} {side:6s}: {got['rate']:6.2f} steps/s, "

@@ -56,7 +56,7 @@ def scenario(records: int, ranks: int) -> tuple[Scenario, int]:
 
 def memory_ddl(schema_sql: str) -> str:
     """CREATE TABLE for MEMORY: the schema's nccl_collectives columns, engine Memory."""
-    from kustomize.tooling import clickhouse
+    from observability import clickhouse
 
     head = f"CREATE TABLE IF NOT EXISTS {TABLE}"
     (ddl,) = [s for s in clickhouse.statements(schema_sql) if s.startswith(head)]
@@ -110,7 +110,7 @@ def named(ranks) -> set[int]:
 
 def load(session, sc: Scenario, cols) -> None:
     """The records into the platform's table (this run's rows) and the Memory table."""
-    from kustomize.tooling import clickhouse
+    from observability import clickhouse
 
     clickhouse.apply(session)
     with tempfile.TemporaryDirectory() as folder:

@@ -8,7 +8,7 @@ import pytest
 
 from driver.aux.coordinator import proxy_groups, service_plan, worker_address
 from driver.capacity import Service, plan, service_slots
-from driver.schema import AuxServiceConfig
+from driver.config.schema import AuxServiceConfig
 
 
 def svc(gpus=1.0, cpus=1.0, placement="SPREAD", **kw) -> AuxServiceConfig:

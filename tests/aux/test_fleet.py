@@ -94,12 +94,12 @@ def test_dashboard_queries_names_the_monitor_writes():
 
 
 def test_dashboard_panels_find_the_rows_the_driver_writes():
-    """A metrics row carrying the monitor's figures, through driver.clickhouse into the
+    """A metrics row carrying the monitor's figures, through driver.metrics.clickhouse into the
     committed schema (chDB): every aux panel's query returns the service."""
     from chdb import session as chdb_session
 
-    from driver.clickhouse import metric_rows
-    from kustomize.tooling import clickhouse
+    from driver.metrics.clickhouse import metric_rows
+    from observability import clickhouse
 
     window = worker_window(None, stats(served=8, pending=1, wait=0.2, busy=0.6), 1.0)
     row = {"step": 3, "time": 1796000000.0, "loss": 1.0,

@@ -9,7 +9,7 @@ import pytest
 import zmq
 
 from driver.aux.client import AuxClient
-from driver.aux.envelope import MAX_FRAMES, parse
+from driver.messaging.envelope import MAX_FRAMES, parse
 from tests.aux.transport import envelope, stack
 
 LIMIT = 1 << 16

@@ -14,7 +14,7 @@ import torch
 from driver.aux.handler import RequestContext, load_handler
 from driver.aux.services.encoder import EncoderHandler
 from driver.aux.services.evaluator import EvaluatorHandler
-from driver.schema import DiTModelConfig, ImageDataConfig, LMModelConfig, TextDataConfig
+from driver.config.schema import DiTModelConfig, ImageDataConfig, LMModelConfig, TextDataConfig
 from driver.workloads import build
 
 CTX = RequestContext(rank=0, request_id=1, deadline=math.inf)

@@ -13,8 +13,8 @@ from driver.aux.proxy import ProxyServer
 from driver.aux.services.encoder import EncoderHandler
 from driver.aux.services.evaluator import EvaluatorHandler
 from driver.aux.session import AuxSession
-from driver.config import compose
-from driver.loop import aux_session
+from driver.config.compose import compose
+from driver.trainer.build import aux_session
 from driver.workloads import build
 from tests.driver.conftest import TINY_DIT
 
@@ -54,7 +54,8 @@ def test_batches_carry_their_embeddings(session):
     cfg, aux, _ = session
     assert aux.cond_dim() == 64
     images = [torch.randn(4, 3, 16, 16) for _ in range(3)]
-    got = list(aux.batches(iter(images)))
+    condition = aux.conditioner()
+    got = [condition(image) for image in images]
     assert len(got) == 3
     for (batch, emb), sent in zip(got, images, strict=True):
         assert batch is sent and emb.shape == (4, 64) and emb.dtype == torch.float32

@@ -13,10 +13,10 @@ import pytest
 
 from driver.aux import shm
 from driver.aux.client import AuxClient
-from driver.aux.envelope import WireError
 from driver.aux.errors import AuxTimeout
-from driver.aux.payload import decode, encode, to_shm
 from driver.aux.shm_worker import Attached
+from driver.messaging.envelope import WireError
+from driver.messaging.payload import decode, encode, to_shm
 from tests.aux.transport import processes, stack
 
 pytestmark = pytest.mark.skipif(not shm.supported(), reason="no memfd or /proc here")

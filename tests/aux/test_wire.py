@@ -9,7 +9,8 @@ import pytest
 import torch
 import zmq
 
-from driver.aux.envelope import (
+from driver.aux.errors import AuxCancelled, AuxError, AuxQueueFull, AuxTimeout, from_code
+from driver.messaging.envelope import (
     MAX_ENVELOPE_BYTES,
     MAX_FRAMES,
     Message,
@@ -18,8 +19,7 @@ from driver.aux.envelope import (
     parse,
     reply_id,
 )
-from driver.aux.errors import AuxCancelled, AuxError, AuxQueueFull, AuxTimeout, from_code
-from driver.aux.payload import decode, encode
+from driver.messaging.payload import decode, encode
 from tests.aux.transport import envelope
 
 MAX = 1 << 20
@@ -197,9 +197,9 @@ def test_inline_bytes_that_fall_short_or_run_over_are_refused():
 
 
 def test_wire_names_the_format_modules_objects():
-    """`driver.aux.wire` (used by the data codec, DiLoCo and the benchmark) re-exports
+    """`driver.messaging.wire` (used by the data codec, DiLoCo and the benchmark) re-exports
     the envelope's, body's and frames' names: the same objects, no wrapper."""
-    from driver.aux import envelope, multipart, payload, wire
+    from driver.messaging import envelope, multipart, payload, wire
 
     homes = {"NOBLOCK": multipart, "recv_frames": multipart, "send_frames": multipart,
              "MAX_DIMS": payload, "RESERVED": payload, "decode": payload, "encode": payload,

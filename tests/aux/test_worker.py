@@ -9,9 +9,9 @@ import time
 import pytest
 import zmq
 
-from driver.aux.envelope import Message, pack, parse
-from driver.aux.payload import encode
 from driver.aux.worker import WorkerServer
+from driver.messaging.envelope import Message, pack, parse
+from driver.messaging.payload import encode
 from tests.aux.transport import envelope
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 
 from catalog.errors import InputError
-from driver.checkpoint.config import CheckpointConfig
 from driver.checkpoint.layout import (
     Marker,
     file_problems,
@@ -24,6 +23,7 @@ from driver.checkpoint.preemption import (
     estimate_save_s,
     final_save_decision,
 )
+from driver.config.checkpoint import CheckpointConfig
 
 
 @pytest.mark.parametrize(

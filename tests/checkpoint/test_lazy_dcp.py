@@ -9,7 +9,8 @@ import sys
 
 def test_the_checkpoint_session_imports_without_dcp():
     code = (
-        "import sys, driver.loop, driver.checkpoint.session, driver.checkpoint.checkpointer\n"
+        "import sys, driver.trainer.worker, driver.trainer.build\n"
+        "import driver.checkpoint.session, driver.checkpoint.checkpointer\n"
         "from driver.checkpoint import TrainState\n"
         "print(sorted(m for m in sys.modules if m.startswith('torch.distributed.checkpoint')))"
     )

@@ -13,9 +13,10 @@ from pathlib import Path
 import pytest
 
 from driver.aux.listeners import listener_name, listener_names
+from driver.channel.state import RunControl
+from driver.channel.stops import Interrupted, StopRelay
 from driver.checkpoint import CheckpointConfig, PreemptionGuard
 from driver.checkpoint.api import new_counters, row_fields
-from driver.checkpoint.control import Interrupted, RunControl, StopRelay
 from tests.checkpoint.toy import config, make_state, train
 
 
@@ -217,7 +218,7 @@ def test_listener_names():
 
 def _session(root: str, *overrides: str):
     from driver.checkpoint.session import CheckpointSession
-    from driver.config import compose
+    from driver.config.compose import compose
 
     tiny = str(Path(__file__).resolve().parents[2] / "runs/train/tiny-lm.yaml")
     sets = [f"checkpoint.root={root}", "checkpoint.interval_steps=1", "train.steps=10"]

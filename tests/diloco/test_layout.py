@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from catalog.errors import InputError
-from driver.config import compose
-from driver.config_checks import check_diloco_layout
+from driver.config.checks import check_diloco_layout
+from driver.config.compose import compose
 from driver.diloco import hook
 
 LEARNER = {"REVE_DILOCO_ADDRESS": "tcp://sync:5555"}

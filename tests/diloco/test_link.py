@@ -8,9 +8,9 @@ import shutil
 import torch
 import zmq
 
-from driver.aux import wire
 from driver.diloco import keys
 from driver.diloco.link import Client, Server
+from driver.messaging import wire
 
 
 def test_admitted_learner_round_trip_with_raw_tensor_frames(keys_dir):

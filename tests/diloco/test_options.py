@@ -9,8 +9,8 @@ from dataclasses import replace
 
 import pytest
 
+from driver.config.diloco import LearnerConfig
 from driver.diloco import local, synchronizer
-from driver.diloco.config import LearnerConfig
 from runner import experiment as ex
 from runner.experiment_local import local_plan
 from tests.runner.conftest import IMAGE

@@ -12,7 +12,7 @@ import pytest
 RANK = """
 import json, sys, torch, torch.distributed as dist
 from driver.diloco.learner import make
-from driver.diloco.config import LearnerConfig
+from driver.config.diloco import LearnerConfig
 rank, (address, keys, store, out) = int(sys.argv[1]), sys.argv[2:6]
 dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=2)
 torch.manual_seed(0)

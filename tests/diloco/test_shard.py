@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from driver.batches import epoch_order, rank_indices
-from driver.diloco.config import data_shard
+from driver.config.diloco import data_shard
+from driver.data.feed import Feed
 
 BASE = {"REVE_DILOCO_ADDRESS": "tcp://127.0.0.1:5555", "REVE_DILOCO_LEARNER": "a"}
 
@@ -24,14 +24,27 @@ def test_data_shard(env, rank, world, expected):
     assert data_shard(rank, world, env) == expected
 
 
+class Indexed:
+    def __len__(self):
+        return 256
+
+    def __getitem__(self, i):
+        import numpy as np
+
+        return np.array([i])
+
+
 def test_learners_never_share_a_sample():
-    order = epoch_order(size=256, epoch=0, seed=7)
     env = {**BASE, "REVE_DILOCO_LEARNERS": "2"}
     seen = []
     for learner in (0, 1):
-        for rank in (0, 1):  # two ranks a learner
-            place = data_shard(rank, 2, {**env, "REVE_DILOCO_INDEX": str(learner)})
-            seen.append(set(rank_indices(order, *place, batch_size=8).tolist()))
+        for rank in (0, 1):  # two ranks a learner, as driver.trainer.build makes their feeds
+            shard_rank, shard_world = data_shard(
+                rank, 2, {**env, "REVE_DILOCO_INDEX": str(learner)}
+            )
+            feed = Feed(Indexed(), micro_batch=8, slots=shard_world, seed=7, rank=shard_rank)
+            steps = [feed.batch(step, shard_rank) for step in range(8)]  # one epoch
+            seen.append({int(i) for batch in steps for i in batch[:, 0]})
     assert all(a.isdisjoint(b) for i, a in enumerate(seen) for b in seen[i + 1 :])
     assert sum(map(len, seen)) == 256
 

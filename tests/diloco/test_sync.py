@@ -193,9 +193,9 @@ def test_no_address_means_no_diloco():
 
 
 def test_a_push_of_the_wrong_shape_is_refused_and_the_round_unharmed(sync_thread, keys_dir):
-    from driver.aux import wire
     from driver.diloco import keys
     from driver.diloco.link import Client
+    from driver.messaging import wire
 
     sync = sync_thread(lr=1.0, momentum=0.0, compression="fp32")
     model = linear(0)

@@ -22,13 +22,8 @@ def ray_local():
 
     os.environ.setdefault("RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", "0.5")
     os.environ.setdefault("RAY_TRAIN_ENABLE_PRINT_PATCH", "0")
-    ray.init(
-        address="local",
-        num_cpus=2,
-        include_dashboard=True,
-        log_to_driver=False,
-        logging_level="WARNING",
-    )  # its own Ray, whatever else runs on the machine
+    ray.init(address="local", num_cpus=2, include_dashboard=True, log_to_driver=False,
+             logging_level="WARNING")  # fmt: skip
     yield ray
     ray.shutdown()
 

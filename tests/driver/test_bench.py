@@ -20,15 +20,30 @@ def test_steady_rate_skips_the_first_steps(bench):
 
 
 def test_conditions_tell_unequal_workers_apart(bench):
-    probe = {"rank": 0, "threads": 1, "omp": "1", "cpus": 2, "nice": 15}
-    same = bench.conditions([probe, {**probe, "rank": 1}])
-    assert same == {(1, "1", 2, 15)}
+    probe = {"pid": 1, "omp": "1", "cpus": 2, "nice": 15}
+    same = bench.conditions([probe, {**probe, "pid": 2}])
+    assert same == {("1", 2, 15)}
     assert bench.conditions([probe, {**probe, "nice": 0}]) != same
-    assert bench.conditions([{**probe, "threads": 2}]) != same
+    assert bench.conditions([{**probe, "omp": "2"}]) != same
 
 
-def test_probe_source_records_the_worker(bench, tmp_path, monkeypatch):
-    out = tmp_path / "probe.jsonl"
-    monkeypatch.setenv(bench.PROBE_ENV, str(out))
-    bench.ProbeSource(list(range(8)), 2, 1, 2, seed=0)
-    assert out.read_text().count("\n") == 1 and '"rank": 1' in out.read_text()
+def test_a_probe_reads_a_training_workers_conditions_from_proc(bench):
+    import os
+    import subprocess
+    import sys
+
+    code = "import time; time.sleep(5)  # multiprocessing.spawn stands for a plain side's rank"
+    env = {**os.environ, "OMP_NUM_THREADS": "3"}
+    child = subprocess.Popen([sys.executable, "-c", code], env=env)
+    try:
+        import time
+
+        deadline = time.monotonic() + 5  # until the child's command line is there (exec)
+        while (probe := bench.worker_probe(child.pid)) is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert probe == {"pid": child.pid, "omp": "3", "cpus": len(os.sched_getaffinity(0)),
+                         "nice": os.nice(0)}  # fmt: skip
+        assert bench.worker_probe(os.getpid()) is None  # not a training worker
+    finally:
+        child.kill()
+        child.wait()

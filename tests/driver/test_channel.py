@@ -10,11 +10,11 @@ import time
 import pytest
 import zmq
 
-from driver.aux import wire
 from driver.channel import ChannelAddress, ChannelError, DriverChannel
 from driver.channel.server import endpoint
-from driver.checkpoint.control import NoticePoll
-from driver.telemetry import RunChannel
+from driver.channel.state import RunChannel
+from driver.channel.stops import NoticePoll
+from driver.messaging import wire
 
 
 @pytest.fixture

@@ -21,7 +21,7 @@ import torch
 
 from driver.aux.listeners import listener_name
 from driver.checkpoint.layout import MARKER
-from driver.summary import checkpoint_lines
+from driver.output.summary import checkpoint_lines
 from driver.train import PREEMPTED, main
 from tests.driver.conftest import ROOT, TINY_LM
 

@@ -1,6 +1,6 @@
 """Nothing outlives the driver: killed outright (SIGKILL) mid-run, none of its processes
 (Ray's daemons and agents, the run's actors, the training workers) is left running. And
-the supervisor of an embedded run (driver/embedded.py) on its own, without Ray."""
+the supervisor of an embedded run (driver/embedded/lean.py) on its own, without Ray."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from driver.supervise import exit_code, kill_session, session_members
+from driver.embedded.supervise import exit_code, kill_session, session_members
 from tests.driver.conftest import ROOT
 from tests.driver.test_interrupt import alive, descendants, start_driver, wait_for_rows
 
@@ -46,7 +46,7 @@ def test_no_process_outlives_a_killed_driver(tmp_path):
 SUPERVISED = textwrap.dedent(
     """
     import os, subprocess, sys, time
-    from driver.supervise import supervise
+    from driver.embedded.supervise import supervise
 
     def run():
         print("child", os.getpid(), os.getsid(0), flush=True)

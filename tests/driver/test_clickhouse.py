@@ -10,8 +10,8 @@ import urllib.parse
 from pathlib import Path
 from types import SimpleNamespace as NS
 
-from driver.clickhouse import RunMetricsWriter, insert_url, metric_rows
-from driver.progress import Progress
+from driver.metrics.clickhouse import RunMetricsWriter, insert_url, metric_rows
+from driver.output.progress import Progress
 from tests.driver.conftest import Recorder
 
 IDENTITY = {"cluster": "ultra-usc1", "team": "research", "run": "tiny-lm", "rank": "0",
@@ -65,7 +65,7 @@ def test_a_failing_endpoint_drops_rows_and_never_raises(server):
 def test_rows_fit_the_committed_schema():
     from chdb import session as chdb_session
 
-    from kustomize.tooling import clickhouse
+    from observability import clickhouse
 
     with chdb_session.Session() as session:
         clickhouse.apply(session)

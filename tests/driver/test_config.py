@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from catalog.errors import InputError
-from driver.config import compose
-from driver.schema import DiTModelConfig, LMModelConfig
+from driver.config.compose import compose
+from driver.config.schema import DiTModelConfig, LMModelConfig
 from driver.train import main
 from tests.driver.conftest import TINY_DIT, TINY_LM
 

@@ -7,8 +7,8 @@ import math
 import pytest
 
 from catalog.errors import InputError
-from driver.config import compose
-from driver.config_checks import check_name, float_problem
+from driver.config.checks import check_name, float_problem
+from driver.config.compose import compose
 
 TINY_LM = "runs/train/tiny-lm.yaml"
 TINY_DIT = "runs/train/tiny-dit.yaml"
@@ -44,11 +44,11 @@ TINY_DIT = "runs/train/tiny-dit.yaml"
         (TINY_LM, "run.name=''", "run.name", "is not a safe name"),
         (TINY_LM, "run.team=a/b", "run.team", "is not a safe name"),
         (TINY_LM, "run.cluster=x_y", "run.cluster", "is not a safe name"),
-        (TINY_LM, "data.source=os.path", "data.source", "is not module:Class"),
-        (TINY_LM, "data.source=no.such.module:X", "data.source", "cannot import"),
-        (TINY_LM, "data.source=driver.batches:Nope", "data.source", "AttributeError"),
-        (TINY_LM, "data.source=driver.batches:collate", "data.source", "not a class"),
-        (TINY_LM, "data.source=driver.schema:RunConfig", "data.source", "no __iter__"),
+        (TINY_LM, "data.loader=dataloader", "data.loader", "is not one of auto"),
+        (TINY_LM, "data.producers=0", "data.producers", "must be at least 1"),
+        (TINY_LM, "data.collators=0", "data.collators", "must be at least 1"),
+        (TINY_LM, "data.prefetch_batches=1", "data.prefetch_batches", "must be at least 2"),
+        (TINY_LM, "data.work_queue_size=0", "data.work_queue_size", "must be at least 1"),
     ],
 )
 def test_bad_value_is_one_line_before_ray(config, override, field, message):
@@ -67,7 +67,8 @@ def test_bad_value_is_one_line_before_ray(config, override, field, message):
         "optimizer.weight_decay=0",
         "optimizer.betas=[0.0,0.999]",
         "train.max_grad_norm=0",
-        "data.source=driver.data.pipeline:DataPipeline",
+        "data.loader=pipeline",
+        "data.producers=3",
     ],
 )
 def test_good_values_compose(override):

@@ -6,7 +6,7 @@ import json
 import shutil
 from pathlib import Path
 
-from driver.crash import write_bundle
+from driver.output.crash import write_bundle
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "flight-recorder"
 

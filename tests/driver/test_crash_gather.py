@@ -1,4 +1,4 @@
-"""Gathering what the other nodes of a run hold (driver.crash_gather.gather) on a real
+"""Gathering what the other nodes of a run hold (driver.output.crash_gather.gather) on a real
 multi-node Ray of this machine (ray.cluster_utils: two raylets): a task pinned to the
 other node returns its flight recorder dump, its log tails and its kernel log, and moves
 the dump aside; the driver's own node is not asked (write_bundle reads it itself)."""
@@ -17,7 +17,7 @@ CHILD = """
 import json, sys
 import ray
 from ray.cluster_utils import Cluster
-from driver import crash_gather
+from driver.output import crash_gather
 cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
 cluster.add_node(num_cpus=1)
 ray.init(address=cluster.address)

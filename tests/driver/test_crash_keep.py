@@ -13,7 +13,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from catalog.runkey import run_key
-from driver import crash, crash_gather, crash_upload
+from driver.output import crash, crash_gather, crash_upload
 from observability import bundle
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -107,7 +107,7 @@ def test_checkpoint_then_resume(ray_local, tmp_path):
 @pytest.mark.slow
 def test_shared_memory_pipeline_as_batch_source(ray_local, tmp_path):
     out = tmp_path / "pipeline"
-    args = [TINY_LM, *FAST, "data.source=driver.batches:PipelineSource", f"run.output_dir={out}"]
+    args = [TINY_LM, *FAST, "data.loader=pipeline", "data.producers=2", f"run.output_dir={out}"]
     assert main(args) == 0
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert len(rows) == 12 and rows[-1]["loss"] < rows[0]["loss"]

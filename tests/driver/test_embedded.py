@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from driver.embedded import UNUSED_LOCALLY, keep_callback, lean_trainer
+from driver.embedded.lean import UNUSED_LOCALLY, keep_callback, lean_trainer
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -33,9 +33,9 @@ def test_an_embedded_run_gets_the_lean_trainer(tmp_path):
     from ray.train.torch import TorchConfig, TorchTrainer
     from ray.train.v2.api.data_parallel_trainer import DataParallelTrainer
 
-    from driver.config import compose
-    from driver.local_backend import LocalTorchConfig
-    from driver.trainer import trainer_for
+    from driver.config.compose import compose
+    from driver.embedded.backend import LocalTorchConfig
+    from driver.raytrain import trainer_for
 
     config = Path(__file__).resolve().parents[2] / "runs/train/tiny-lm.yaml"
     cfg, _ = compose(str(config), [f"run.output_dir={tmp_path}"])
@@ -50,21 +50,21 @@ def test_an_embedded_run_gets_the_lean_trainer(tmp_path):
 def test_the_driver_of_an_embedded_run_never_imports_torch(tmp_path):
     """Everything the driver imports to build and start an embedded run's trainer (the
     preloaded modules included) leaves torch out: it would cost the driver a second of
-    CPU while Ray's daemons start (driver/local_backend.py)."""
+    CPU while Ray's daemons start (driver/embedded/backend.py)."""
     import subprocess
     import sys
 
     root = Path(__file__).resolve().parents[2]
     code = (
         "import sys, importlib\n"
-        "from driver.config import compose\n"
-        "from driver.launch import PRELOAD\nfrom driver.trainer import trainer_for\n"
+        "from driver.config.compose import compose\n"
+        "from driver.launch import PRELOAD\nfrom driver.raytrain import trainer_for\n"
         "for name in PRELOAD: importlib.import_module(name)\n"
         f"cfg, _ = compose({str(root / 'runs/train/tiny-lm.yaml')!r}, "
         f"['run.output_dir={tmp_path}'])\n"
         f"trainer = trainer_for(cfg, 2, False, None, __import__('pathlib').Path({str(tmp_path)!r}),"
         " embedded=True)\n"
-        "import driver.embedded_train, driver.train, driver.progress\n"
+        "import driver.embedded.controller, driver.train, driver.output.progress\n"
         "print(sorted(m for m in sys.modules if m == 'torch' or m.startswith('torch.')))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True,
@@ -89,7 +89,7 @@ def test_an_embedded_run_starts_no_autoscaling_coordinator():
     from ray.train.v2._internal.execution.scaling_policy import create_scaling_policy
     from ray.train.v2._internal.execution.scaling_policy.elastic import ElasticScalingPolicy
 
-    from driver.embedded_train import LocalFixedScalingPolicy, lean_kwargs
+    from driver.embedded.controller import LocalFixedScalingPolicy, lean_kwargs
 
     fixed = create_scaling_policy(ScalingConfig(num_workers=2))
     lean = lean_kwargs({"scaling_policy": fixed, "other": 1})
@@ -116,13 +116,13 @@ def test_ray_train_still_passes_the_policy_where_the_lean_trainer_takes_it():
 
 def test_the_local_worker_group_passes_what_ray_train_passes_but_the_controller():
     """`LocalWorkerGroup` repeats Ray 2.60's `_init_train_context_on_workers` with no
-    controller handle (driver/embedded_train.py): a Ray upgrade that changes it fails here."""
+    controller handle (driver/embedded/controller.py): a Ray upgrade that changes it fails here."""
     import inspect
     import re
 
     from ray.train.v2._internal.execution.worker_group import WorkerGroup
 
-    from driver.embedded_train import LocalWorkerGroup
+    from driver.embedded.controller import LocalWorkerGroup
 
     def keywords(method) -> set[str]:
         return set(re.findall(r"^\s+(\w+)=", inspect.getsource(method), re.M))
@@ -143,7 +143,7 @@ def test_the_local_worker_group_passes_what_ray_train_passes_but_the_controller(
 def test_lean_ray_start_patches_only_while_ray_starts():
     from ray._private.node import Node
 
-    from driver.ray_start import lean_ray_start
+    from driver.embedded.ray_start import lean_ray_start
 
     monitor, api_server = Node.start_monitor, Node.start_api_server
     log_monitor = Node.start_log_monitor
@@ -187,7 +187,7 @@ def test_the_dashboard_check_looks_for_what_ray_would_import(monkeypatch):
     import ast
     import importlib.util
 
-    from driver import ray_start
+    from driver.embedded import ray_start
 
     source = Path(importlib.util.find_spec("ray.dashboard.optional_deps").origin).read_text()
     imported = set()
@@ -212,7 +212,7 @@ def test_ray_init_keeps_the_drivers_sigterm_handler():
 
     from ray._private import utils, worker
 
-    from driver.ray_start import own_sigterm
+    from driver.embedded.ray_start import own_sigterm
 
     assert "ray._private.utils.set_sigterm_handler(sigterm_handler)" in inspect.getsource(
         worker.init
@@ -226,7 +226,7 @@ def test_ray_init_keeps_the_drivers_sigterm_handler():
 
 @pytest.mark.parametrize(("value", "ok"), [(None, True), ("0", True), ("1", False)])
 def test_the_controller_stays_an_actor_with_state_tracking(monkeypatch, value, ok):
-    from driver.embedded_train import in_process_ok
+    from driver.embedded.controller import in_process_ok
 
     if value is None:
         monkeypatch.delenv("RAY_TRAIN_ENABLE_STATE_TRACKING", raising=False)
@@ -258,7 +258,7 @@ class Clock:
     ids=["at once", "in steps", "never", "no time"],
 )
 def test_the_raylet_wait_asks_in_short_steps(answers, timeout_s, found, asked):
-    from driver.ray_start import NODE_POLL_S, wait_until
+    from driver.embedded.ray_start import NODE_POLL_S, wait_until
 
     clock, replies = Clock(), iter(answers)
     calls = []
@@ -274,7 +274,7 @@ def test_the_raylet_wait_asks_in_short_steps(answers, timeout_s, found, asked):
 def test_the_short_raylet_wait_patches_only_while_ray_starts():
     from ray._private import services
 
-    from driver.ray_start import short_raylet_wait
+    from driver.embedded.ray_start import short_raylet_wait
 
     get_node = services.get_node
     with short_raylet_wait():
@@ -293,7 +293,7 @@ def test_the_raylet_probe_asks_a_real_gcs(tmp_path):
     script = tmp_path / "probe.py"
     script.write_text(
         "import json, ray\n"
-        "from driver import ray_start\n"
+        "from driver.embedded import ray_start\n"
         "asked = []\n"
         "real = ray_start.node_alive_probe\n"
         "def recording(address, node_id):\n"
@@ -304,7 +304,8 @@ def test_the_raylet_probe_asks_a_real_gcs(tmp_path):
         "    return ask\n"
         "ray_start.node_alive_probe = recording\n"
         "with ray_start.lean_ray_start(), ray_start.short_raylet_wait():\n"
-        "    ray.init(num_cpus=1, include_dashboard=False, logging_level='ERROR')\n"
+        "    ray.init(address='local', num_cpus=1, include_dashboard=False,\n"
+        "             logging_level='ERROR')\n"
         "node = ray._private.worker._global_node\n"
         "other = real(node.gcs_address, 'ab' * 28)()\n"
         "print(json.dumps({'asked': asked, 'other': other}))\n"
@@ -320,7 +321,7 @@ def test_the_raylet_probe_asks_a_real_gcs(tmp_path):
 
 def test_the_raylet_wait_falls_back_to_rays_own(monkeypatch):
     """If the GCS cannot be asked at all, Ray's own `get_node` waits, as it did before."""
-    from driver import ray_start
+    from driver.embedded import ray_start
 
     def no_client(gcs_address, node_id):
         raise RuntimeError("no GCS client")
@@ -347,7 +348,7 @@ STARTED_ENV = {"RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": "2", "RAY_TRAIN_ENABLE_PRINT
 )
 def test_training_workers_get_no_runtime_env_that_only_repeats_their_own(runtime_env, inherited):
     """With none, they take the worker processes Ray started beside itself."""
-    from driver.embedded_train import inherited_runtime_env
+    from driver.embedded.controller import inherited_runtime_env
 
     got = inherited_runtime_env(runtime_env, STARTED_ENV)
     assert got == ({} if inherited else runtime_env)
@@ -358,7 +359,7 @@ def test_ray_train_still_asks_the_worker_group_for_the_workers_runtime_env():
 
     from ray.train.v2._internal.execution.worker_group import WorkerGroup
 
-    from driver.embedded_train import LocalWorkerGroup
+    from driver.embedded.controller import LocalWorkerGroup
 
     create = inspect.getsource(WorkerGroup._create_workers)
     assert "runtime_env = self._get_worker_runtime_env(" in create

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from driver.config import compose
+from driver.config.compose import compose
 from runner.experiment import is_experiment_file, learner_data, load_experiment
 from runner.spec import build_spec, entrypoint, load_run
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from catalog.errors import InputError
-from driver.config import compose, group_overrides
+from driver.config.compose import compose, group_overrides
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = str(ROOT / "runs/train/tiny-lm.yaml")
@@ -88,7 +88,7 @@ def test_plan_topology_is_the_parallel_topology():
 def test_planned_groups_below_min_replicas_refused():
     from types import SimpleNamespace
 
-    from driver.ft.config import FtConfig
+    from driver.config.ft import FtConfig
     from driver.ft.launch import check_world
 
     cfg = SimpleNamespace(ft=FtConfig(enabled=True, min_replicas=3))
@@ -97,21 +97,13 @@ def test_planned_groups_below_min_replicas_refused():
         check_world(cfg, 2)
 
 
-def test_slot_source_serves_the_planned_sample_ids_in_a_global_order():
+def test_what_a_step_consumes_does_not_depend_on_which_groups_are_live():
     from driver.ft.batch import plan_step
-    from driver.ft.source import SlotSource
 
-    data = list(range(10))
-    source = SlotSource(data, micro_batch=3, slots=4, seed=7)
-    assert list(source.sample_ids(2, 1)) == [27, 28, 29]
-    first_epoch = [i for slot in range(4) for i in source.indices(0, slot)][:9]
-    first_epoch += source.indices(0, 3)[:1]  # ids 0..9: one permutation of the dataset
-    assert sorted(first_epoch) == data
-    # what a step consumes does not depend on which groups are live
     full = {s for g, slots in plan_step([0, 1], 2, 2).items() for s in slots}
     degraded = {s for g, slots in plan_step([1], 2, 2).items() for s in slots}
     assert full == degraded == {0, 1, 2, 3}
-    assert source.indices(5, 2) == SlotSource(data, 3, 4, 7).indices(5, 2)
+    assert plan_step([1], 2, 2) == {1: (2, 3, 0, 1)}  # its own slots first
 
 
 POD = {"POD_NAMESPACE": "research", "RAY_WORKER_GROUP": "h200"}

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from driver.aux.coordinator import local_cpus
-from driver.config import compose
+from driver.config.compose import compose
 from driver.launch import services
 from tests.driver.conftest import TINY_DIT, TINY_LM
 

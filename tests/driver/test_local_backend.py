@@ -1,4 +1,4 @@
-"""The torch-free backend config of an embedded run (driver/local_backend.py): the same
+"""The torch-free backend config of an embedded run (driver/embedded/backend.py): the same
 steps as Ray Train's own torch backend, checked against a recording worker group and
 against Ray's source (a Ray upgrade that changes its backend fails here). The real
 process group is set up by every embedded run (tests/driver/test_e2e.py)."""
@@ -9,8 +9,8 @@ import inspect
 
 import pytest
 
-from driver import local_backend
-from driver.local_backend import LocalTorchBackend, LocalTorchConfig
+from driver.embedded import backend as local_backend
+from driver.embedded.backend import LocalTorchBackend, LocalTorchConfig
 
 
 class RecordingGroup:

@@ -1,5 +1,5 @@
 """An embedded run listens on nothing the machine's interfaces reach: it runs in a network
-namespace of its own (driver/netns.py), unless it needs the network."""
+namespace of its own (driver/embedded/netns.py), unless it needs the network."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from driver.netns import NETWORK_ENV, loopback_commands, network_reason
+from driver.embedded.netns import NETWORK_ENV, loopback_commands, network_reason
 from tests.driver.test_interrupt import descendants, output, start_driver, wait_for_rows
 
 

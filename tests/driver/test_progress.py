@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from driver.config import compose
-from driver.progress import Progress
+from driver.config.compose import compose
+from driver.output.progress import Progress
 from tests.driver.conftest import TINY_LM
 
 
@@ -53,7 +53,7 @@ def test_rows_reach_the_metrics_file_and_the_terminal(tmp_path, capsys, fmt):
 
 
 def test_sink_keeps_rows_until_drained_and_failures_by_rank():
-    from driver.telemetry import Sink
+    from driver.channel.state import Sink
 
     sink = Sink()
     sink.push({"step": 1})

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from driver.config import compose
+from driver.config.compose import compose
 from driver.train import SHOW_CONFIG, config_text, main
 from tests.driver.conftest import TINY_LM
 

@@ -5,17 +5,15 @@ from __future__ import annotations
 
 import json
 
-import numpy as np
 import pytest
 
 from catalog.errors import InputError
-from driver.batches import LocalBatchSource, epoch_order, rank_indices
-from driver.config import check_batch
-from driver.crash import filter_env, write_bundle
+from driver.config.compose import check_batch
 from driver.fit import failed_ranks, headline
 from driver.launch import cluster_shape
 from driver.optim import lr_factor
-from driver.progress import summarize
+from driver.output.crash import filter_env, write_bundle
+from driver.output.progress import summarize
 
 
 @pytest.mark.parametrize(
@@ -33,35 +31,6 @@ from driver.progress import summarize
 )
 def test_lr_factor(step, warmup, total, schedule, expected):
     assert lr_factor(step, warmup, total, schedule, 0.1) == pytest.approx(expected)
-
-
-@pytest.mark.parametrize(("size", "world", "batch"), [(100, 2, 8), (64, 4, 4), (10, 1, 3)])
-def test_rank_indices_are_disjoint_whole_global_batches(size, world, batch):
-    order = epoch_order(size, 0, seed=3)
-    shares = [rank_indices(order, r, world, batch) for r in range(world)]
-    flat = np.concatenate(shares)
-    assert len(set(flat.tolist())) == len(flat)
-    assert len(flat) == size - size % (world * batch)
-    assert all(len(s) == len(shares[0]) for s in shares)
-
-
-def test_batch_source_resumes_where_it_stopped():
-    data = [np.full(2, i, dtype=np.int64) for i in range(20)]
-    first = LocalBatchSource(data, 3, 0, 2, seed=1)
-    it = iter(first)
-    seen = [next(it) for _ in range(5)]  # crosses an epoch (3 batches per epoch)
-    state = first.state_dict()
-    rest = [next(it) for _ in range(3)]
-    again = LocalBatchSource(data, 3, 0, 2, seed=1)
-    again.load_state_dict(state)
-    it2 = iter(again)
-    assert all(np.array_equal(a, next(it2)) for a in rest)
-    assert seen[0].shape == (3, 2)
-
-
-def test_batch_source_rejects_a_dataset_smaller_than_a_global_batch():
-    with pytest.raises(ValueError, match="smaller than one global batch"):
-        LocalBatchSource([np.zeros(1)] * 3, 2, 0, 2, seed=0)
 
 
 def test_filter_env_redacts_secrets():
@@ -140,20 +109,6 @@ def test_failed_ranks_merges_sink_records_and_ray_failures():
     assert ranks[1]["traceback"] == "tb"
     assert ranks[0]["error"] == "ValueError: bad"
     assert sorted(ranks) == [0, 1]
-
-
-def test_pipeline_source_crosses_epochs_and_keeps_its_position():
-    from driver.batches import PipelineSource
-    from driver.workloads.text import TextDataset
-
-    source = PipelineSource(TextDataset(16, 8, seed=1), 4, 0, 2, seed=0)
-    try:
-        it = iter(source)
-        shapes = [tuple(next(it)[0].shape) for _ in range(5)]  # 2 batches per epoch here
-        assert shapes == [(4, 8)] * 5  # batches are shared-memory views: none kept alive
-        assert source.state_dict()["epoch"] == 2
-    finally:
-        source.close()
 
 
 def test_headline_is_the_earliest_failure():

@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from driver import optim
-from driver.batches import LocalBatchSource
-from driver.config import compose
+from driver.config.compose import compose
+from driver.data.feed import Feed
 from driver.workloads import build
 from driver.workloads.shapes import ShapesDataset
 from driver.workloads.text import VOCAB, TextDataset, make_corpus, tokenize
@@ -46,10 +46,10 @@ def test_loss_falls_in_process(path, steps):
     cfg, _ = compose(path, ["data.size=512", "optimizer.warmup_steps=3"])
     work = build(cfg.model, cfg.data)
     opt, sched = optim.build(work.model, cfg.optimizer, steps)
-    batches = iter(LocalBatchSource(work.dataset, 16, 0, 1, seed=0))
+    feed = Feed(work.dataset, micro_batch=16, slots=1, seed=0)
     losses = []
-    for _ in range(steps):
-        loss = work.loss(work.model, next(batches))
+    for step in range(steps):
+        loss = work.loss(work.model, feed.batch(step, 0))
         loss.backward()
         opt.step()
         opt.zero_grad()

@@ -13,7 +13,7 @@ from pathlib import Path
 def train_func(config: dict) -> None:
     import ray.train
 
-    from driver.ft.config import FtConfig
+    from driver.config.ft import FtConfig
     from driver.ft.drill_job import Job, digest
     from driver.ft.replica import FtReplica
 
@@ -70,7 +70,7 @@ def stop_func(config: dict) -> None:
     import ray.train
 
     from driver.checkpoint import TrainState
-    from driver.ft.config import FtConfig
+    from driver.config.ft import FtConfig
     from driver.ft.drill_job import Job, checkpointer, digest
     from driver.ft.replica import FtReplica
     from driver.parallel import Topology

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from catalog.errors import InputError
-from driver.ft.config import FtConfig
+from driver.config.ft import FtConfig
 
 
 @pytest.mark.parametrize(

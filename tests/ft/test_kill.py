@@ -48,15 +48,16 @@ def check_survivors(result, names: list[str], steps: int) -> None:
 
 def check_constant_batch(result, spec: dict, groups: int, accum: int) -> None:
     """Every committed step trained every global slot (hence the failure-free run's sample
-    ids): each group its planned block for the step's quorum; and the loss curve is the
+    ids): each group its planned slots for the step's quorum (its own, and a share of the
+    missing groups'); and the loss curve is the
     failure-free run's within reduction-order noise. (A group killed after it contributed
     to a step that then committed leaves no row for that step; its block is in the sum, as
     the loss shows.)"""
     steps = set()
     for rows in result.rows.values():
         for row in rows:
-            plan = plan_step(range(row["live"]), groups, accum)
-            assert row["slots"] == list(plan[row["position"]]), row
+            plan = plan_step(row["groups"], groups, accum)
+            assert row["live"] == len(row["groups"]) and row["slots"] == list(plan[row["group"]])
             steps.add(row["step"])
     want = reference_losses({**spec, "groups": groups, "steps": len(steps)})
     by_step = committed(result, list(result.rows))

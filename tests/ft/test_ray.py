@@ -18,7 +18,7 @@ def test_ray_train_replaces_a_killed_replica_group_which_heals(tmp_path):
     from ray.train.v2.torch.torchft_config import TorchftConfig
     from torch.distributed import TCPStore
 
-    from driver.ft.config import FtConfig
+    from driver.config.ft import FtConfig
     from driver.ft.lighthouse import lighthouse_kwargs
 
     ft = {"min_replicas": 1, "heartbeat_timeout_ms": 500, "timeout_s": 30}
@@ -27,6 +27,7 @@ def test_ray_train_replaces_a_killed_replica_group_which_heals(tmp_path):
     os.environ.setdefault("RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", "0.5")
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     ray.init(
+        address="local",
         num_cpus=2,
         include_dashboard=False,
         log_to_driver=False,

@@ -1,6 +1,6 @@
 """One metrics row of record per committed step when the writer dies (driver.ft.records on
-the groups' side, driver.metrics.records on the driver's), and the loop's end of run:
-the writer's mark, the next group's copies, a group that finds the run finished."""
+the groups' side, driver.metrics.records on the driver's), and the torchft stepper's end of
+run: the writer's mark, the next group's copies, a group that finds the run finished."""
 
 from __future__ import annotations
 
@@ -10,11 +10,12 @@ from types import SimpleNamespace
 
 import pytest
 
-from driver.ft.loop import DONE_KEY, RunEnd, train_steps_ft
+from driver.ft.end import DONE_KEY
 from driver.ft.records import RECORDED_KEY, Copies, mark_recorded, wait_recorded
 from driver.ft.replica import FtStopped
 from driver.metrics.rank import COPY, of_record
 from driver.metrics.records import BACKFILLED, RecordBook
+from driver.trainer.loop import RunFinished
 
 LOG = logging.getLogger("test")
 
@@ -66,31 +67,14 @@ def test_the_record_book_forgets_old_steps():
     assert len(book.steps) <= 8 and 19 in book.steps
 
 
-# ---- the loop's end of run (fakes of the engine, stepper, reporter) -------------------------
+# ---- the torchft stepper's rows and end of run (fakes of the engine, core, reporter) -------
 
 
 class Engine:
-    def __init__(self, positions):
-        self.step, self.positions, self.plan = 0, list(positions), None
+    """The parts of FtReplica the stepper's bookkeeping reads."""
 
-
-class Stepper:
-    """Commits one step per call at the next scripted quorum position; 'stop' raises
-    FtStopped; 'finish' marks the run done by another group first (its last step)."""
-
-    def __init__(self, script, store=None):
-        self.script, self.store = list(script), store
-
-    def step(self, ft):
-        what = self.script.pop(0)
-        if what == "stop":
-            raise FtStopped("ft: no quorum of ft.min_replicas=2 replica groups")
-        if what == "finish":
-            self.store.set(DONE_KEY, "9")
-            raise FtStopped("ft: no quorum of ft.min_replicas=2 replica groups")
-        ft.plan = SimpleNamespace(position=what)
-        ft.step += 1
-        return {"step": ft.step, "loss": 1.0, "time": float(ft.step), "ft_quorum_size": 2}
+    def __init__(self):
+        self.step, self.plan = 0, None
 
 
 class Reporter:
@@ -104,12 +88,6 @@ class Reporter:
         pass
 
 
-def cfg(steps):
-    return SimpleNamespace(
-        train=SimpleNamespace(steps=steps), debug=SimpleNamespace(fail_at_step=None, fail_rank=0)
-    )
-
-
 @pytest.fixture
 def store():
     from torch.distributed import TCPStore
@@ -119,44 +97,88 @@ def store():
     yield client
 
 
-def run(steps, positions, store, script=None):
-    ft, reporter, end = Engine(positions), Reporter(), RunEnd()
-    stepper = Stepper(script if script is not None else positions, store)
-    train_steps_ft(cfg(steps), ft, stepper, None, reporter, LOG, 1, store,
-                   writer=lambda: ft.plan.position == 0, end=end)  # fmt: skip
-    return reporter.sent, end
+def stepper(store):
+    from driver.ft.stepper import FtStepper
+    from driver.parallel import Topology
+
+    train = SimpleNamespace(micro_batch_size=4, grad_accum_steps=1, steps=2)
+    core = SimpleNamespace(cfg=SimpleNamespace(train=train))
+    return FtStepper(core, Engine(), Topology(world=2), rank=1, done=store)
+
+
+def run(positions, store, steps=None):
+    """Rank 1 commits one step per quorum position; its rows as the trainer reports them,
+    then the end of the run; (what was sent, whether it reports the final figures)."""
+    ft_stepper, reporter = stepper(store), Reporter()
+    for step, position in enumerate(positions, 1):
+        ft_stepper.ft.plan, ft_stepper.ft.step = SimpleNamespace(position=position), step
+        writer = ft_stepper.writer()
+        for each, full in ft_stepper.rows(row(step), writer):
+            reporter.add(each, full)
+    reports = ft_stepper.end(reporter, LOG, completed=True)
+    return reporter.sent, reports, ft_stepper
 
 
 def test_a_group_that_becomes_the_writer_first_sends_its_copies(store):
-    sent, end = run(4, [1, 1, 0, 0], store)
+    sent, reports, _ = run([1, 1, 0, 0], store)
     assert sent == [(1, False, False), (2, False, False), (1, True, True), (2, True, True),
                     (3, True, False), (4, True, False)]  # fmt: skip
-    assert end.reports  # it wrote the last step
+    assert reports  # it wrote the last step
 
 
 def test_at_the_end_the_next_group_sends_copies_when_the_writer_left_no_mark(store, monkeypatch):
     import driver.ft.end as ft_end
 
     monkeypatch.setattr(ft_end, "wait_recorded", lambda s, step: wait_recorded(s, step, 0.2))
-    sent, end = run(2, [1, 1], store)
+    sent, reports, ft_stepper = run([1, 1], store)
     assert sent == [(1, False, False), (2, False, False), (1, True, True), (2, True, True)]
-    assert end.reports and store.get(DONE_KEY) == b"2"
+    assert reports and ft_stepper.took_over and store.get(DONE_KEY) == b"2"
 
 
 def test_at_the_end_the_next_group_sends_nothing_when_the_writer_marked_its_rows(store):
     mark_recorded(store, 2)  # the writer's rows and final save are in
-    sent, end = run(2, [1, 1], store)
-    assert sent == [(1, False, False), (2, False, False)] and not end.reports
+    sent, reports, _ = run([1, 1], store)
+    assert sent == [(1, False, False), (2, False, False)] and not reports
     assert wait_recorded(store, 2, 0.0) and not wait_recorded(store, 3, 0.0)
     assert store.get(RECORDED_KEY) == b"2"
 
 
+def test_an_early_stop_reports_nothing_and_marks_nothing(store):
+    ft_stepper = stepper(store)
+    ft_stepper.ft.plan = SimpleNamespace(position=0)
+    assert ft_stepper.end(Reporter(), LOG, completed=False) is False
+    assert not store.check([DONE_KEY])
+
+
+class StoppingEngine(Engine):
+    """begin_step raises FtStopped (too few groups); `finish` marks the run done first."""
+
+    def __init__(self, store=None):
+        super().__init__()
+        self.store = store
+
+    def begin_step(self):
+        if self.store is not None:
+            self.store.set(DONE_KEY, "9")
+        raise FtStopped("ft: no quorum of ft.min_replicas=2 replica groups")
+
+
 def test_a_group_waiting_for_a_quorum_after_the_others_finished_stops_cleanly(store):
     """Below ft.min_replicas because the others finished the run: not a failure."""
-    sent, end = run(3, [0], store, script=[0, "finish"])
-    assert sent == [(1, True, False)] and not end.reports
+    ft_stepper = stepper(store)
+    ft_stepper.ft, ft_stepper.committed = StoppingEngine(store), 1
+    with pytest.raises(RunFinished):
+        ft_stepper.run()
 
 
 def test_without_the_done_mark_fewer_groups_than_the_minimum_still_stop_the_run(store):
+    ft_stepper = stepper(store)
+    ft_stepper.ft, ft_stepper.committed = StoppingEngine(), 1
     with pytest.raises(FtStopped):
-        run(3, [0], store, script=[0, "stop"])
+        ft_stepper.run()
+
+
+def test_a_replacement_that_arrives_after_the_end_does_not_train(store):
+    store.set(DONE_KEY, "2")
+    with pytest.raises(RunFinished):
+        stepper(store).run()

@@ -42,7 +42,7 @@ def replica(position_calls: list, cfg=None):
     """An FtReplica without a Manager: only the quorum bookkeeping is exercised."""
     import threading
 
-    from driver.ft.config import FtConfig
+    from driver.config.ft import FtConfig
     from driver.ft.replica import FtReplica
 
     done = threading.Event()

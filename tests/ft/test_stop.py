@@ -65,7 +65,7 @@ def test_below_the_minimum_under_ray_train_stops_at_once_and_the_checkpoint_resu
     from torch.distributed import TCPStore
 
     from driver.checkpoint import TrainState
-    from driver.ft.config import FtConfig
+    from driver.config.ft import FtConfig
     from driver.ft.drill_job import Job, checkpointer, digest
     from driver.ft.lighthouse import lighthouse_kwargs
 
@@ -77,6 +77,7 @@ def test_below_the_minimum_under_ray_train_stops_at_once_and_the_checkpoint_resu
     install()
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     ray.init(
+        address="local",
         num_cpus=2,
         include_dashboard=False,
         log_to_driver=False,

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from kustomize.tooling import clickhouse
+from observability import clickhouse
 
 GRAFANA = Path(__file__).resolve().parents[2] / "kustomize/bases/observability/grafana"
 DASHBOARDS = sorted((GRAFANA / "dashboards").glob("*.json"))

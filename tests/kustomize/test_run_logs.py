@@ -11,7 +11,7 @@ from pathlib import Path
 import yaml
 
 from catalog import labels
-from kustomize.tooling import clickhouse
+from observability import clickhouse
 from tests.observability import conftest as observability
 
 chdb_session = observability.chdb_session  # chDB with the platform schema

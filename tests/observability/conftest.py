@@ -11,7 +11,7 @@ from contextlib import contextmanager
 
 import pytest
 
-from kustomize.tooling import clickhouse
+from observability import clickhouse
 from observability.synthetic import generate, insert_chdb
 
 TEAM = "obs-test"

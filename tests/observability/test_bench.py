@@ -22,7 +22,7 @@ def test_tiny_run_names_the_straggler(bench, chdb_session):
 
 
 def test_memory_table_has_the_platform_columns(bench):
-    from kustomize.tooling import clickhouse
+    from observability import clickhouse
 
     ddl = bench.memory_ddl(clickhouse.SCHEMA.read_text())
     assert ddl.startswith(f"CREATE TABLE {bench.MEMORY}") and ddl.endswith("ENGINE = Memory")

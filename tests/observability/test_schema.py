@@ -12,8 +12,7 @@ from pathlib import Path
 import pytest
 
 from catalog.labels import TELEMETRY_LABELS
-from kustomize.tooling import clickhouse
-from observability import store
+from observability import clickhouse, store
 
 FIRST_RELEASE = Path(__file__).with_name("schema_first_release.sql")
 TABLES = ("run_metrics", "nccl_collectives", "nccl_collectives_mv")

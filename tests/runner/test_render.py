@@ -251,7 +251,7 @@ def _containers(node):
 
 @pytest.mark.parametrize("run", ["tiny-lm", "dev-cluster"])
 def test_every_run_container_knows_its_node(run):
-    """NODE_NAME labels the driver's metric rows (driver/clickhouse.py)."""
+    """NODE_NAME labels the driver's metric rows (driver/metrics/clickhouse.py)."""
     found = list(_containers(render_run(load_run(f"runs/examples/{run}.yaml"))))
     assert found
     for container in found:

@@ -34,7 +34,7 @@ def store():
     in-memory one is shared with other tests' sessions, so each test writes its own run)."""
     from chdb import session as chdb_session
 
-    from kustomize.tooling import clickhouse
+    from observability import clickhouse
 
     session = chdb_session.Session()
     clickhouse.apply(session)

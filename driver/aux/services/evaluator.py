@@ -52,12 +52,14 @@ class EvaluatorHandler:
         """Held-out batch `index` with its fixed noise (and embeddings)."""
         import torch
 
-        from driver.batches import collate
+        from driver.data.feed import to_torch
+        from driver.data.stages import default_collate
 
         gen = torch.Generator().manual_seed(index)
         size = min(self.batch_size, len(self.work.dataset))
         start = (index * size) % max(1, len(self.work.dataset) - size + 1)
-        batch = collate([self.work.dataset[start + i] for i in range(size)])
+        samples = [self.work.dataset[start + i] for i in range(size)]
+        batch = to_torch(default_collate(samples))
         if self.model_cfg.kind != "dit":
             return (batch,)
         t = torch.rand(size, generator=gen)
@@ -69,7 +71,7 @@ class EvaluatorHandler:
         return (batch, t, noise, emb)
 
     def _to_device(self, batch: tuple) -> tuple:
-        from driver.step import to_device
+        from driver.trainer.core import to_device
 
         return tuple(None if part is None else to_device(part, self.device) for part in batch)
 

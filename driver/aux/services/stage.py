@@ -1,28 +1,25 @@
-"""The data pipeline's remote stage as an auxiliary service, and the batch source that uses it.
+"""The data pipeline's remote stage as an auxiliary service.
 
 `StageService` is the handler an `aux.services.<name>` entry names: it builds a data `Stage`
-from `stage: module:Class` and `kwargs`, and serves it through `driver.data.remote`'s
-`StageHandler` (method "process"). `RemoteStageSource` is the batch source
-(`data.source: driver.aux.services.stage:RemoteStageSource`) that runs the shared-memory
-pipeline with that stage on the service's workers; the loop passes it the stage when
-`data.remote_stage` names the service, so one service serves the producers of several
-ranks. `RandomFlip` is the shipped example stage (a seeded horizontal flip of an image).
+from `stage: module:Class` and `kwargs`, and serves it through `driver.aux.remote_stage`'s
+`StageHandler` (method "process"). When `data.remote_stage` names the service, each worker's
+feed (driver.data.feed) runs that stage on the service's workers, from its pipeline's
+producers or in process, so one service serves the samples of several ranks. `RandomFlip`
+is the shipped example stage (a seeded horizontal flip of an image).
 
     aux.services.flip: {handler: driver.aux.services.stage:StageService,
                         kwargs: {stage: "driver.aux.services.stage:RandomFlip"}}
-    data: {source: driver.aux.services.stage:RemoteStageSource, remote_stage: flip}
+    data: {loader: pipeline, remote_stage: flip}
 """
 
 from __future__ import annotations
 
 import importlib
-from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
-from driver.batches import PipelineSource
-from driver.data.remote import StageHandler
+from driver.aux.remote_stage import StageHandler
 from driver.data.stages import SampleContext, Stage
 
 
@@ -55,17 +52,3 @@ class RandomFlip(Stage):
         if ctx.rng().random() < self.p:
             return np.ascontiguousarray(image[..., ::-1])
         return image
-
-
-class RemoteStageSource(PipelineSource):
-    """The shared-memory pipeline (driver.batches.PipelineSource) with `stages` run by
-    auxiliary workers (driver.data.remote.RemoteStage, given by the training loop)."""
-
-    def __init__(self, dataset, batch_size: int, rank: int, world_size: int, seed: int,
-                 stages: Sequence[Stage] = ()):  # fmt: skip
-        from driver.data import DataPipeline, PipelineConfig
-
-        config = PipelineConfig(batch_size=batch_size, producers=1, seed=seed)
-        self.pipeline = DataPipeline(
-            dataset, config, rank=rank, world_size=world_size, stages=list(stages)
-        )

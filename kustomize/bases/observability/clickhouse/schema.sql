@@ -1,3 +1,5 @@
+-- Generated from observability/sql/schema.sql by
+-- `python -m kustomize.tooling.generate`. Do not edit: change the source and rerun.
 -- The platform's telemetry schema: run metrics, node events and NCCL collective records.
 -- Run by the ClickHouse server at first start (/docker-entrypoint-initdb.d) and by
 -- tests/kustomize/test_observability.py in chDB. Every statement is idempotent.
@@ -303,7 +305,7 @@ WHERE ResourceAttributes['reve.run'] != '';
 -- Run pods' container output as Fluent Bit ships it (kustomize/bases/observability/
 -- fluent-bit: the CRI log files of pods labelled with a run, the kubernetes filter's pod
 -- metadata), kept a week; the view maps each line into run_logs. A line a training rank
--- wrote carries `rank=<n>` (driver/telemetry.py's format), which becomes its rank.
+-- wrote carries `rank=<n>` (driver/output/logs.py's format), which becomes its rank.
 CREATE TABLE IF NOT EXISTS platform.container_logs_raw
 (
     date        Float64,

@@ -1,0 +1,106 @@
+"""The run's channel state: what the workers leave for the driver, held in the driver.
+
+`RunChannel` is plain Python: driver.channel.server serves it from the driver's process
+under one lock (workers call the methods in `server.WORKER_METHODS`; the driver's own
+threads call it through `DriverChannel`).
+
+- `Sink`: metrics rows (one per step, batched every second by driver.metrics.rank, drained
+  by the driver every 2 s: driver.output.progress), failure records for the crash bundle,
+  and where each rank runs; a rank's `hello` returns its attempt: the run's first attempt
+  in this driver (after the attempts already in metrics.jsonl, set by `begin`) plus the
+  times this rank started before (worker-group restarts).
+- `RunControl`: attempt counts per rank, the time of a preemption notice (driver.channel.
+  stops relays the driver's SIGTERM or SIGINT), rank 0's final figures (`finish`: the
+  driver never calls `ray.train.report`, a barrier across ranks).
+"""
+
+from __future__ import annotations
+
+
+class RunControl:
+    """Attempt counts per rank, the time of a preemption notice, rank 0's final figures."""
+
+    def __init__(self) -> None:
+        self.starts: dict[int, int] = {}
+        self.notice_at: float | None = None
+        self.outcome: dict = {}
+
+    def finish(self, outcome: dict) -> None:
+        """Rank 0's final checkpoint metrics (Ray Train keeps only checkpoint reports')."""
+        self.outcome = dict(outcome)
+
+    def final(self) -> dict:
+        return dict(self.outcome)
+
+    def start(self, rank: int) -> int:
+        """Record that `rank` started; how many times it had started before (the attempt)."""
+        attempt = self.starts.get(rank, 0)
+        self.starts[rank] = attempt + 1
+        return attempt
+
+    def restarts(self) -> int:
+        """Worker-group restarts so far."""
+        return max(self.starts.values(), default=1) - 1
+
+    def preempt(self, at: float) -> None:
+        """A preemption notice that arrived at wall-clock time `at` (the first one counts)."""
+        if self.notice_at is None:
+            self.notice_at = at
+
+    def notice(self) -> float | None:
+        return self.notice_at
+
+
+class Sink:
+    """Metrics rows and failure records from the workers, held until the driver drains them."""
+
+    def __init__(self):
+        self.rows: list[dict] = []
+        self.failures: dict[int, dict] = {}
+        self.hosts: dict[int, dict] = {}
+        self.first_attempt = 0
+        self.hellos: dict[int, int] = {}
+
+    def begin(self, first_attempt: int) -> None:
+        """The attempt number of this driver's first worker group."""
+        self.first_attempt = int(first_attempt)
+
+    def hello(self, rank: int, host: dict) -> int:
+        """Where a rank runs ({"pod", "node"}), sent once when it starts; its attempt."""
+        attempt = self.first_attempt + self.hellos.get(rank, 0)
+        self.hellos[rank] = self.hellos.get(rank, 0) + 1
+        self.hosts[rank] = {**host, "attempt": attempt}
+        return attempt
+
+    def host(self, rank: int) -> dict:
+        return dict(self.hosts.get(rank, {}))
+
+    def all_hosts(self) -> dict[int, dict]:
+        return {rank: dict(host) for rank, host in self.hosts.items()}
+
+    def push(self, row: dict) -> None:
+        self.rows.append(row)
+
+    def push_many(self, rows: list[dict]) -> None:
+        """Several rows in one message (one per batch of steps, not per step)."""
+        self.rows.extend(rows)
+
+    def drain(self) -> list[dict]:
+        rows, self.rows = self.rows, []
+        return rows
+
+    def fail(self, rank: int, record: dict) -> None:
+        self.failures[rank] = record
+
+    def get_failures(self) -> dict[int, dict]:
+        return dict(self.failures)
+
+
+class RunChannel(Sink, RunControl):
+    """The run's channel state: metric rows and failure records from the workers (Sink),
+    and attempt counts and preemption notices (driver.channel.stops's RunControl).
+    Plain Python: driver.channel serves it from the driver's process, under one lock."""
+
+    def __init__(self):
+        Sink.__init__(self)
+        RunControl.__init__(self)

@@ -1,0 +1,127 @@
+"""Fault-tolerance configuration: one typed dataclass, the `ft.*` keys of the driver config.
+
+    from driver.config.ft import FtConfig
+    ft = FtConfig(enabled=True, min_replicas=2, heartbeat_timeout_ms=500)
+    ft.validate("run.yaml")                        # one-line InputError naming the field
+    ft.check_layout(fsdp_size=1, replica_group_size=None, world=4, source="run.yaml")
+
+Importing this module imports neither torch nor torchft. See docs/ft.md.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+from catalog.errors import InputError
+
+
+@dataclass
+class FtConfig:
+    """Live fault tolerance with torchft: replica groups that survive the loss of a group."""
+
+    enabled: bool = False
+    """Run the loop under torchft: a Lighthouse on the driver, a Manager per replica group,
+    an all-or-nothing optimizer step, gradients averaged through torchft's process group."""
+
+    min_replicas: int = 1
+    """Fewest live replica groups that may commit a step; below it training stops with one
+    line giving the reason (the checkpoint path still works)."""
+
+    join_timeout_ms: int = 1000
+    """Lighthouse: once `min_replicas` groups asked for a quorum, how long it waits for the
+    other heartbeating groups before forming a quorum without them."""
+
+    heartbeat_timeout_ms: int = 500
+    """Lighthouse: a group whose heartbeat is older than this is dead for the next quorum
+    (torchft's default is 5000; the time from a kill to the next commit follows it)."""
+
+    heartbeat_interval_ms: int = 100
+    """How often each group's Manager sends a heartbeat to the Lighthouse."""
+
+    quorum_tick_ms: int = 50
+    """Lighthouse: how often it re-checks whether a pending quorum can be formed."""
+
+    quorum_timeout_s: float = 60.0
+    """How long a group waits for a quorum before it gives up (the stop below the minimum
+    takes this long; it also bounds the wait for a slow straggler)."""
+
+    timeout_s: float = 30.0
+    """Collectives, the commit vote and healing transfers: how long before a peer counts
+    as failed."""
+
+    start_timeout_s: float = 300.0
+    """How long the groups present at start wait for each other before the first quorum."""
+
+    constant_batch: bool = True
+    """Keep the global batch constant (ReCoVer): while a group is missing, the survivors
+    take over its micro-batches by raising their gradient accumulation, so every committed
+    step consumes the same samples in the same order as a failure-free run. Off: the global
+    batch shrinks with the live groups and the learning rate follows `lr_scaling`."""
+
+    lr_scaling: str = "linear"
+    """With `constant_batch` off: `linear` scales the learning rate by live/total groups
+    while groups are missing, `none` keeps it."""
+
+    shrink: bool = True
+    """After a group is dropped, the lowest live group asks Warden to shrink the
+    RayCluster's worker group (locally: a logged no-op)."""
+
+    def validate(self, source: str | None = None) -> None:
+        """Raise InputError (one line naming the field) for a bad value."""
+        positive = (
+            "join_timeout_ms",
+            "heartbeat_timeout_ms",
+            "heartbeat_interval_ms",
+            "quorum_tick_ms",
+            "quorum_timeout_s",
+            "timeout_s",
+            "start_timeout_s",
+        )
+        if self.min_replicas < 1:
+            raise InputError(source, "ft.min_replicas", "must be >= 1")
+        for name in positive:
+            if not getattr(self, name) > 0:
+                raise InputError(source, f"ft.{name}", "must be > 0")
+        if self.heartbeat_interval_ms >= self.heartbeat_timeout_ms:
+            raise InputError(source, "ft.heartbeat_interval_ms", "must be < heartbeat_timeout_ms")
+        if self.lr_scaling not in LR_SCALINGS:
+            message = f"must be one of {', '.join(LR_SCALINGS)}, got {self.lr_scaling!r}"
+            raise InputError(source, "ft.lr_scaling", message)
+
+    def check_layout(
+        self, fsdp_size: int, replica_group_size: int | None, world: int | None, source=None
+    ) -> None:
+        """Refuse, in one line, a parallel layout torchft cannot run here: Ray Train 2.60's
+        replica groups are one worker each, so each worker is its own replica group (DDP
+        across groups, no FSDP/HSDP inside one)."""
+        if not self.enabled:
+            return
+        if fsdp_size != 1:
+            raise InputError(
+                source,
+                "parallelism.fsdp_size",
+                "ft.enabled needs 1 (Ray Train replica groups are one worker)",
+            )
+        if replica_group_size not in (None, 1):
+            raise InputError(
+                source,
+                "parallelism.replica_group_size",
+                "ft.enabled needs 1 or null (one worker per replica group)",
+            )
+        if world is not None and world < self.min_replicas:
+            message = f"{world} workers are fewer than ft.min_replicas={self.min_replicas}"
+            raise InputError(source, "ft.min_replicas", message)
+
+    @classmethod
+    def from_dict(cls, data: dict, source: str | None = None) -> FtConfig:
+        """Build from a plain mapping (e.g. the `ft` node of the Hydra config)."""
+        known = {f.name for f in fields(cls)}
+        for key in data:
+            if key not in known:
+                raise InputError(source, f"ft.{key}", "unknown key")
+        config = cls(**{k: v for k, v in data.items()})
+        config.validate(source)
+        return config
+
+
+LR_SCALINGS = ("linear", "none")

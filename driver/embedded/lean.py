@@ -1,0 +1,140 @@
+"""What the driver trims and guards when it starts its own (embedded) Ray for a local run.
+
+An embedded Ray serves one training run on one machine whose CPUs the training workers
+need: every Ray process wakes up periodically even when idle, and on a machine the workers
+fill, each wake-up takes CPU from training. A Ray cluster (a RayJob) keeps Ray's defaults.
+
+- `LOCAL_ENV`: no preemption watcher, no Prometheus metrics, no usage stats, resource
+  reports, task events and the dashboard agent's node stats at a slower pace than a shared
+  cluster needs, a log monitor that looks for new log files once a second rather than
+  ten times, and local socket connections retried every 0.1 s rather than every second.
+  A variable already set wins.
+- `lean_trainer(DataParallelTrainer)`: Ray Train's trainer without two controller
+  callbacks this run does not use: the dataset callback (its DatasetManager actor serves
+  Ray Data shards; the driver feeds its own data) and the placement-group cleaner (an
+  actor that asks the GCS every second whether the controller is alive, to free the
+  workers' placement group if it died; an embedded Ray ends with the driver, and
+  everything it holds with it); and with a fixed-size scaling policy that starts no
+  AutoscalingCoordinator actor (one machine never grows: driver/embedded/controller.py). Each
+  actor is a process that would start, and import Ray Train or Ray Data, while the
+  training workers start.
+- Ray Train's controller in the driver's own process rather than in an actor, when this
+  process started the Ray it runs on (`started_ray`): no process that starts and imports
+  Ray Train while the workers wait for it (driver/embedded/controller.py); with the backend of
+  driver/embedded/backend.py the driver never imports torch.
+- `lean_ray_start()`, `short_raylet_wait()`, `own_sigterm()` (driver/embedded/ray_start.py; the
+  first not with `run.local_dashboard`): `ray.init` without the
+  autoscaler monitor and the log monitor (the driver asks Ray for no worker output), with
+  Ray's API server started beside the raylet rather than before it (without the dashboard
+  it serves only usage stats; without it at all, the dashboard agent would ask the GCS
+  for its address every second, logging a traceback each time), a wait for the raylet in
+  short steps, and the driver's SIGTERM handler kept.
+- `quiet_token_notice()`: token authentication stays on (Ray turns it on for a new local
+  cluster), without Ray's start-up warning saying so, which asks nothing of the user.
+- `supervise(run)` (driver/embedded/supervise.py): the run in a session of its own.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+
+LOCAL_ENV = {
+    "RAY_TRAIN_ENABLE_PREEMPTION_WATCHER": "0",
+    "RAY_TRAIN_METRICS_ENABLED": "0",
+    "RAY_enable_metrics_collection": "0",
+    "RAY_event_stats": "0",
+    "RAY_raylet_report_resources_period_milliseconds": "1000",
+    "RAY_task_events_report_interval_ms": "5000",
+    "RAY_WARN_BLOCKING_GET_INSIDE_ASYNC": "0",  # Ray Train's value for its controller
+    "RAY_USAGE_STATS_ENABLED": "0",  # nothing to report from a run with no network
+    # Ray's log monitor, where it runs (with the dashboard: `lean_ray_start`), lists the logs
+    # folder for new files every 1 s instead of on each 0.1 s poll; lines are read as before.
+    "RAY_LOG_MONITOR_MANY_FILES_THRESHOLD": "0",
+    "LOG_NAME_UPDATE_INTERVAL_S": "1",
+    # Ray's dashboard agent: the node's physical stats (a psutil scan of every Ray process,
+    # read only by the dashboard) every 15 s rather than 5 s, and its check that the raylet
+    # lives every 2 s rather than 0.4 s (`supervise` ends the whole session anyway).
+    "REPORTER_UPDATE_INTERVAL_MS": "15000",
+    "RAY_DASHBOARD_AGENT_CHECK_PARENT_INTERVAL_S": "2",
+    # The raylet connects to its object store, which a thread of its own starts, and
+    # sleeps 1 s when the store is not listening yet (on a busy machine, one start in
+    # two): retry every 0.1 s, with the same 10 s budget as Ray's default.
+    "RAY_raylet_client_connect_timeout_milliseconds": "100",
+    "RAY_raylet_client_num_connect_attempts": "100",
+}
+
+STARTED: str | None = None
+"""The node ID of the embedded Ray this process started (`started_ray`)."""
+STARTED_ENV: dict[str, str] = {}
+"""This process's environment when it started that Ray: its daemons, and the worker
+processes they start, inherited it."""
+
+
+def started_ray() -> None:
+    """Record, just after ray.init, that this process started the Ray it is connected to."""
+    import ray
+
+    global STARTED, STARTED_ENV
+    STARTED = ray.get_runtime_context().get_node_id()
+    STARTED_ENV = dict(os.environ)
+
+
+def started_here() -> bool:
+    """Whether this process started the Ray it is connected to (`started_ray`)."""
+    import ray
+
+    return STARTED is not None and STARTED == ray.get_runtime_context().get_node_id()
+
+
+TOKEN_LOGGER = "ray._private.authentication.authentication_token_setup"
+TOKEN_NOTICE = "Token authentication is enabled for this Ray cluster"
+
+
+class _DropTokenNotice(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith(TOKEN_NOTICE)
+
+
+def quiet_token_notice() -> None:
+    """Drop Ray's warning that it turned token authentication on for a new local cluster
+    (the one record, from the logger that writes it; every other line of it stays)."""
+    logger = logging.getLogger(TOKEN_LOGGER)
+    if not any(isinstance(f, _DropTokenNotice) for f in logger.filters):
+        logger.addFilter(_DropTokenNotice())
+
+
+UNUSED_LOCALLY = ("DatasetsCallback", "PlacementGroupCleanerCallback")
+"""Ray Train controller callbacks an embedded run goes without: Ray Train's own classes
+(defined under `ray.train`) of these names."""
+
+
+def keep_callback(callback: object) -> bool:
+    """Whether an embedded run keeps this Ray Train default callback."""
+    kind = type(callback)
+    return not (kind.__module__.startswith("ray.train.") and kind.__name__ in UNUSED_LOCALLY)
+
+
+def lean_trainer(base: type) -> type:
+    """A subclass of Ray Train's trainer `base` without the callbacks in UNUSED_LOCALLY, with
+    the lean scaling policy, and with the controller in this process when this process
+    started the Ray it runs on (driver/embedded/controller.py).
+
+    Ray Train builds its default callbacks in `_create_default_callbacks` and passes the
+    scaling policy to `_initialize_and_run_controller` (ray 2.60, pinned in pyproject.toml);
+    if a later Ray renames either, the trainer keeps Ray's defaults (a test fails, so the
+    upgrade gets looked at)."""
+
+    class LeanTrainer(base):
+        def _create_default_callbacks(self):
+            return [cb for cb in super()._create_default_callbacks() if keep_callback(cb)]
+
+        def _initialize_and_run_controller(self, **controller_init_kwargs):
+            from driver.embedded import controller as embedded_train
+
+            kwargs = embedded_train.lean_kwargs(controller_init_kwargs)
+            if started_here() and embedded_train.in_process_ok():
+                return embedded_train.run_controller(kwargs)
+            return super()._initialize_and_run_controller(**kwargs)
+
+    return LeanTrainer

@@ -1,0 +1,80 @@
+"""The Ray Train trainer of a run: `trainer_for` builds it from the composed config (the
+loop, its arguments, scaling, backend, storage, failure policy); `trainer_class` and
+`backend_config` choose Ray Train's TorchTrainer in a cluster, and on an embedded Ray its
+base trainer without the callbacks a local run does not use, with the torch-free backend
+config (driver/embedded/lean.py, driver/embedded/backend.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from driver.embedded.lean import lean_trainer
+
+
+def trainer_for(
+    cfg, world: int, use_gpu: bool, channel, output_dir: Path, embedded=False, aux=None,
+):  # fmt: skip
+    """The Ray Train trainer running `driver.trainer.worker.train_worker` on `world` workers
+    (`trainer_class`, `backend_config`; torchft's config under `ft.enabled`); `channel` is
+    the run's channel address (driver.channel.ChannelAddress) the workers connect to."""
+    from ray.train import RunConfig, ScalingConfig
+
+    from driver.checkpoint import failure_config
+    from driver.metrics import flight
+    from driver.trainer.worker import train_worker
+
+    par = cfg.parallelism
+    backend = par.backend if par.backend != "auto" else ("nccl" if use_gpu else "gloo")
+    resources = {"CPU": par.cpus_per_worker, **({"GPU": 1} if use_gpu else {})}
+    root = cfg.checkpoint.root
+    storage = f"{root}/{cfg.run.team}/{cfg.run.name}" if "://" in root else output_dir / "ray"
+    if cfg.ft.enabled:  # live fault tolerance: TorchftConfig, start gate (driver/ft/launch.py)
+        from driver.ft.launch import trainer_parts
+
+        torch_config, failures, ft_args = trainer_parts(cfg, world, backend)
+    else:
+        torch_config, failures, ft_args = backend_config(backend, embedded), None, {}
+    # PyTorch's flight recorder on every rank, set before the process group starts.
+    torch_config = flight.with_env(torch_config, flight.worker_env(cfg))
+    trainer, config_arg = trainer_class(embedded)
+    trainer = trainer(
+        train_worker,
+        train_loop_config={"cfg": cfg, "channel": channel, "aux": aux, **ft_args},
+        scaling_config=ScalingConfig(
+            num_workers=world, use_gpu=use_gpu, resources_per_worker=resources
+        ),
+        **{config_arg: torch_config},
+        run_config=RunConfig(
+            name=f"{cfg.run.team}-{cfg.run.name}",
+            storage_path=str(Path(storage).resolve()) if "://" not in str(storage) else storage,
+            failure_config=failures or failure_config(cfg.checkpoint),
+        ),
+    )
+    # Ray Train's own Ctrl-C handler aborts the run without a checkpoint; the driver's
+    # StopRelay turns SIGINT, like SIGTERM, into a final checkpoint and an orderly stop.
+    trainer._register_sigint_handler = lambda controller: None
+    return trainer
+
+
+def backend_config(backend: str, embedded: bool):
+    """Ray Train's TorchConfig; on an embedded Ray, the same without torch in the driver."""
+    if embedded:
+        from driver.embedded.backend import LocalTorchConfig
+
+        return LocalTorchConfig(backend=backend)
+    from ray.train.torch import TorchConfig
+
+    return TorchConfig(backend=backend)
+
+
+def trainer_class(embedded: bool) -> tuple[type, str]:
+    """Ray Train's trainer class and the name of its backend config argument: on an
+    embedded Ray, its base DataParallelTrainer (which imports no torch) without the
+    callbacks an embedded run does not use; in a cluster, TorchTrainer."""
+    if embedded:
+        from ray.train.v2.api.data_parallel_trainer import DataParallelTrainer
+
+        return lean_trainer(DataParallelTrainer), "backend_config"
+    from ray.train.torch import TorchTrainer
+
+    return TorchTrainer, "torch_config"
