@@ -88,7 +88,7 @@ class Progress:
             store=getattr(log_cfg, "store", False),
         )  # fmt: skip
         self.path = self.metrics.path
-        self.logs = DriverLogs(LogSpec.of(cfg), self.metrics.store, **where_am_i())
+        self.logs = DriverLogs(LogSpec.of(cfg, output_dir), self.metrics.store, **where_am_i())
         if sink is not None:  # the attempts after those already in the metrics file
             sink.begin(self.metrics.first_attempt)
         self.hosts: dict[int, dict] = {}

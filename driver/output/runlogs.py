@@ -40,18 +40,18 @@ class LogSpec:
     otel_endpoint: str | None = None
 
     @classmethod
-    def of(cls, cfg) -> LogSpec:
+    def of(cls, cfg, output_dir: str | Path | None = None) -> LogSpec:
+        """The run's spec from its config (`output_dir`: the run's folder when the caller
+        holds it; else `run.output_dir`)."""
         from observability.logs import LOG_DIR
 
         run = cfg.run
-        identity = {
-            "cluster": run.cluster,
-            "team": run.team,
-            "run": run.name,
-            "learner": os.environ.get(labels.LEARNER_ENV, ""),
-        }
-        folder = str(Path(run.output_dir).resolve() / LOG_DIR)
-        return cls(folder, identity, getattr(cfg.logging, "otel_endpoint", None) or None)
+        identity = {"cluster": getattr(run, "cluster", ""), "team": getattr(run, "team", ""),
+                    "run": getattr(run, "name", ""),
+                    "learner": os.environ.get(labels.LEARNER_ENV, "")}  # fmt: skip
+        folder = str(Path(output_dir or run.output_dir).resolve() / LOG_DIR)
+        endpoint = getattr(getattr(cfg, "logging", None), "otel_endpoint", None)
+        return cls(folder, identity, endpoint or None)
 
     def labels(self, **values) -> dict:
         """The label set of one process: the run's identity with `values` (rank, attempt,
