@@ -91,7 +91,9 @@ def setup_device(cfg, ctx, logger):
 
     from driver.numa import pin_worker
 
-    device = ray.train.torch.get_device()
+    # GPUs a simulated shape's CPU workers stand in for (`runner run --local --shape`) have
+    # no CUDA: such a worker trains on the CPU.
+    device = ray.train.torch.get_device() if torch.cuda.is_available() else torch.device("cpu")
     bus_id = None
     if device.type == "cuda":
         props = torch.cuda.get_device_properties(device)

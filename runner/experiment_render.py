@@ -126,4 +126,4 @@ def render_learner(exp: Experiment, index: int) -> Part:
         raise relabel(err, exp, f"learners[{index}]", own) from None
     identity = {EXPERIMENT_LABEL: exp.name, LEARNER_LABEL: learner.name}
     manifests = add_identity(rendered.manifests, identity)
-    return Part(learner.name, learner.cluster, manifests, rendered.plan.totals())
+    return Part(learner.name, learner.cluster, manifests, rendered.summary())

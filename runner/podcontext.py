@@ -48,6 +48,7 @@ POD_DEFAULTS: dict[str, Any] = {
     "mounts": [],
     "host_volumes": [],
     "warden_token": None,
+    "termination_grace": None,
 }
 
 

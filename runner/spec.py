@@ -82,8 +82,24 @@ def load_run(
     return build_spec(data, origin, overrides, flags)
 
 
-def entrypoint(spec: RunSpec, local: bool = False) -> list[str]:
-    """The command the run executes: `cmd`, else the driver with the run's config."""
+SHAPE_KEYS = ("nodes", "gpus_per_node", "accelerator", "cpus_per_gpu")
+"""The driver's `shape.*` keys: the shape the renderer rendered (driver/config/layout.py)."""
+
+
+def shape_words(shape: dict | None) -> list[str]:
+    """`shape.<key>=<value>` for the driver, in `SHAPE_KEYS` order (none without a shape)."""
+    if not shape:
+        return []
+    return [f"shape.{key}={shape[key]}" for key in SHAPE_KEYS]
+
+
+def entrypoint(spec: RunSpec, local: bool = False, shape: dict | None = None,
+               budget_s: int | None = None) -> list[str]:  # fmt: skip
+    """The command the run executes: `cmd`, else the driver with the run's config, the
+    `shape` it was rendered for (pods, GPUs each, accelerator, CPUs per GPU), from which the
+    driver composes its layout (the manifest's: an override may not set it), and, rendered,
+    `checkpoint.preemption_budget_s` (the final save's part of the pods' grace period,
+    runner.resolve)."""
     if spec.cmd:
         try:
             return shlex.split(spec.cmd)
@@ -91,6 +107,10 @@ def entrypoint(spec: RunSpec, local: bool = False) -> list[str]:
             raise spec.error("cmd", f"cannot split into words: {err}") from None
     if not spec.train_config:
         raise spec.error("train_config", "a run needs cmd or train_config")
+    for word in spec.train_overrides:
+        if word.lstrip("+~").startswith("shape."):
+            message = f"{word.split('=')[0]}: the shape is the manifest's (pods, gpus, accelerator)"
+            raise spec.error("train_overrides", message)
     team = spec.run_team
     words = ["python", "-m", "driver.train", spec.train_config]
     words += [f"run.name={spec.name}", f"run.team={team}", f"run.cluster={spec.cluster}"]
@@ -106,8 +126,11 @@ def entrypoint(spec: RunSpec, local: bool = False) -> list[str]:
         words += [f"logging.clickhouse_url={labels.CLICKHOUSE_URL}", "logging.store=false",
                   f"logging.otel_endpoint={labels.OTEL_COLLECTOR_URL}",
                   f"logging.bundle_root=gs://{cluster.buckets.bundles}"]  # fmt: skip
+    words += shape_words(shape)
     if spec.resume:
         words.append(f"checkpoint.resume={spec.resume}")
+    if budget_s is not None:
+        words.append(f"checkpoint.preemption_budget_s={budget_s}")
     return words + list(spec.train_overrides)
 
 

@@ -126,6 +126,20 @@ class RunSpec(BaseModel):
         le=MAX_TTL,
         description="run the run's containers as this non-root user id (the image must allow it)",
     )
+    model_params: float | None = Field(
+        default=None,
+        gt=0,
+        le=1e15,
+        description="parameters of the model the run trains (7e9, 7B, 350M): the pods' grace "
+        "period fits its final checkpoint",
+    )
+    model_shards: int = Field(
+        default=1,
+        ge=1,
+        le=MAX_PODS,
+        description="pods one model copy's checkpoint is written from (1 under DDP; the FSDP "
+        "pods when sharded)",
+    )
 
     _sources: dict[str, str] = PrivateAttr(default_factory=dict)
     _origin: str = PrivateAttr(default=COMMAND_LINE)
@@ -144,6 +158,18 @@ class RunSpec(BaseModel):
                 _check_text(item, MAX_CMD if long else MAX_TEXT)
         _check_text(value, MAX_CMD if long else MAX_TEXT)
         return value
+
+    @field_validator("model_params", mode="before")
+    @classmethod
+    def _count(cls, value: Any) -> Any:
+        """`7B`, `350M`, `1.5T`, `20K` or a number."""
+        if not isinstance(value, str):
+            return value
+        scale = {"K": 1e3, "M": 1e6, "B": 1e9, "T": 1e12}.get(value.strip()[-1:].upper())
+        try:
+            return float(value.strip()[:-1]) * scale if scale else float(value)
+        except ValueError:
+            raise ValueError(f"{shown(value)} is not a parameter count (7e9, 7B, 350M)") from None
 
     @field_validator("train_overrides")
     @classmethod

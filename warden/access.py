@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Annotated, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -23,6 +23,7 @@ NAME = r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$"
 STAMP = r"^[0-9A-Za-z:. +-]*$"  # a timestamp as ClickHouse prints it; no line breaks
 MAX_REPLICAS = 100_000
 MAX_FINDINGS = 256
+MAX_PODS = 256
 T = TypeVar("T", bound="Strict")
 
 
@@ -77,6 +78,9 @@ def body_length(headers, limit: int) -> int:
     return int(length)
 
 
+PodName = Annotated[str, Field(pattern=NAME, max_length=253)]
+
+
 class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
 
@@ -90,6 +94,8 @@ class ShrinkBody(Strict):
     replicas_to: int = Field(ge=0, le=MAX_REPLICAS)
     namespace: str | None = Field(default=None, pattern=NAME, max_length=63)
     """Optional; when given it must be the caller's own."""
+    pods: list[PodName] = Field(default_factory=list, max_length=MAX_PODS)
+    """The lost replica group's pods; Warden deletes only those of the worker group."""
 
 
 class Finding(Strict):

@@ -139,7 +139,7 @@ class Gateway:
             raise Refusal(404, f"RayCluster {who.namespace}/{req.raycluster} not found") from None
         access.group_index(cluster, req.worker_group)
         inp = ShrinkInput(who.namespace, req.raycluster, req.worker_group,
-                          req.replicas_from, req.replicas_to)  # fmt: skip
+                          req.replicas_from, req.replicas_to, list(req.pods))  # fmt: skip
         handle = self._await(starters.start_shrink(self.client, self.task_queue, inp), 30.0)
         try:
             result = self._await(handle.result(), self.wait_s)

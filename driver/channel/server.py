@@ -27,7 +27,9 @@ from driver.channel.client import MAX_BYTES, ChannelAddress
 from driver.messaging import wire
 
 log = logging.getLogger("driver.channel")
-WORKER_METHODS = frozenset({"hello", "start", "push_many", "fail", "finish", "notice", "sync"})
+WORKER_METHODS = frozenset(
+    {"hello", "start", "push_many", "fail", "finish", "notice", "sync", "pods_of"}
+)
 """What a worker may ask (everything else in the state is the driver's)."""
 NO_REPLY = frozenset({"push_many"})
 POLL_MS = 200  # how often the serving thread looks at its stop flag when nothing arrives
@@ -157,6 +159,8 @@ def start_channel():
     from driver.embedded.lean import started_here
 
     host = "127.0.0.1" if started_here() else ray.util.get_node_ip_address()
-    from driver.channel.state import RunChannel
+    from driver.channel.state import RunChannel, dead_pods
 
-    return DriverChannel.start(RunChannel(), host)
+    state = RunChannel()
+    state.dead_pods = lambda: dead_pods(ray.nodes())
+    return DriverChannel.start(state, host)

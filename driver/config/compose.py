@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from catalog.errors import InputError
+from driver.config import layout
 from driver.config.checks import check_values
 from driver.config.errors import check_overrides, one_line
 from driver.config.schema import TrainConfig, register
@@ -61,6 +62,7 @@ def compose(path: str | Path, overrides: list[str] | None = None) -> tuple[Train
     )
     if extra:
         raise InputError(path, extra, "unknown key")
+    layout.check_shape(obj.shape, path)
     fill_defaults(obj)
     validate(obj, path)
     return obj, OmegaConf.to_yaml(OmegaConf.structured(obj))
@@ -120,18 +122,20 @@ def _extra_key(composed: object, typed: object, prefix: str = "") -> str | None:
 
 
 def fill_defaults(cfg: TrainConfig) -> None:
-    """Values derived from others: the output folder and the replica group size."""
+    """Values derived from others: the output folder, the parallel layout from the shape
+    (driver.config.layout), the data loader (the pipeline with a shape)."""
     if not cfg.run.output_dir:
         cfg.run.output_dir = f"outputs/{cfg.run.team}/{cfg.run.name}"
-    if cfg.parallelism.replica_group_size is None:
-        cfg.parallelism.replica_group_size = cfg.parallelism.fsdp_size
+    layout.derive(cfg.parallelism, cfg.shape, ft=cfg.ft.enabled)
     if cfg.data.loader == "auto":
-        cfg.data.loader = "inprocess"
+        cfg.data.loader = "pipeline" if cfg.shape.nodes else "inprocess"
 
 
 def validate(cfg: TrainConfig, source: str | Path) -> None:
-    """Checks the schema cannot express: choices, values, positive counts, divisibility."""
+    """Checks the schema cannot express: choices, values, positive counts, divisibility, the
+    layout against the shape."""
     check_values(cfg, source)
+    layout.check(cfg.parallelism, cfg.shape, source)
     for key, allowed in _CHOICES.items():
         value = _get(cfg, key)
         if value not in allowed:
@@ -155,8 +159,7 @@ def validate(cfg: TrainConfig, source: str | Path) -> None:
         raise InputError(source, "data", f"{cfg.model.kind} model needs {pairs[cfg.model.kind]}")
     if cfg.model.kind == "dit" and cfg.data.image_size % cfg.model.patch_size:
         raise InputError(source, "model.patch_size", "must divide data.image_size")
-    if par.workers:
-        check_batch(cfg, par.workers, source)
+    check_batch(cfg, par.workers or 1, source)  # again at start, with the planned world
     if cfg.optimizer.warmup_steps < 0:
         raise InputError(source, "optimizer.warmup_steps", "must not be negative")
     check_ft(cfg, source)
@@ -171,8 +174,6 @@ def check_ft(cfg, source) -> None:
     cfg.ft = FtConfig.from_dict(asdict(cfg.ft), str(source))
     par = cfg.parallelism
     cfg.ft.check_layout(par.fsdp_size, par.replica_group_size, par.workers, str(source))
-    if cfg.ft.enabled and cfg.aux.services:
-        raise InputError(source, "aux.services", "not supported with ft.enabled (docs/ft.md)")
 
 
 def check_batch(cfg, world: int, source: str | None = None) -> None:

@@ -63,8 +63,16 @@ class FtConfig:
     while groups are missing, `none` keeps it."""
 
     shrink: bool = True
-    """After a group is dropped, the lowest live group asks Warden to shrink the
-    RayCluster's worker group (locally: a logged no-op)."""
+    """After a group is lost, the lowest live group asks Warden to shrink the RayCluster's
+    worker group, naming the lost group's pods (locally: a logged no-op)."""
+
+    shrink_after_quorums: int = 3
+    """A group missing from the quorum is lost (a shrink, not a straggler) only once it
+    has been missing from this many quorums in a row (driver/ft/lost.py)..."""
+
+    shrink_after_s: float = 120.0
+    """... and either its pods are reported dead (their Ray nodes) or it has been missing
+    this long (a replacement that starts and heals within it keeps its pod)."""
 
     def validate(self, source: str | None = None) -> None:
         """Raise InputError (one line naming the field) for a bad value."""
@@ -79,6 +87,10 @@ class FtConfig:
         )
         if self.min_replicas < 1:
             raise InputError(source, "ft.min_replicas", "must be >= 1")
+        if self.shrink_after_quorums < 1:
+            raise InputError(source, "ft.shrink_after_quorums", "must be >= 1")
+        if self.shrink_after_s < 0:
+            raise InputError(source, "ft.shrink_after_s", "must be >= 0")
         for name in positive:
             if not getattr(self, name) > 0:
                 raise InputError(source, f"ft.{name}", "must be > 0")

@@ -68,12 +68,17 @@ class FtReplica:
         gate: str | None = None,
         host: str = "127.0.0.1",
         shrink: Callable[[ShrinkRequest], None] | None = None,
+        decider=None,
     ):
         from driver.ft.lighthouse import pass_gate
 
         self.cfg, self.group, self.start_groups = cfg, group, groups_at_start
         self.grad_accum, self.state = grad_accum, state
         self.shrink = shrink or local_shrink
+        self.decider = decider
+        """A driver.ft.lost.ShrinkDecider: which missing groups are lost, not late; every
+        group feeds it every quorum, the lowest live group asks (None: ask on the first
+        smaller quorum, naming no pod)."""
         self.manager, self._store = build_manager(
             cfg, group, lighthouse, host, load_state_dict=self._load, state_dict=self._state_dict
         )
@@ -129,10 +134,10 @@ class FtReplica:
         self.counters["ft_quorum_s"] += time.perf_counter() - started
         if self.restore is not None:
             self._restore_if_alone()
-        self._note_quorum(live, position)
         ids, me = live_groups(self.manager), self.group
         if len(ids) != live or me not in ids:  # ids unknown: plan by position (one split)
             ids, me = tuple(range(live)), position
+        self._note_quorum(live, position, ids)
         self.plan = step_plan(
             self.cfg, self.step, ids, position, me, self.start_groups, self.grad_accum
         )
@@ -153,15 +158,21 @@ class FtReplica:
             self.counters["ft_restores"] += 1
             log.warning("ft: group %d: no live group ahead, resumed at step %d", self.group, start)
 
-    def _note_quorum(self, live: int, position: int) -> None:
+    def _note_quorum(self, live: int, position: int, ids: tuple[int, ...]) -> None:
         last, self._last_live = self._last_live, live
         self.counters["ft_quorum_size"] = live
         if last is not None and live < last:
             self.counters["ft_failures_survived"] += last - live
             log.warning("ft: %d of %d replica groups left at step %d", live, last, self.step)
-            if position == 0 and self.cfg.shrink:  # the lowest live group asks, once
-                request = ShrinkRequest(groups_before=last, groups_after=live)
-                threading.Thread(target=self._ask_shrink, args=(request,), daemon=True).start()
+        asking = position == 0 and self.cfg.shrink  # the lowest live group asks
+        if self.decider is not None:
+            request = self.decider.quorum(ids, asking=asking)
+        elif asking and last is not None and live < last:  # once, at the first smaller quorum
+            request = ShrinkRequest(groups_before=last, groups_after=live)
+        else:
+            request = None
+        if request is not None:
+            threading.Thread(target=self._ask_shrink, args=(request,), daemon=True).start()
 
     def _ask_shrink(self, request: ShrinkRequest) -> None:
         try:

@@ -95,6 +95,10 @@ class FtStepper:
         group."""
         return self.topo.is_writer(self.rank, self.ft.plan.position)
 
+    def in_writer_copy(self) -> bool:
+        """Whether this rank's replica group is the writer's (the lowest live group)."""
+        return self.ft.plan is not None and self.ft.plan.position == 0
+
     def rows(self, row: dict, writer: bool) -> list[tuple[dict, bool]]:
         """The copies of the old writer's rows this group sends on becoming the writer,
         then the step's own row."""

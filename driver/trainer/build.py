@@ -56,7 +56,8 @@ def plain_parts(cfg, work, feed, aux, device, rank, world, channel, args):
     core = StepCore(cfg, model, work, optimizer, scheduler, device, feed, condition_of(aux),
                     offset=slot_offset(cfg, rank, world))  # fmt: skip
     accum = cfg.train.grad_accum_steps
-    stepper = PlainStepper(core, rank, accum, slots=world * accum)
+    stepper = PlainStepper(core, rank, accum, slots=world * accum,
+                           shard=cfg.parallelism.fsdp_size)  # fmt: skip
     learner = prepare(model)  # a DiLoCo learner when configured, else a no-op
     session = checkpointing(cfg, model, optimizer, scheduler, feed, rank, world, channel,
                             learner.checkpoint_state())  # fmt: skip
@@ -88,6 +89,7 @@ def ft_parts(cfg, work, feed, aux, device, rank, world, channel, args):
         gate=args.get("ft_gate"),
         host=ray.util.get_node_ip_address(),
         shrink=shrink_callable(cfg, device),
+        decider=shrink_decider(cfg, topo, channel),
     )
     model = wrap(model, cfg, device, world, manager=ft.manager)
     core = StepCore(cfg, model, work, optimizer, scheduler, device, feed, condition_of(aux),
@@ -164,6 +166,15 @@ def checkpointing(cfg, model, optimizer, scheduler, feed, rank, world, control, 
     state = TrainState(model=model, optimizer=optimizer, lr_scheduler=scheduler,
                        dataloader=feed, extra=extra or {})  # fmt: skip
     return CheckpointSession(cfg, state, rank, world, control)
+
+
+def shrink_decider(cfg, topo, channel):
+    """Which missing replica groups are lost, not late (driver.ft.lost), or None."""
+    if not cfg.ft.shrink:
+        return None
+    from driver.ft.lost import ShrinkDecider, channel_pods, rule_of
+
+    return ShrinkDecider(topo.groups, topo.ranks_of, channel_pods(channel), rule_of(cfg.ft))
 
 
 def shrink_callable(cfg, device):

@@ -73,7 +73,8 @@ class AuxHook(Hook):
         self.aux, self.model = aux, model
 
     def after_step(self, trainer, row: dict) -> None:
-        self.aux.after_step(row["step"], self.model, writer=trainer.writer)
+        gathers = trainer.stepper.in_writer_copy()  # a sharded model's gather takes them all
+        self.aux.after_step(row["step"], self.model, writer=trainer.writer, gathers=gathers)
         if not trainer.writer:
             return
         if row["step"] == trainer.steps:  # a fresh poll, taken before the row is queued

@@ -25,7 +25,7 @@ _VALUE_FIELDS = [
     "type", "cluster", "namespace", "team", "pods", "gpus", "cpus", "memory", "accelerator",
     "image", "working_dir", "env_file", "priority", "cmd", "train_config", "ttl_seconds",
     "head_cpus", "head_memory", "rack_affinity", "shm", "resource_group", "resume", "keep_nodes",
-    "run_as_user",
+    "run_as_user", "model_params", "model_shards",
 ]  # fmt: skip
 _BOOL_FIELDS = ["preemptible", "allow_mutable_tag", "preflight"]
 _LIST_FIELDS = ["train_overrides", "avoid_nodes"]  # repeatable flags, added to the file's list
@@ -39,6 +39,8 @@ _METAVAR = {
     "resume": "URI",
     "keep_nodes": "DURATION",
     "run_as_user": "UID",
+    "model_params": "COUNT",
+    "model_shards": "N",
 }
 
 

@@ -34,7 +34,7 @@ from runner.spec_schema import COMMAND_LINE, RunSpec
 def apps_text(rendered: Rendered, flags: list[str] | tuple[str, ...] = ()) -> str:
     """The apps/ file: a header naming the source, the flags and the totals, then manifests."""
     spec = rendered.plan.spec
-    return gitops.header(spec.origin, rendered.plan.totals(), list(flags)) + gitops.dump(
+    return gitops.header(spec.origin, rendered.summary(), list(flags)) + gitops.dump(
         rendered.manifests
     )
 
@@ -90,7 +90,7 @@ def source_files(
         gitops.check_unique(spec.cluster, spec.namespace, spec.name, spec.origin)
     text = apps_text(rendered, flag_words(overrides, typed))
     target = gitops.apps_path(spec.cluster, spec.namespace, spec.name)
-    return {target: Planned(spec.name, spec.origin, rendered.plan.totals(), text)}
+    return {target: Planned(spec.name, spec.origin, rendered.summary(), text)}
 
 
 def _relative(path: Path) -> str:
@@ -196,7 +196,7 @@ def validate(runs, **options) -> None:
         rendered = render_spec(spec)
         gitops.check_unique(spec.cluster, spec.namespace, spec.name, spec.origin)
         kinds = ", ".join(m["kind"] for m in rendered.manifests)
-        click.echo(f"ok {run}: {kinds}; {rendered.plan.totals()}")
+        click.echo(f"ok {run}: {kinds}; {rendered.summary()}")
 
 
 def kinds_of(text: str) -> str:

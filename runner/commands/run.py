@@ -6,6 +6,12 @@ committed config, minus the cluster's checkpoint bucket), from the repository ro
 this Python. The driver starts the embedded Ray, shows progress and prints a summary.
 
     runner run --local runs/examples/tiny-lm.yaml --steps 50 --set optimizer.lr=1e-3
+    runner run --local runs/examples/tiny-lm.yaml --shape 2x2    # the cluster's layout, smaller
+
+With `--shape NODESxGPUS` the command is the RayJob's at that shape: the driver joins a Ray
+cluster of NODES nodes started here (driver/embedded/cluster.py), CPU workers standing in for
+the GPUs, and composes the same layout a cluster would (FSDP within a node, replicas
+across, the services on their own GPUs, the data pipeline).
 
 The driver says where it saved the composed config (`--show-config` prints it).
 Exit codes are the driver's: 0 done, 1 the run failed (see its crash bundle), 2 bad input,
@@ -23,6 +29,17 @@ import click
 
 from catalog.errors import InputError
 from catalog.loader import repo_root
+
+
+def parse_shape(value: str | None) -> dict | None:
+    """`2x2` -> the driver's shape of 2 nodes x 2 stand-in GPUs (CPU workers, 1 CPU each)."""
+    if value is None:
+        return None
+    nodes, _, gpus = value.lower().partition("x")
+    if not (nodes.isdigit() and gpus.isdigit() and int(nodes) >= 1 and int(gpus) >= 1):
+        raise InputError("command line", "--shape", f"expected NODESxGPUS like 2x2, got {value!r}")
+    return {"nodes": int(nodes), "gpus_per_node": int(gpus), "accelerator": "cpu",
+            "cpus_per_gpu": 1}  # fmt: skip
 
 
 def local_command(words: list[str]) -> list[str]:
@@ -52,9 +69,14 @@ def local_env(spec_env: dict, base: dict[str, str]) -> dict[str, str]:
     help="Driver config override, after the run's train_overrides (repeatable).",
 )  # fmt: skip
 @click.option("--steps", type=click.IntRange(min=1), help="Shortcut for --set train.steps=N.")
+@click.option(
+    "--shape", metavar="NODESxGPUS", callback=lambda ctx, param, value: parse_shape(value),
+    help="Run the rendered RayJob's configuration at this scaled-down shape (e.g. 2x2): a "
+    "Ray cluster of NODES nodes here, CPU workers standing in for GPUS GPUs each.",
+)  # fmt: skip
 @click.option("--show-config", is_flag=True, help="Print the composed driver config at start.")
 @click.option("--dry-run", is_flag=True, help="Print the command and exit.")
-def run(run_file, local, sets, steps, show_config, dry_run) -> None:
+def run(run_file, local, sets, steps, shape, show_config, dry_run) -> None:
     """Run a run definition locally: the same driver and config its RayJob runs."""
     from runner.experiment import run_local as run_experiment
     from runner.runfile import shown
@@ -71,7 +93,9 @@ def run(run_file, local, sets, steps, show_config, dry_run) -> None:
     extra = [*sets, *([f"train.steps={steps}"] if steps else [])]
     if extra:
         spec = load_run(run_file, {"train_overrides": [*spec.train_overrides, *extra]})
-    command = local_command(entrypoint(spec, local=True))
+    command = local_command(entrypoint(spec, local=True, shape=shape))
+    if shape:  # the cluster's path: a Ray cluster of the shape's nodes here, the driver joined
+        command[1:3] = ["-m", "driver.embedded.cluster"]
     command += ["--show-config"] if show_config else []
     click.echo("$ " + " ".join(command), err=True)
     if dry_run:

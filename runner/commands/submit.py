@@ -122,7 +122,7 @@ def gitops_files(spec: RunSpec) -> tuple[RunSpec, dict[str, str], str]:
     gitops.check_unique(spec.cluster, spec.namespace, spec.name, spec.origin)
     apps = gitops.apps_path(spec.cluster, spec.namespace, spec.name)
     files[gitops.relative_to_root(apps)] = apps_text(rendered)
-    return spec, files, rendered.plan.totals()
+    return spec, files, rendered.summary()
 
 
 def stage_or_write(spec: RunSpec, files: dict[str, str], totals: str, no_stage: bool) -> None:
@@ -187,7 +187,7 @@ def submit(
         raise InputError(COMMAND_LINE, "NAME", "give NAME TYPE and flags, or -f RUN.yaml")
     spec = build(name, kind, file, options)
     rendered = render_spec(spec)
-    totals = rendered.plan.totals()
+    totals = rendered.summary()
     click.echo(f"{spec.name}: {totals}")
     if dry_run:
         click.echo("dry run: nothing written or applied")

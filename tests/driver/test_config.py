@@ -18,7 +18,8 @@ def test_tiny_lm_composes_groups_and_run_values():
     assert cfg.optimizer.name == "adamw" and cfg.optimizer.warmup_steps == 15
     assert cfg.run.name == "tiny-lm" and cfg.run.output_dir == "outputs/default/tiny-lm"
     assert cfg.checkpoint.root == "outputs/checkpoints" and cfg.checkpoint.resume == "auto"
-    assert cfg.parallelism.workers == 2 and cfg.parallelism.replica_group_size == 1
+    assert cfg.parallelism.workers is None and cfg.parallelism.replica_group_size == 1
+    assert cfg.parallelism.fsdp_size == 1 and cfg.data.loader == "inprocess"
     assert "run:\n  name: tiny-lm" in text
 
 
@@ -68,9 +69,9 @@ def test_group_swap_changes_schema():
         ("run.name=[a", "run.name", "cannot parse override 'run.name=[a'"),
         ("optimizer.betas=3", "optimizer.betas", "not a ListConfig"),
         (
-            "data.size=20",
+            "data.size=10",
             "data.size",
-            "must hold one global batch (32 examples: train.micro_batch_size 16 x 2 workers)",
+            "must hold one global batch (16 examples: train.micro_batch_size 16 x 1 workers)",
         ),
         ("model=tiny_dit", "data", "dit model needs shapes"),
         ("checkpoint.async_mode=later", "checkpoint.async_mode", "must be one of"),
@@ -128,12 +129,21 @@ def test_main_without_arguments_prints_usage(capsys):
     assert "usage:" in capsys.readouterr().err
 
 
-def test_cluster_groups_compose():
-    cfg, _ = compose(TINY_LM, ["parallelism=cluster", "aux=encode_eval", "checkpoint=periodic"])
-    assert cfg.parallelism.workers is None and cfg.parallelism.fsdp_size == 8
+def test_a_shape_composes_the_cluster_layout():
+    shape = ["shape.nodes=2", "shape.gpus_per_node=8", "shape.accelerator=H200",
+             "shape.cpus_per_gpu=26"]  # fmt: skip
+    cfg, _ = compose(TINY_LM, [*shape, "aux=encode_eval", "checkpoint=periodic"])
+    par = cfg.parallelism
+    assert par.workers is None and par.fsdp_size == 8 and par.replica_group_size == 8
+    assert par.device == "gpu" and par.backend == "nccl" and par.cpus_per_worker == 26
+    assert cfg.data.loader == "pipeline"
     assert cfg.aux.services["encoder"].train_workers_per_worker == 16
-    assert cfg.aux.services["evaluator"].singleton
     assert cfg.checkpoint.interval_steps == 200 and cfg.checkpoint.resume == "auto"
+    stand_in, _ = compose(TINY_LM, ["shape.nodes=2", "shape.gpus_per_node=2",
+                                    "shape.accelerator=cpu"])  # fmt: skip
+    assert stand_in.parallelism.backend == "gloo" and stand_in.parallelism.fsdp_size == 2
+    ft, _ = compose(TINY_LM, [*shape, "ft=on"])  # replica groups of one worker under ft
+    assert ft.parallelism.fsdp_size == 1 and ft.parallelism.replica_group_size == 1
 
 
 @pytest.mark.parametrize(

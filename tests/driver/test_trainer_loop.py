@@ -41,7 +41,11 @@ class Stepper:
         return {"step": self.step, "loss": 1.0 / self.step}
 
     def writer(self):
-        return self.writers.pop(0) if self.writers else True
+        self.last = self.writers.pop(0) if self.writers else True
+        return self.last
+
+    def in_writer_copy(self):
+        return self.last
 
     def rows(self, row, writer):
         return [(row, writer)]
@@ -79,7 +83,7 @@ class Aux:
     def __init__(self):
         self.asked, self.refreshed, self.closed = [], [], None
 
-    def after_step(self, step, model, writer=True):
+    def after_step(self, step, model, writer=True, gathers=None):
         self.refreshed.append((step, writer))
 
     def metrics(self, final=False):

@@ -23,11 +23,24 @@ def test_warden_shrink_sends_shrink_input_fields():
     sent = []
     target = ShrinkTarget("research", "tiny-lm", "h100", workers_per_group=1, workers_per_pod=1)
     warden_shrink(target, lambda **kw: sent.append(kw))(ShrinkRequest(4, 3))
-    assert sent == [
-        dict(namespace="research", name="tiny-lm", group="h100", replicas_from=4, replicas_to=3)
-    ]
+    warden_shrink(target, lambda **kw: sent.append(kw))(ShrinkRequest(4, 3, (2,), ("lm-w-2",)))
+    base = dict(namespace="research", name="tiny-lm", group="h100", replicas_from=4)
+    assert sent == [base | dict(replicas_to=3, pods=[]),
+                    base | dict(replicas_to=3, pods=["lm-w-2"])]  # fmt: skip
     assert set(sent[0]) == {f.name for f in dataclasses.fields(ShrinkInput)}
     ShrinkInput(**sent[0])
+
+
+@pytest.mark.parametrize(
+    ("request_", "per_group", "per_pod", "expected"),
+    [  # with the lost pods named, the pods after are the pods before less those
+        (ShrinkRequest(4, 2, (1, 2), ("p1", "p2")), 8, 8, (4, 2)),
+        (ShrinkRequest(4, 3, (1,), ("p1", "p1")), 2, 1, (8, 7)),
+        (ShrinkRequest(16, 15, (3,), ()), 1, 8, (2, 2)),
+    ],
+)
+def test_replicas_with_named_pods(request_, per_group, per_pod, expected):
+    assert request_.replicas(per_group, per_pod) == expected
 
 
 def test_no_shrink_when_pods_stay_and_local_is_a_no_op(caplog):
