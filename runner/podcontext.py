@@ -34,6 +34,7 @@ POD_DEFAULTS: dict[str, Any] = {
     "node_selector": {},
     "tolerations": [],
     "node_affinity": [],
+    "avoid_nodes": [],
     "rack_topology": None,
     "sidecars": [],
     "command": None,

@@ -152,6 +152,7 @@ def _worker(plan: Plan, env: EnvPlan, configmap: str | None, role: str) -> dict[
         env_overrides=env.values,
     )
     gpu.apply(pod)
+    pod["avoid_nodes"] = list(spec.avoid_nodes)
     if spec.rack_affinity:
         block = spec.rack_affinity == "block"
         pod["rack_topology"] = labels.TOPOLOGY_BLOCK if block else labels.TOPOLOGY_SUBBLOCK

@@ -140,8 +140,12 @@ def entrypoint(spec: RunSpec, local: bool = False, shape: dict | None = None,
         source, label = spec.where("cluster")
         cluster = load_cluster(spec.cluster, source=source, field=label)
         words.append(f"checkpoint.root=gs://{cluster.buckets.checkpoints}")
-        # every rank's rows go to the cluster's ClickHouse; the chDB store is for local runs
-        words += [f"logging.clickhouse_url={labels.CLICKHOUSE_URL}", "logging.store=false"]
+        # every rank's rows go to the cluster's ClickHouse; the chDB store is for local runs;
+        # metrics and log lines go over OTLP to the platform's collector; crash bundles are
+        # kept, signed, in the cluster's bundles bucket under the team's prefix
+        words += [f"logging.clickhouse_url={labels.CLICKHOUSE_URL}", "logging.store=false",
+                  f"logging.otel_endpoint={labels.OTEL_COLLECTOR_URL}",
+                  f"logging.bundle_root=gs://{cluster.buckets.bundles}"]  # fmt: skip
     words += shape_words(shape)
     if spec.resume:
         words.append(f"checkpoint.resume={spec.resume}")

@@ -40,6 +40,7 @@ FLAGS: dict[str, tuple[str, ...]] = {
     "image": ("--image", "--docker-image"),
     "env_file": ("--env-file", "--env"),
     "train_overrides": ("--set",),
+    "avoid_nodes": ("--avoid-node",),
     "env": ("env",),
 }
 
@@ -47,6 +48,9 @@ FLAGS: dict[str, tuple[str, ...]] = {
 def flag_name(field: str) -> str:
     """The flag that sets `field` (`gpus` -> `--gpus`, `train_overrides` -> `--set`)."""
     return FLAGS.get(field, ("--" + field.replace("_", "-"),))[0]
+
+
+NODE_NAME = re.compile(r"^[a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?$")  # a DNS-1123 subdomain
 
 
 class RunSpec(BaseModel):
@@ -111,6 +115,11 @@ class RunSpec(BaseModel):
         " (30m, 2h, 1h30m; 1m to 24h), so a relaunch lands on them",
     )
 
+    avoid_nodes: list[str] = Field(
+        default_factory=list,
+        description="nodes the run's GPU pods must not be placed on (a relaunch after a node"
+        " fault; `runner diagnose --propose` sets it)",
+    )
     run_as_user: int | None = Field(
         default=None,
         ge=1,
@@ -170,6 +179,14 @@ class RunSpec(BaseModel):
         for item in value:
             if "=" not in item or item.startswith("="):
                 raise ValueError(f"{shown(item)} is not key=value")
+        return value
+
+    @field_validator("avoid_nodes")
+    @classmethod
+    def _node_names(cls, value: list[str]) -> list[str]:
+        for item in value:
+            if not NODE_NAME.match(item):
+                raise ValueError(f"{shown(item)} is not a node name")
         return value
 
     @property

@@ -122,6 +122,23 @@ class Finding(Strict):
     until: str = Field(default="?", pattern=STAMP, max_length=40)
 
 
+class NodeChecksBody(Strict):
+    """POST /v1/nodechecks: nodes a failed run's analysis found at fault (a person approved
+    handing them over: `runner diagnose --approve`), each checked before any cordon."""
+
+    nodes: list[str] = Field(min_length=1, max_length=MAX_FINDINGS)
+    reason: str = Field(min_length=1, max_length=300, pattern=r"^[^\n\r]*$")
+    run: str = Field(default="", pattern=r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?)?$", max_length=63)
+
+    def node_names(self) -> list[str]:
+        import re
+
+        for node in self.nodes:
+            if len(node) > 253 or not re.match(NAME, node):
+                raise Refusal(400, f"nodes: {node[:60]!r} is not a node name")
+        return sorted(set(self.nodes))
+
+
 class StragglersBody(Strict):
     """POST /v1/stragglers: persistent stragglers on nodes the caller's pods run on."""
 

@@ -90,6 +90,18 @@ def start_shrink_sync(url: str | None, namespace: str, name: str, group: str,
                         list(reply.get("deleted", [])))  # fmt: skip
 
 
+def request_node_checks_sync(url: str | None, nodes: Iterable[str], reason: str, run: str = "",
+                             token_file: str | None = None, timeout_s: float = 60.0
+                             ) -> dict:  # fmt: skip
+    """Hand nodes a run's failure analysis named to Warden for a node check (the check runs
+    first; a node is cordoned only if it fails): the gateway's reply, {"started": {node:
+    bool}, "skipped": {node: why}}. `runner diagnose --approve` calls it once a person said
+    yes."""
+    body = {"nodes": sorted(set(nodes)), "reason": " ".join(reason.split())[:300], "run": run}
+    _, reply = post("/v1/nodechecks", body, url, token_file, timeout_s)
+    return reply
+
+
 def finding_row(row: dict) -> dict:
     """A straggler_findings.sql row reduced to the columns the gateway takes, typed."""
     return {k: kind(row[k]) for k, kind in FINDING_FIELDS.items() if row.get(k) not in (None, "")}

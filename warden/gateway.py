@@ -40,6 +40,7 @@ from temporalio.service import RPCError
 from catalog import labels
 from runner.boundedhandler import BoundedHandler, Limits
 from runner.boundedhttp import BoundedServer, serve_in_thread
+from runner.keepnodes import KEPT_FOR
 from warden import access, handover, starters
 from warden.access import Caller, Refusal
 from warden.errors import ApiError, NotFound
@@ -88,6 +89,7 @@ class Gateway:
         self.routes: dict[str, Callable[[Caller, bytes], tuple[int, dict]]] = {
             "/v1/shrink": self.shrink,
             "/v1/stragglers": self.stragglers,
+            "/v1/nodechecks": self.nodechecks,
         }
 
     def answer(self, method: str, path: str, headers: Mapping[str, str], read) -> tuple[int, dict]:
@@ -189,6 +191,37 @@ class Gateway:
             coro = starters.report_node(self.client, node, reason, self.task_queue, self.timings)
             started[node] = self._await(coro, START_TIMEOUT_S)
         return 200, {"started": started, "skipped": skipped}
+
+    def nodechecks(self, who: Caller, raw: bytes) -> tuple[int, dict]:
+        """Nodes a run's failure analysis named (runner diagnose --approve): each one that
+        runs a pod of the caller's namespace, or is kept for it after the run (keep_nodes),
+        gets the ambiguous node workflow (node check first), skipping the nodes the
+        straggler sweep skips."""
+        req = access.parse(access.NodeChecksBody, raw)
+        for node in req.node_names():
+            if not self.kube.list_pods(node=node, namespace=who.namespace) and not self._kept_for(
+                node, who.namespace
+            ):
+                raise Refusal(403, f"node {node} runs no pod of namespace {who.namespace} and "
+                                   "is not kept for it")  # fmt: skip
+        now, quiet_s = datetime.now(UTC), self.rules.cleared_quiet_s
+        rows, skipped = handover.screen(self.kube, [{"node": n} for n in req.node_names()],
+                                        now, quiet_s)  # fmt: skip
+        run = f" of run {who.namespace}/{req.run}" if req.run else ""
+        started = {}
+        for row in rows:
+            reason = f"failure analysis{run}: {req.reason} (approved in namespace {who.namespace})"
+            coro = starters.report_node(self.client, row["node"], reason, self.task_queue,
+                                        self.timings)  # fmt: skip
+            started[row["node"]] = self._await(coro, START_TIMEOUT_S)
+        return 200, {"started": started, "skipped": skipped}
+
+    def _kept_for(self, node: str, namespace: str) -> bool:
+        try:
+            labels_ = (self.kube.get_node(node).get("metadata") or {}).get("labels") or {}
+        except Exception:  # gone, or the API failed: not kept
+            return False
+        return labels_.get(KEPT_FOR) == namespace
 
     def serve(self, address: str) -> BoundedServer:
         """Serve on `host:port` (port 0: any free port; `server.server_port` says which) in

@@ -182,15 +182,18 @@ def start_services(cfg, plan, use_gpu: bool, say=print) -> AuxRuntime:
     runtime = AuxRuntime()
     if not plan.replicas:
         return runtime
+    from driver.output.runlogs import LogSpec
+
     runtime.fleet = start_fleet(cfg.aux.fleet_interval_s)
     root = ipc_root()
+    logs = LogSpec.of(cfg)  # each worker's log lines: labelled with its service and worker
     try:
         for name, replicas in plan.replicas.items():
             svc = cfg.aux.services[name]
             layout = service_plan(
                 name, svc, replicas, use_gpu, plan.nodes > 1, cfg.parallelism.cpus_per_worker
             )
-            rt = start_service(name, svc, layout, root, runtime)
+            rt = start_service(name, svc, layout, root, runtime, logs)
             runtime.fleet.add_service.remote(name, rt.workers, list(rt.proxies.values()))
             say(f"aux {name}: {len(rt.workers)} workers ready behind {len(rt.proxies)} proxies")
     except BaseException:

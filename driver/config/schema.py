@@ -216,7 +216,12 @@ class LoggingConfig:
     """OpenTelemetry collector (OTLP/HTTP, e.g. http://otel-collector.observability:4318):
     the driver also exports the run's metrics there. null: no export."""
     store: bool = True
-    """Write every rank's metrics into the chDB store in the output folder (`chdb/`)."""
+    """Write every rank's metrics and every process's log lines into the chDB store in the
+    output folder (`chdb/`)."""
+    bundle_root: str | None = None
+    """Where crash bundles are kept after the run: `<bundle_root>/<team>/<run>/crash-<time>/`,
+    signed (driver.output.crash_upload); `gs://<bundles bucket>` in a rendered run. null: the output
+    folder only."""
 
 
 @dataclass

@@ -28,6 +28,7 @@ _VALUE_FIELDS = [
     "run_as_user", "model_params", "model_shards",
 ]  # fmt: skip
 _BOOL_FIELDS = ["preemptible", "allow_mutable_tag", "preflight"]
+_LIST_FIELDS = ["train_overrides", "avoid_nodes"]  # repeatable flags, added to the file's list
 _SHORT = {"namespace": "-n"}
 _METAVAR = {
     "type": "[rayjob|raycluster|job]",
@@ -57,6 +58,13 @@ def run_options(function):
     Each alias is its own option, so a message can name the flag the user typed. Decorators
     apply inside out: --set ends up last in --help, the value flags first.
     """
+    function = click.option(
+        "--avoid-node",
+        "avoid_nodes",
+        multiple=True,
+        metavar="NODE",
+        help="a node the GPU pods must not use (repeatable); added to the file's avoid_nodes",
+    )(function)
     function = click.option(
         "--set",
         "train_overrides",
@@ -94,8 +102,10 @@ def overrides_from(options: dict[str, Any]) -> tuple[dict[str, Any], dict[str, s
                 raise InputError(COMMAND_LINE, flag, f"give {typed[field]} or {flag}, not both")
             found[field], typed[field] = value, flag
     found |= {f: options[f] for f in _BOOL_FIELDS if options.get(f) is not None}
-    if options.get("train_overrides"):
-        found["train_overrides"] = list(options["train_overrides"])
+    for field in _LIST_FIELDS:
+        if options.get(field):
+            found[field] = list(options[field])
+    if found.get("train_overrides"):
         check_overrides(found["train_overrides"], COMMAND_LINE, "--set")
     return found, typed
 
@@ -104,9 +114,10 @@ def load_with_flags(path: str, overrides: dict[str, Any], typed: dict[str, str])
     """load_run with the command line's overrides; `--set` extends the file's train_overrides."""
     data, origin = read_run(path)
     overrides = dict(overrides)
-    listed = data.get("train_overrides")
-    if "train_overrides" in overrides and isinstance(listed, list):
-        overrides["train_overrides"] = [*listed, *overrides["train_overrides"]]
+    for field in _LIST_FIELDS:
+        listed = data.get(field)
+        if field in overrides and isinstance(listed, list):
+            overrides[field] = [*listed, *overrides[field]]
     return build_spec(data, origin, overrides, typed)
 
 

@@ -5,8 +5,10 @@
     print(url(server))
 
 API (docs/ui.md): `GET /api/runs`, `GET /api/run?team=T&run=R[&points=&ranks=&window_s=&windows=]`,
-`GET /api/health`. Parameters are validated against `LIMITS` (400 with a one-line JSON
-error otherwise, also for more than MAX_FIELDS query fields); names are bound as SQL
+`GET /api/logs?team=T&run=R[&rank=&pod=&node=&learner=&since=&until=&level=&text=&limit=]`,
+`GET /api/verdict?team=T&run=R`, `GET /api/health`. Parameters are validated against
+`LIMITS` (400 with a one-line JSON error otherwise, also for more than MAX_FIELDS query
+fields); names are bound as SQL
 parameters, never pasted into SQL. Every error is one line of JSON naming no file of the
 installation: 400, 403, 404, 408, 429, 431, 501; 502 when the store or the cluster failed,
 503 when SOURCE_CALLS calls are already waiting on it, 504 when it did not answer within
@@ -159,6 +161,8 @@ class Handler(BoundedHandler):
             self.send_json(HTTPStatus.OK, {"ok": True})
         elif path == "/api/runs":
             self.send_json(HTTPStatus.OK, {"runs": self.source.runs()})
+        elif path in ("/api/logs", "/api/verdict"):
+            self.post_mortem(path, query)
         elif path == "/api/run":
             team, run, opts = name(query, "team"), name(query, "run"), options(query)
             found = self.source.run(team, run, opts)
@@ -168,6 +172,22 @@ class Handler(BoundedHandler):
                 self.send_json(HTTPStatus.OK, clean(found))
         else:
             self.send_json(HTTPStatus.NOT_FOUND, {"error": f"no API {path}"})
+
+    def post_mortem(self, path: str, query: dict) -> None:
+        """A run's log lines (`/api/logs`, runner.ui.logview) or its failure analysis
+        (`/api/verdict`, a local run's; runner.diagnose)."""
+        from runner.ui import logview
+
+        team, run = name(query, "team"), name(query, "run")
+        try:
+            opts = logview.log_options(query) if path == "/api/logs" else None
+        except logview.BadRequest as err:
+            raise BadRequest(str(err)) from None
+        found = self.source.logs(team, run, opts) if opts else self.source.verdict(team, run)
+        if found is None:
+            self.send_json(HTTPStatus.NOT_FOUND, {"error": f"no {path[5:]} for run {team}/{run}"})
+        else:
+            self.send_json(HTTPStatus.OK, clean(found))
 
     def static(self, path: str) -> None:
         body = static_file(path)

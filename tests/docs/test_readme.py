@@ -38,6 +38,9 @@ COMMANDS = {
     "us-docker.pkg.dev/reve-train-ultra/training/trainer:2026.11.0": RUN,
     "runner list / status RUN / logs RUN [--rank N|--pod P] [-f] / describe / shell / cp /"
     " port-forward / diagnose / delete": "cluster: a summary of the day-2 commands (tests/day2)",
+    "runner diagnose RUN --analyze [--json] [--propose|--approve]": "cluster: the run's "
+    "evidence from the Kubernetes API (tests/diagnose/test_cli.py runs the same analysis)",
+    ".venv/bin/runner diagnose --analyze --local tests/fixtures/failures/xid79-fell-off-bus": RUN,
     "runner preflight RUN [--wait 900]": "cluster: a placed run's pods (tests/preflight)",
     "runner preflight --local": RUN,
     "runner check NODE --cluster C": "cluster: a Job pinned to a node (tests/preflight)",

@@ -98,11 +98,17 @@ def test_resource_flavors_follow_the_accelerator_catalog(overlay, cluster):
     assert order[0] == kueue.CPU_FLAVOR and set(order) == expected
 
 
+EVERY_NODE = {"fluent-bit"}
+
+
 @pytest.mark.parametrize("cluster", CLUSTERS)
 def test_gpu_daemonsets_select_gpu_nodes_and_tolerate_their_taints(overlay, cluster):
     for ds in by_kind(overlay(cluster), "DaemonSet"):
         spec = ds["spec"]["template"]["spec"]
-        assert spec["nodeSelector"] == {names.POOL_ROLE: "gpu"}
+        if ds["metadata"]["name"] in EVERY_NODE:  # the log shipper: CPU nodes hold run pods too
+            assert "nodeSelector" not in spec
+        else:
+            assert spec["nodeSelector"] == {names.POOL_ROLE: "gpu"}
         assert tolerates(spec["tolerations"], names.GPU_TAINT)
         assert tolerates(spec["tolerations"], names.SPOT_TAINT)
 

@@ -237,3 +237,29 @@ def test_kubernetes_trouble_and_a_flood_are_refused_not_queued(gate):
     assert gateway.counts[("/v1/shrink", 503)] == 1 and gateway.counts[("/v1/shrink", 504)] == 1
     assert gateway.counts[("/v1/shrink", 429)] == 1
     assert fleet.counts("shrink") == {}
+
+
+def test_node_checks_need_the_teams_pod_or_a_node_kept_for_it(gate):
+    """POST /v1/nodechecks (runner diagnose --approve): a node that runs a pod of the
+    caller's namespace, or is kept for it after the run, is taken; another is refused;
+    cordoned and recently cleared nodes are skipped as for stragglers."""
+    from runner.keepnodes import KEPT_FOR
+    from warden.client import request_node_checks_sync
+
+    fleet, gateway, url, token_file = gate
+    kept, theirs = fleet.node_name(0), fleet.node_name(1)
+    fleet.add_pod("other-worker-0", "other", theirs)
+    with pytest.raises(GatewayError) as err:
+        request_node_checks_sync(url, [kept], "Xid 79", "lm-x7", token_file())
+    assert err.value.status == 403 and "is not kept for it" in err.value.reason
+    fleet.kube.set_node_keep(kept, {KEPT_FOR: NS}, {}, [])
+    fleet.kube.patch_node(kept, True, {})  # cordoned: skipped, nothing reaches Temporal
+    reply = request_node_checks_sync(url, [kept], "Xid 79", "lm-x7", token_file())
+    assert reply == {"started": {}, "skipped": {kept: "cordoned"}}
+    with pytest.raises(GatewayError) as err:
+        post("/v1/nodechecks", {"nodes": ["Bad Node"], "reason": "x"}, url, token_file())
+    assert err.value.status == 400
+    with pytest.raises(GatewayError) as err:
+        post("/v1/nodechecks", {"nodes": [kept], "reason": "a\nb"}, url, token_file())
+    assert err.value.status == 400
+    assert gateway.counts[("/v1/nodechecks", 200)] == 1
