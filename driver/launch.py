@@ -30,6 +30,7 @@ from driver.embedded.ray_start import lean_ray_start, own_sigterm, short_raylet_
 # worker CPU time (it is served between training steps), so the interval is set explicitly
 # rather than short: 2 s detects a dead worker soon enough and keeps the polls cheap.
 HEALTH_CHECK_ENV = "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S"
+HEALTH_TIMEOUT_ENV = "RAY_TRAIN_WORKER_HEALTH_CHECK_TIMEOUT_S"
 HEALTH_CHECK_DEFAULT_S = "2"
 
 
@@ -55,6 +56,8 @@ def connect(cfg) -> bool:
     import ray
 
     os.environ.setdefault(HEALTH_CHECK_ENV, HEALTH_CHECK_DEFAULT_S)
+    if cfg.ft.enabled and cfg.ft.watchdog_s:  # a stopped worker is replaced within it too
+        os.environ.setdefault(HEALTH_TIMEOUT_ENV, str(cfg.ft.watchdog_s))
     os.environ.setdefault("RAY_TRAIN_ENABLE_PRINT_PATCH", "0")
     address = cfg.run.address or os.environ.get("RAY_ADDRESS")
     if not address:  # nothing to preempt and no Prometheus here: fewer actors to start

@@ -26,6 +26,7 @@ _CHOICES = {
     "parallelism.backend": ("auto", "gloo", "nccl"),
     "logging.format": ("auto", "progress", "json"),
     "data.loader": ("auto", "inprocess", "pipeline"),
+    "debug.kill_phase": ("before", "during", "after"),
 }
 _POSITIVE = (
     "train.steps",
@@ -136,7 +137,7 @@ def fill_defaults(cfg: TrainConfig, cwd: str | Path | None = None) -> None:
     cfg.checkpoint.root = absolute(cfg.checkpoint.root, here)
     if cfg.checkpoint.resume not in (None, "auto"):
         cfg.checkpoint.resume = absolute(cfg.checkpoint.resume, here)
-    layout.derive(cfg.parallelism, cfg.shape, ft=cfg.ft.enabled)
+    layout.derive(cfg.parallelism, cfg.shape)
     if cfg.data.loader == "auto":
         cfg.data.loader = "pipeline" if cfg.shape.nodes else "inprocess"
 

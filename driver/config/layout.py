@@ -8,8 +8,8 @@ the layout's unset keys are derived:
 
 - `parallelism.workers`: null, every GPU the auxiliary services leave (the capacity plan);
 - `parallelism.fsdp_size`: one node's GPUs (FSDP within a node), replicas across nodes;
-- `parallelism.replica_group_size`: one node's GPUs (whole nodes per replica group); under
-  `ft.enabled` one worker (torchft replica groups of one worker);
+- `parallelism.replica_group_size`: one node's GPUs (whole nodes per replica group: under
+  `ft.enabled` the unit that fails and heals together, FSDP inside it, torchft across);
 - `parallelism.cpus_per_worker`: the node's CPUs per GPU;
 - `parallelism.device`: `gpu` (the stand-ins are GPUs to Ray too); the process-group
   backend follows the accelerator: nccl, or gloo for the CPU stand-ins.
@@ -20,7 +20,7 @@ explicitly stays, and `check` refuses one that does not fit the shape (more work
 shard or replica group that straddles nodes while `parallelism.groups_within_nodes` holds), in one
 line naming the key.
 
-    derive(cfg.parallelism, cfg.shape, ft=cfg.ft.enabled)
+    derive(cfg.parallelism, cfg.shape)
     check(cfg.parallelism, cfg.shape, source)
 """
 
@@ -32,14 +32,14 @@ STAND_IN = "cpu"
 """The accelerator of a simulated shape: CPU workers stand in for GPUs."""
 
 
-def derive(par, shape, ft: bool = False) -> None:
+def derive(par, shape) -> None:
     """Fill the layout keys the run left unset (None), from its shape."""
     if shape.nodes:
         per_node = shape.gpus_per_node
         if par.fsdp_size is None:
-            par.fsdp_size = 1 if ft else per_node
+            par.fsdp_size = per_node
         if par.replica_group_size is None:
-            par.replica_group_size = par.fsdp_size if ft else per_node
+            par.replica_group_size = per_node
         if par.cpus_per_worker is None:
             par.cpus_per_worker = shape.cpus_per_gpu
         if par.device == "auto":

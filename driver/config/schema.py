@@ -313,6 +313,19 @@ class DebugConfig:
     stop signal during a save."""
     flight_recorder_entries: int = 2000
     """PyTorch flight recorder: collectives kept per process group on each rank (0: off)."""
+    kill_at_step: int | None = None
+    """SIGKILL one rank's process at this step (0-based), on its first start only, to drill
+    a lost worker: `kill_rank` at `kill_phase`."""
+    kill_rank: int = 0
+    """The rank kill_at_step kills."""
+    kill_phase: str = "after"
+    """When in the step: `before` (the forward pass), `during` (inside the cross-group
+    reduce under torchft; the gradient sync otherwise) or `after` (its row sent)."""
+    stop_at_step: int | None = None
+    """SIGSTOP `kill_rank`'s process at this step (a hung worker), on its first start only."""
+    digest: bool = False
+    """Every rank's row carries `param_digest`, a hash of its parameters (its shards), so a
+    test can see replicas equal after every step."""
 
 
 @dataclass

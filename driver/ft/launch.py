@@ -47,13 +47,15 @@ def trainer_parts(cfg, world: int, backend: str = "gloo") -> tuple:
     from driver.ft.backend import LighthouseConfig
     from driver.ft.stop import install
 
-    check_world(cfg, world)
+    group = cfg.parallelism.replica_group_size
+    check_world(cfg, world, group)
     install()
     host = ray.util.get_node_ip_address()
     gate = TCPStore(host, 0, is_master=True, wait_for_workers=False)
     gate.set("ft/expected", str(world))
     _GATES.append(gate)
-    torch_config = LighthouseConfig(lighthouse_kwargs=lighthouse_kwargs(cfg.ft), backend=backend)
+    torch_config = LighthouseConfig(lighthouse_kwargs=lighthouse_kwargs(cfg.ft),
+                                    replica_group_size=group, backend=backend)  # fmt: skip
     failures = ray.train.FailureConfig(max_failures=cfg.checkpoint.max_failures)
     return torch_config, failures, {"ft_gate": f"{host}:{gate.port}"}
 

@@ -40,6 +40,7 @@ from collections.abc import Callable
 from driver.config.ft import FtConfig
 from driver.ft.manager import build_manager, live_groups, sum_grads
 from driver.ft.plan import StepPlan, no_quorum_reason, step_plan
+from driver.ft.shards import like, local_tree
 from driver.ft.shrink import ShrinkRequest, local_shrink
 
 log = logging.getLogger("driver.ft")
@@ -69,6 +70,9 @@ class FtReplica:
         host: str = "127.0.0.1",
         shrink: Callable[[ShrinkRequest], None] | None = None,
         decider=None,
+        group_rank: int = 0,
+        group_size: int = 1,
+        device: str = "cpu",
     ):
         from driver.ft.lighthouse import pass_gate
 
@@ -79,9 +83,12 @@ class FtReplica:
         """A driver.ft.lost.ShrinkDecider: which missing groups are lost, not late; every
         group feeds it every quorum, the lowest live group asks (None: ask on the first
         smaller quorum, naming no pod)."""
+        self.group_rank, self.group_size = group_rank, group_size
         self.manager, self._store = build_manager(
-            cfg, group, lighthouse, host, load_state_dict=self._load, state_dict=self._state_dict
-        )
+            cfg, group, lighthouse, host, load_state_dict=self._load,
+            state_dict=self._state_dict, group_rank=group_rank, group_size=group_size,
+            device=device,
+        )  # fmt: skip
         if gate:
             pass_gate(gate, cfg.start_timeout_s)
         self.plan: StepPlan | None = None
@@ -98,18 +105,20 @@ class FtReplica:
             "ft_failed_commits": 0,
             "ft_quorum_s": 0.0,
             "ft_reduce_s": 0.0,
+            "ft_reduce_copied_bytes": 0,
             "ft_commit_s": 0.0,
         }
 
     # ---- state for healing ------------------------------------------------------------
 
     def _state_dict(self) -> dict:
-        sd = {name: obj.state_dict() for name, obj in self.state.items()}
+        """This member's state: its own shards (driver.ft.shards), the run's counters."""
+        sd = {name: local_tree(obj.state_dict()) for name, obj in self.state.items()}
         return {**sd, RUN_KEY: {k: self.counters[k] for k in RUN_COUNTERS}}
 
     def _load(self, sd: dict) -> None:
         for name, obj in self.state.items():
-            obj.load_state_dict(sd[name])
+            obj.load_state_dict(like(obj, sd[name]))
         self.counters.update(sd.get(RUN_KEY, {}))  # the run's counts go on in this group
         self.counters["ft_heals"] += 1
         log.warning("ft: group %d healed from a live peer at step %d", self.group, self.step)
@@ -139,8 +148,9 @@ class FtReplica:
             ids, me = tuple(range(live)), position
         self._note_quorum(live, position, ids)
         self.plan = step_plan(
-            self.cfg, self.step, ids, position, me, self.start_groups, self.grad_accum
-        )
+            self.cfg, self.step, ids, position, me, self.start_groups, self.grad_accum,
+            group_size=self.group_size, member=self.group_rank,
+        )  # fmt: skip
         return self.plan
 
     def _restore_if_alone(self) -> None:
@@ -180,13 +190,15 @@ class FtReplica:
         except Exception as err:  # a shrink is an optimisation: training goes on
             log.warning("ft: shrink request failed: %s", err)
 
-    def reduce(self, params, loss_sum: float = 0.0) -> float:
-        """SUM the gradients (and this group's loss contribution) across the live groups
-        through torchft's process group, in one flat buffer. Returns the step's global loss.
+    def reduce(self, params, loss_sum: float = 0.0, midway=None) -> float:
+        """SUM the gradients (and this member's loss contribution) across the live groups
+        through torchft's process group, each in place (driver.ft.manager.sum_grads; a
+        member sums with the same member of every other group). Returns the summed loss.
         On a failed collective the gradients are garbage and `commit` returns False."""
         started = time.perf_counter()
-        total = sum_grads(self.manager, params, loss_sum)
+        total, allocated = sum_grads(self.manager, params, loss_sum, midway)
         self.counters["ft_reduce_s"] += time.perf_counter() - started
+        self.counters["ft_reduce_copied_bytes"] = allocated
         return total
 
     def commit(self, optimizer, scheduler=None) -> bool:

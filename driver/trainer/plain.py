@@ -36,6 +36,7 @@ class PlainStepper:
     def run(self) -> dict:
         core = self.core
         times = Times(started=time.perf_counter())
+        core.inject(self.step, "before")
         loss = core.backward(self.step, self.slots, self.accum, times)
         norm = core.clip()
         lr = core.scheduler.get_last_lr()[0]

@@ -16,6 +16,7 @@ import pytest
 
 from driver.ft.replica import FtStopped
 from driver.trainer import hooks as h
+from driver.trainer.faults import Faults
 from driver.trainer.loop import RunFinished, Trainer
 
 LOG = logging.getLogger("test")
@@ -120,8 +121,9 @@ class Session:
 
 
 def cfg(steps, fail_at=None):
-    return SimpleNamespace(train=SimpleNamespace(steps=steps),
-                           debug=SimpleNamespace(fail_at_step=fail_at, fail_rank=0))  # fmt: skip
+    debug = SimpleNamespace(fail_at_step=fail_at, fail_rank=0, kill_at_step=None, kill_rank=0,
+                            kill_phase="after", stop_at_step=None)  # fmt: skip
+    return SimpleNamespace(train=SimpleNamespace(steps=steps), debug=debug)
 
 
 def trainer(steps, stepper, reporter, aux=None, session=None, fail_at=None, rank=0):
@@ -129,7 +131,7 @@ def trainer(steps, stepper, reporter, aux=None, session=None, fail_at=None, rank
         h.CheckpointHook(session) if session else None,
         h.AuxHook(aux, None) if aux else None,
         h.ReportHook(),
-        h.FaultHook(cfg(steps, fail_at).debug, rank),
+        h.FaultHook(Faults(cfg(steps, fail_at).debug, rank)),
     ]
     return Trainer(cfg(steps, fail_at), stepper, [o for o in order if o], reporter, LOG)
 
