@@ -314,15 +314,19 @@ class DebugConfig:
     flight_recorder_entries: int = 2000
     """PyTorch flight recorder: collectives kept per process group on each rank (0: off)."""
     kill_at_step: int | None = None
-    """SIGKILL one rank's process at this step (0-based), on its first start only, to drill
-    a lost worker: `kill_rank` at `kill_phase`."""
+    """SIGKILL one rank's process at this step (0-based), once in the run (a marker in the
+    output folder: a restart that replays the step does not kill again), to drill a lost
+    worker: `kill_rank` at `kill_phase`."""
     kill_rank: int = 0
     """The rank kill_at_step kills."""
     kill_phase: str = "after"
     """When in the step: `before` (the forward pass), `during` (inside the cross-group
     reduce under torchft; the gradient sync otherwise) or `after` (its row sent)."""
+    kills: list[str] = field(default_factory=list)
+    """More kills, each `STEP:RANK[:PHASE]` (PHASE as kill_phase; default after), each once
+    in the run: several failures (scripts/bench/ft_bench.py)."""
     stop_at_step: int | None = None
-    """SIGSTOP `kill_rank`'s process at this step (a hung worker), on its first start only."""
+    """SIGSTOP `kill_rank`'s process at this step (a hung worker), once in the run."""
     digest: bool = False
     """Every rank's row carries `param_digest`, a hash of its parameters (its shards), so a
     test can see replicas equal after every step."""

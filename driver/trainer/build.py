@@ -35,7 +35,7 @@ def build_trainer(cfg, ctx, channel, logger, attempt: int, args: dict) -> Traine
     parts = ft_parts if cfg.ft.enabled else plain_parts
     stepper, model, session, learner = parts(cfg, work, feed, aux, device, rank, world,
                                              channel, args)  # fmt: skip
-    faults = Faults(cfg.debug, rank, attempt)
+    faults = Faults(cfg.debug, rank, attempt, marks=cfg.run.output_dir)
     stepper.core.faults = faults
     logger.info("rank %d/%d on %s starts at step %d", rank, world, device, stepper.step)
     order = [

@@ -5,8 +5,8 @@
     faults.at(step, "during")       # inside the cross-group reduce (torchft) or the sync
     faults.at(step, "after")        # after the step's row left (driver.trainer.hooks)
 
-- `debug.kill_at_step` / `kill_rank` / `kill_phase`: SIGKILL that rank's process there (a
-  worker pod lost), on its first start only: its replacement trains on.
+- `debug.kill_at_step` / `kill_rank` / `kill_phase`, and `debug.kills` (`STEP:RANK[:PHASE]`
+  each): SIGKILL that rank's process there (a worker pod lost), once in the run.
 - `debug.stop_at_step` / `kill_rank`: SIGSTOP it before the step's forward pass (a hung
   worker: the replica group's liveness watchdog must notice, driver.ft.watchdog).
 - `debug.fail_at_step` / `fail_rank` (-1: every rank): raise after the step's row left.
@@ -18,27 +18,54 @@ from __future__ import annotations
 import hashlib
 import os
 import signal
+from pathlib import Path
 
 PHASES = ("before", "during", "after")
 
 
 class Faults:
-    """The injection points of one rank."""
+    """The injection points of one rank. A kill or a stop fires once in the run: a marker
+    file in `marks` (the run's output folder) records it, so a restart that replays the step
+    (and a replacement) goes on."""
 
-    def __init__(self, debug, rank: int, attempt: int = 0):
+    def __init__(self, debug, rank: int, attempt: int = 0, marks: str | None = None):
         self.debug, self.rank, self.attempt = debug, rank, attempt
+        self.marks = Path(marks) / ".faults" if marks else None
+        self.kills = kill_table(debug)
 
     def at(self, step: int, phase: str) -> None:
         """At `phase` of 0-based `step`: do what the config asks of this rank, if anything."""
         d = self.debug
-        first = self.attempt == 0 and self.rank == d.kill_rank
-        if first and d.kill_at_step == step and d.kill_phase == phase:
+        if (step, self.rank, phase) in self.kills and self._once(f"kill-{step}-{self.rank}"):
             os.kill(os.getpid(), signal.SIGKILL)
-        if first and d.stop_at_step == step and phase == "before":
+        stop = self.rank == d.kill_rank and d.stop_at_step == step and phase == "before"
+        if stop and self._once(f"stop-{step}-{self.rank}"):
             os.kill(os.getpid(), signal.SIGSTOP)
         if phase == "after" and d.fail_at_step == step and d.fail_rank in (-1, self.rank):
             message = f"debug.fail_at_step={step}: injected failure on rank {self.rank}"
             raise RuntimeError(message)
+
+    def _once(self, name: str) -> bool:
+        """Whether this fault has not fired yet in the run (and now has)."""
+        if self.marks is None:
+            return self.attempt == 0
+        self.marks.mkdir(parents=True, exist_ok=True)
+        try:
+            (self.marks / name).open("x").close()
+        except FileExistsError:
+            return False
+        return True
+
+
+def kill_table(debug) -> set[tuple[int, int, str]]:
+    """(step, rank, phase) of every kill the config asks for."""
+    out = set()
+    if debug.kill_at_step is not None:
+        out.add((int(debug.kill_at_step), int(debug.kill_rank), debug.kill_phase))
+    for entry in getattr(debug, "kills", None) or ():
+        step, rank, *phase = str(entry).split(":")
+        out.add((int(step), int(rank), phase[0] if phase else "after"))
+    return out
 
 
 def param_digest(model) -> float:

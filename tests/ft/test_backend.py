@@ -1,6 +1,8 @@
-"""The torchft backend's Lighthouse fits a node without CPUs (driver.ft.backend): the Ray
-source it relies on is as read, and on a real Ray whose driver's node has no CPUs (a head
-with `num-cpus: 0`) the actor is placed and answers."""
+"""The torchft backend (driver.ft.backend): replica groups of several workers in Ray Train's
+worker group, and a Lighthouse that fits a node without CPUs; the Ray source it relies on is
+as read, the arguments it rewrites (a table), and on a real Ray whose driver's node has no
+CPUs (a head with `num-cpus: 0`) the actor is placed and answers. Groups of several workers
+end to end: tests/ft/test_groups.py."""
 
 from __future__ import annotations
 
@@ -15,6 +17,33 @@ def test_the_ray_source_it_overrides_is_as_read():
     source = inspect.getsource(torchft_config._TorchftBackend._maybe_create_lighthouse_actor)
     assert "if self.lighthouse_actor is not None:" in source  # an actor made first is kept
     assert "soft=False" in source and "LighthouseServerActor.options(" in source
+
+
+def test_the_worker_group_source_it_patches_is_as_read():
+    from ray.train.v2._internal.execution.worker_group import worker_group
+
+    start = inspect.getsource(worker_group.WorkerGroup)
+    assert "replica_group_size=1 if self._manages_replica_groups else None," in start
+    assert "starting_world_rank=replica_group_index," in start  # a replacement's ranks
+    assert "world_size=len(self._replica_groups)," in start
+    assert "replica_group_size=len(old_workers)," in start
+    assert "self._worker_rank_to_replica_group_rank = {" in start
+
+
+@pytest.mark.parametrize(
+    ("size", "groups", "given", "made"),
+    [
+        (1, 2, {"replica_group_size": 1}, {"replica_group_size": 1}),
+        (2, 0, {"replica_group_size": 1}, {"replica_group_size": 2}),  # the start
+        (2, 3, {"starting_world_rank": 1, "world_size": 3, "replica_group_size": 2},
+         {"starting_world_rank": 2, "world_size": 6, "replica_group_size": 2}),  # group 1
+        (4, 2, {"replica_group_size": None}, {"replica_group_size": None}),  # no ft
+    ],
+)  # fmt: skip
+def test_create_args(size, groups, given, made):
+    from driver.ft.backend import create_args
+
+    assert create_args(size, groups, given) == made
 
 
 @pytest.mark.slow

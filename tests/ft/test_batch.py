@@ -62,3 +62,18 @@ def test_lr_scale(live, start, rule, constant, expected):
 )
 def test_loss_divisor(live, constant, expected):
     assert loss_divisor(live, 4, 2, constant) == expected
+
+
+@pytest.mark.parametrize(
+    ("group_slots", "accum", "size", "member", "expected"),
+    [
+        ((0, 1), 2, 1, 0, (0, 1)),  # groups of one worker: the groups' numbering
+        ((1,), 1, 2, 0, (2,)),  # group 1's slot, member 0: worker 2's slot
+        ((1,), 1, 2, 1, (3,)),  # member 1: worker 3's
+        ((2, 3, 0, 1), 2, 2, 1, (6, 7, 2, 3)),  # group 1 with group 0's slots, member 1
+    ],
+)
+def test_member_slots(group_slots, accum, size, member, expected):
+    from driver.ft.plan import member_slots
+
+    assert member_slots(group_slots, accum, size, member) == expected

@@ -31,8 +31,9 @@ def test_bad_values_name_the_field(data, field):
     [
         (1, None, 4, None),
         (1, 1, 4, None),
-        (2, 2, 4, "parallelism.fsdp_size"),
-        (1, 2, 4, "parallelism.replica_group_size"),
+        (2, 2, 4, None),  # 2 groups of 2 workers, FSDP inside: min_replicas 2 met
+        (1, 2, 4, None),  # DDP inside a group
+        (2, 4, 4, "ft.min_replicas"),  # 1 group of 4: fewer than 2
         (1, None, 1, "ft.min_replicas"),
     ],
 )
