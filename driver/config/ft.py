@@ -49,11 +49,12 @@ class FtConfig:
     """Collectives, the commit vote and healing transfers: how long before a peer counts
     as failed."""
 
-    watchdog_s: float = 180.0
-    """A member whose step (quorum wait included) runs longer than this ends its process, so
-    its replica group is replaced (driver.ft.watchdog: a hung member, not only a dead one);
-    also Ray Train's health-check timeout. 0: off. More than quorum_timeout_s and
-    timeout_s (a live group waits that long for a collective with a hung one)."""
+    watchdog_s: float = 45.0
+    """A member whose step runs longer than this ends its process, so its replica group is
+    replaced (driver.ft.watchdog: a hung member, not only a dead one); also Ray Train's
+    health-check timeout. 0: off. More than timeout_s (a live group waits that long for a
+    collective with a hung one) and at most quorum_timeout_s (the live groups wait in the
+    quorum for a hung group that still heartbeats until its watchdog ends it)."""
 
     start_timeout_s: float = 300.0
     """How long the groups present at start wait for each other before the first quorum."""
@@ -100,8 +101,8 @@ class FtConfig:
         for name in positive:
             if not getattr(self, name) > 0:
                 raise InputError(source, f"ft.{name}", "must be > 0")
-        if self.watchdog_s and self.watchdog_s <= max(self.quorum_timeout_s, self.timeout_s):
-            message = "must be 0 or more than ft.quorum_timeout_s and ft.timeout_s"
+        if self.watchdog_s and not self.timeout_s < self.watchdog_s <= self.quorum_timeout_s:
+            message = "must be 0, or more than ft.timeout_s and at most ft.quorum_timeout_s"
             raise InputError(source, "ft.watchdog_s", message)
         if self.watchdog_s < 0:
             raise InputError(source, "ft.watchdog_s", "must not be negative")

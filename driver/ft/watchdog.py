@@ -13,9 +13,12 @@ step: one that has run for longer than `ft.watchdog_s` (a step, not a checkpoint
 watch is armed only inside the step) ends the process at once with SIGKILL, after a log
 line; its mates, stuck in a collective with a stopped member, do the same; Ray Train then
 replaces the group, killing what is left of it, and the new group heals from a live one.
-`ft.watchdog_s` must exceed the longest healthy step, quorum wait included
-(`ft.quorum_timeout_s`); the driver also sets Ray Train's health-check timeout to it, so a
-stopped member alone in its group is replaced as soon.
+`ft.watchdog_s` must exceed the longest healthy step and `ft.timeout_s` (a live group waits
+that long in a collective with a hung one, then runs the step again), and be at most
+`ft.quorum_timeout_s`: a hung group's members still heartbeat, so the Lighthouse keeps the
+live groups' next quorum waiting until the hung group's watchdog ends it (it started its
+step first, so it fires first). The driver also sets Ray Train's health-check timeout to
+it.
 """
 
 from __future__ import annotations

@@ -92,5 +92,5 @@ def test_a_member_killed_around_the_reduce_is_replaced_with_its_group(ray_local_
 @pytest.mark.slow
 def test_a_hung_member_is_detected_by_its_mate_and_its_group_replaced(ray_local_4, tmp_path):
     rows, by_step = run(tmp_path, "hung", "debug.stop_at_step=4", "debug.kill_rank=3",
-                        "ft.watchdog_s=20", "ft.quorum_timeout_s=10", "ft.timeout_s=5")  # fmt: skip
+                        "ft.watchdog_s=15", "ft.quorum_timeout_s=30", "ft.timeout_s=5")  # fmt: skip
     check(rows, by_step)
