@@ -1,5 +1,5 @@
 """Live fault tolerance on real processes: a Lighthouse, one process per replica group
-(driver.ft.drill), SIGKILL at a chosen point of step k."""
+(tests.support.ft_drill), SIGKILL at a chosen point of step k."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import math
 import pytest
 
 from driver.ft.batch import plan_step
-from driver.ft.drill_job import reference_losses
-from driver.ft.harness import Drill
+from tests.support.ft_drill_job import reference_losses
+from tests.support.ft_harness import Drill
 
 FT = {
     "min_replicas": 2,

@@ -1,4 +1,4 @@
-"""Run a drill (driver.ft.drill) as real processes: a Lighthouse here, one process per
+"""Run a drill (tests.support.ft_drill) as real processes: a Lighthouse here, one process per
 replica group, SIGKILLs on schedule, groups (re)started on request.
 
     result = Drill(tmp, groups=3, steps=12, kills={2: (5, "during")}).run()
@@ -72,7 +72,7 @@ class Drill:
         path.write_text(json.dumps(spec))
         err = open(self.folder / f"{name}.err", "w")  # noqa: SIM115 (closed with the process)
         return subprocess.Popen(
-            [sys.executable, "-m", "driver.ft.drill", str(path)],
+            [sys.executable, "-m", "tests.support.ft_drill", str(path)],
             stdout=err,
             stderr=subprocess.STDOUT,
             env=env,

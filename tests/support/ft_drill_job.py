@@ -1,4 +1,4 @@
-"""The job a fault-tolerance drill (driver.ft.drill) trains: a small regression model, its
+"""The job a fault-tolerance drill (tests.support.ft_drill) trains: a small regression model, its
 optimizer and fixed data, identical on every replica group.
 
 `Job(spec)` builds it from the drill's SPEC (seed, dim, hidden, lr, micro_batch,
