@@ -11,8 +11,11 @@
   a `Learner`, or `streaming.Streaming` for a model synced in fragments).
 - `resume`: a learner's sync state in its training checkpoint (`LearnerState`).
 - `hook`: what the driver's loop calls (`prepare`, `checkpoint_state`, `start`, ...).
-- `trainer`, `local`: a small learner process over the reference LM, and a local
-  experiment (synchronizer + learners as processes on loopback).
+- `trainer`: a small learner process over the reference LM.
+- `local`: an experiment on this machine (`python -m driver.diloco.local --plan`, what
+  `runner run --local` runs: the synchronizer and each learner's driver as processes on
+  loopback; `children` shows their lines and stops them). A local run of small trainer
+  processes, for tests and the benchmark, is `tests.support.diloco_local`.
 - `slowlink`: a slow cross-region link on one machine (namespaces, veth, tc tbf).
 
 How it works and how to run it: docs/diloco.md.

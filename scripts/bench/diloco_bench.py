@@ -42,7 +42,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from driver.diloco import keys, local, slowlink, trainer  # noqa: E402
+from driver.diloco import keys, slowlink, trainer  # noqa: E402
+from tests.support.diloco_local import learner_cmd, learner_names  # noqa: E402
 
 PORT = "29517"  # inside namespaces made for this run only
 
@@ -157,11 +158,11 @@ def sync_settings(args: argparse.Namespace) -> list[str]:
     """The synchronizer's options from the benchmark's."""
     return ["--compression", args.compression, "--outer-lr", str(args.outer_lr),
             "--outer-momentum", str(args.outer_momentum), "--expect",
-            ",".join(local.learner_names(args.learners))]  # fmt: skip
+            ",".join(learner_names(args.learners))]  # fmt: skip
 
 
 def run_diloco(args, model: list[str], out: Path) -> dict:
-    names = local.learner_names(args.learners)
+    names = learner_names(args.learners)
     keys.generate(out / "keys", names)
     with slowlink.SlowLink(["sync", *names], rate=args.rate) as link:
         address = f"tcp://{link.address('sync')}:{PORT}"
@@ -200,7 +201,7 @@ def run_diloco(args, model: list[str], out: Path) -> dict:
             *model,
         ]
         procs = [
-            subprocess.Popen(link.wrap(n, local.learner_cmd(n, i, len(names), address, out, extra)))
+            subprocess.Popen(link.wrap(n, learner_cmd(n, i, len(names), address, out, extra)))
             for i, n in enumerate(names)
         ]
         codes = [proc.wait() for proc in procs]

@@ -9,4 +9,7 @@ repository root, as `python -m tests.support.<module> ...`.
   model, its fixed data, the digest of its weights, the failure-free reference losses);
   `ft_harness.Drill` runs a drill as real processes (a Lighthouse, one process per group,
   SIGKILLs on schedule). Used by tests/ft and scripts/bench/ft_bench.py.
+- `diloco_local`: a local DiLoCo run of small trainer processes (a synchronizer and N
+  learners, `python -m tests.support.diloco_local --learners 2 ...`). Used by tests/diloco
+  and scripts/bench/diloco_bench.py.
 """
