@@ -11,12 +11,12 @@
   a `Learner`, or `streaming.Streaming` for a model synced in fragments).
 - `resume`: a learner's sync state in its training checkpoint (`LearnerState`).
 - `hook`: what the driver's loop calls (`prepare`, `checkpoint_state`, `start`, ...).
-- `trainer`: a small learner process over the reference LM.
 - `local`: an experiment on this machine (`python -m driver.diloco.local --plan`, what
   `runner run --local` runs: the synchronizer and each learner's driver as processes on
-  loopback; `children` shows their lines and stops them). A local run of small trainer
-  processes, for tests and the benchmark, is `tests.support.diloco_local`.
-- `slowlink`: a slow cross-region link on one machine (namespaces, veth, tc tbf).
+  loopback; `children` shows their lines and stops them).
+
+Tests and the benchmark run small trainer processes as learners (`tests.support`:
+`diloco_trainer`, `diloco_local`) over a slow link made on one machine (`slowlink`).
 
 How it works and how to run it: docs/diloco.md.
 """

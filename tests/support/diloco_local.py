@@ -6,7 +6,7 @@
         [synchronizer options: --outer-lr 0.7 --outer-momentum 0.9 --no-nesterov
          --min-learners 1 --round-timeout 60]
 
-Each learner runs the reference LM's small trainer (`python -m driver.diloco.trainer`, its
+Each learner runs the reference LM's small trainer (`python -m tests.support.diloco_trainer`, its
 lines in `<out>/<learner>.jsonl`; the benchmark's learners). Keys are generated into
 `<out>/keys` (`driver.diloco.keys`), the synchronizer (`driver.diloco.local.start_synchronizer`)
 binds a free loopback port and keeps its state in `<out>/state`. The synchronizer options
@@ -24,8 +24,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from driver.diloco import keys, state, trainer
+from driver.diloco import keys, state
 from driver.diloco.local import start_synchronizer
+from tests.support import diloco_trainer
 
 NAMES = "abcdefghijklmnopqrstuvwxyz"
 
@@ -38,7 +39,7 @@ def learner_cmd(name: str, index: int, count: int, address: str, out: Path, extr
     return [
         sys.executable,
         "-m",
-        "driver.diloco.trainer",
+        "tests.support.diloco_trainer",
         "--learner",
         name,
         "--index",
@@ -80,7 +81,7 @@ def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, list[str]]:
     p.add_argument("--min-learners", type=int, help="synchronizer's (default 1)")
     args, rest = p.parse_known_args(argv)
     rest = [*rest, "--compression", args.compression]
-    trainer.parse_args(["--out", "x", *rest])  # bad trainer options fail here, exit 2
+    diloco_trainer.parse_args(["--out", "x", *rest])  # bad trainer options fail here, exit 2
     return args, rest
 
 

@@ -1,6 +1,6 @@
 """One DiLoCo learner as a plain process: the reference LM, AdamW inside, Learner outside.
 
-    python -m driver.diloco.trainer --learner a --index 0 --learners 2 \
+    python -m tests.support.diloco_trainer --learner a --index 0 --learners 2 \
         --address tcp://127.0.0.1:5555 --keys KEYS --steps 200 --sync-every 20 \
         [--mode barrier|decoupled --merge delta|replace --compression bf16 --fragments 1]
         --out DIR
@@ -88,7 +88,7 @@ def peak_push(pushes: list[dict]) -> int:
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
-        prog="python -m driver.diloco.trainer", description=__doc__.split("\n\n")[0]
+        prog="python -m tests.support.diloco_trainer", description=__doc__.split("\n\n")[0]
     )
     p.add_argument("--learner", default="a")
     p.add_argument("--index", type=int, default=0)
