@@ -24,7 +24,7 @@ from types import SimpleNamespace
 import torch
 
 from driver import optim
-from driver.data.feed import Feed
+from driver.data.feed import Feed, to_torch
 from driver.data.stages import default_collate
 from driver.diloco.learner import LearnerConfig, make
 from driver.workloads import build
@@ -70,9 +70,7 @@ def eval_loss(model, loss_fn, seq_len: int, batches: int = 4) -> float:
     data = TextDataset(batches * 16, seq_len, seed=99)
     with torch.no_grad():
         losses = [
-            loss_fn(
-                model, torch.from_numpy(default_collate([data[i * 16 + j] for j in range(16)]))
-            ).item()
+            loss_fn(model, to_torch(default_collate([data[i * 16 + j] for j in range(16)]))).item()
             for i in range(batches)
         ]
     return sum(losses) / len(losses)
