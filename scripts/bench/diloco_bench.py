@@ -43,6 +43,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from driver.diloco import keys  # noqa: E402
+from tests import support  # noqa: E402
 from tests.support import diloco_trainer as trainer  # noqa: E402
 from tests.support import slowlink  # noqa: E402
 from tests.support.diloco_local import learner_cmd, learner_names  # noqa: E402
@@ -203,7 +204,9 @@ def run_diloco(args, model: list[str], out: Path) -> dict:
             *model,
         ]
         procs = [
-            subprocess.Popen(link.wrap(n, learner_cmd(n, i, len(names), address, out, extra)))
+            subprocess.Popen(
+                link.wrap(n, learner_cmd(n, i, len(names), address, out, extra)), env=support.env()
+            )
             for i, n in enumerate(names)
         ]
         codes = [proc.wait() for proc in procs]

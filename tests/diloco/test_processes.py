@@ -16,6 +16,7 @@ import pytest
 import torch
 
 from driver.diloco import keys, local, state
+from tests import support
 from tests.diloco.conftest import in_threads, learner, linear
 from tests.diloco.test_sync import LR, MU, flat, one_round
 from tests.support.diloco_local import learner_cmd, learner_names
@@ -38,7 +39,8 @@ def stop(*procs: subprocess.Popen) -> None:
 
 
 def learners(out: Path, address: str, names: list[str], extra: list[str]) -> list[subprocess.Popen]:
-    return [subprocess.Popen(learner_cmd(n, i, len(names), address, out, [*TINY, *extra]))
+    return [subprocess.Popen(learner_cmd(n, i, len(names), address, out, [*TINY, *extra]),
+                             env=support.env())
             for i, n in enumerate(names)]  # fmt: skip
 
 
@@ -173,7 +175,7 @@ def test_killed_learner_leaves_the_others_training(out):
 def test_local_experiment_entry_point(tmp_path):
     cmd = [sys.executable, "-m", "tests.support.diloco_local", "--learners", "2",
            "--out", str(tmp_path), "--steps", "20", "--sync-every", "10", *TINY]  # fmt: skip
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=support.env())
     assert done.returncode == 0, done.stdout + done.stderr
     assert "rounds merged: 2" in done.stdout and "learner-b: held-out loss" in done.stdout
 
@@ -181,5 +183,5 @@ def test_local_experiment_entry_point(tmp_path):
 def test_local_experiment_refuses_bad_options_with_exit_2(tmp_path):
     cmd = [sys.executable, "-m", "tests.support.diloco_local", "--out", str(tmp_path),
            "--steps", "x"]  # fmt: skip
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=support.env())
     assert done.returncode == 2 and "--steps" in done.stderr

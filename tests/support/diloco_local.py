@@ -26,6 +26,7 @@ from pathlib import Path
 
 from driver.diloco import keys, state
 from driver.diloco.local import start_synchronizer
+from tests import support
 from tests.support import diloco_trainer
 
 NAMES = "abcdefghijklmnopqrstuvwxyz"
@@ -95,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"synchronizer on {address}; {len(names)} learners; outputs in {out}")
     try:
         procs = [
-            subprocess.Popen(learner_cmd(n, i, len(names), address, out, rest))
+            subprocess.Popen(learner_cmd(n, i, len(names), address, out, rest), env=support.env())
             for i, n in enumerate(names)
         ]
         codes = [proc.wait() for proc in procs]

@@ -11,12 +11,13 @@ Used by tests/ft and scripts/bench/ft_bench.py.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from tests import support
 
 
 @dataclass
@@ -82,7 +83,7 @@ class Drill:
         from driver.config.ft import FtConfig
 
         self.folder.mkdir(parents=True, exist_ok=True)
-        env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+        env = support.env()
         side, store, extra = None, None, {}
         if self.mode == "ft":
             from driver.ft.lighthouse import DriverSide
