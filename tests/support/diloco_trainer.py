@@ -5,12 +5,12 @@
         [--mode barrier|decoupled --merge delta|replace --compression bf16 --fragments 1]
         --out DIR
 
-Learner `index` of `learners` trains on its own shard of the generated corpus (the same
-`LocalBatchSource` the driver uses, one shard per learner). `DIR/<learner>.jsonl` gets one
-line per step (step, loss, round); `DIR/<learner>.json` a summary with the loss of the final
-weights on held-out text. Without `--address` it trains alone (no DiLoCo). The driver's loop
-calls the same `Learner` (docs/diloco.md); this file is for local experiments, tests and the
-benchmark.
+Learner `index` of `learners` trains on its own slot of each step of the generated corpus
+(`driver.data.feed.Feed`, the driver's batches, one slot per learner).
+`DIR/<learner>.jsonl` gets one line per step (step, loss, round); `DIR/<learner>.json` a
+summary with the loss of the final weights on held-out text. Without `--address` it trains
+alone (no DiLoCo). The driver's loop calls the same `Learner` (docs/diloco.md); this file
+is for local experiments, tests and the benchmark.
 """
 
 from __future__ import annotations
