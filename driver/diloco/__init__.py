@@ -11,9 +11,12 @@
   a `Learner`, or `streaming.Streaming` for a model synced in fragments).
 - `resume`: a learner's sync state in its training checkpoint (`LearnerState`).
 - `hook`: what the driver's loop calls (`prepare`, `checkpoint_state`, `start`, ...).
-- `trainer`, `local`: a small learner process over the reference LM, and a local
-  experiment (synchronizer + learners as processes on loopback).
-- `slowlink`: a slow cross-region link on one machine (namespaces, veth, tc tbf).
+- `local`: an experiment on this machine (`python -m driver.diloco.local --plan`, what
+  `runner run --local` runs: the synchronizer and each learner's driver as processes on
+  loopback; `children` shows their lines and stops them).
+
+Tests and the benchmark run small trainer processes as learners (`tests.support`:
+`diloco_trainer`, `diloco_local`) over a slow link made on one machine (`slowlink`).
 
 How it works and how to run it: docs/diloco.md.
 """

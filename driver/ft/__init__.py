@@ -15,8 +15,7 @@
   (driver.trainer) under torchft (`ft.enabled`); checkpoints through
   `session.FtCheckpointSession` (the lowest live group writes); `end` and `records`: the
   end of the run and the rows of a writer that died.
-- `drill`: one replica group of a small job as a process, for tests and the benchmark;
-  `drill_job` the job it trains (the model, its fixed data, the digest of its weights).
 
-See docs/ft.md.
+The fault-tolerance drill that tests and the benchmark run (one replica group of a small
+job as a process) is `tests.support.ft_drill`, outside the platform. See docs/ft.md.
 """

@@ -56,12 +56,6 @@ def own_slots(group: int, grad_accum: int) -> tuple[int, ...]:
     return tuple(range(group * grad_accum, (group + 1) * grad_accum))
 
 
-def slot_sample_ids(step: int, slot: int, slots: int, micro_batch: int) -> range:
-    """The global sample ids of slot `slot` of step `step` (0-based)."""
-    first = (step * slots + slot) * micro_batch
-    return range(first, first + micro_batch)
-
-
 def loss_divisor(live: int, groups_at_start: int, grad_accum: int, constant: bool) -> int:
     """Each micro-batch's mean loss is divided by this before backward, so that the SUM of
     the groups' gradients is the mean over the step's global batch (inside a group of

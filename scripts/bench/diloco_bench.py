@@ -5,13 +5,13 @@
         --d-model 64 --batch 8 --seed 0]
 
 Both runs train the reference LM (driver.workloads, the tiny config of
-driver.diloco.trainer) for `--steps` steps on `--learners` shards of the corpus, so they see
+tests.support.diloco_trainer) for `--steps` steps on `--learners` shards of the corpus, so they see
 the same tokens, with the same inner AdamW and its schedule (warm-up, cosine over the run).
 400 steps by default: the tiny model is still dropping fast at 200 (data parallel's loss
 0.89 there, 0.82 at 400), and comparing mid-descent measures how soon each run gets there,
 not where it ends (docs/diloco.md, "The benchmark"). Every process sits in its own network
 namespace; each namespace reaches the others through a hub over a veth limited to `--rate`
-by `tc tbf` (driver.diloco.slowlink; no added delay, this kernel has no netem).
+by `tc tbf` (tests.support.slowlink; no added delay, this kernel has no netem).
 - DiLoCo: `--learners` learner processes (AdamW inside, a sync every H = `--sync-every`
   steps, int8 pseudo-gradients and deltas by default; outer Nesterov lr 0.7 and momentum
   0.5, which suits the twenty rounds of the default run better than the 0.9 meant for many
@@ -42,7 +42,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from driver.diloco import keys, local, slowlink, trainer  # noqa: E402
+from driver.diloco import keys  # noqa: E402
+from tests import support  # noqa: E402
+from tests.support import diloco_trainer as trainer  # noqa: E402
+from tests.support import slowlink  # noqa: E402
+from tests.support.diloco_local import learner_cmd, learner_names  # noqa: E402
 
 PORT = "29517"  # inside namespaces made for this run only
 
@@ -157,11 +161,11 @@ def sync_settings(args: argparse.Namespace) -> list[str]:
     """The synchronizer's options from the benchmark's."""
     return ["--compression", args.compression, "--outer-lr", str(args.outer_lr),
             "--outer-momentum", str(args.outer_momentum), "--expect",
-            ",".join(local.learner_names(args.learners))]  # fmt: skip
+            ",".join(learner_names(args.learners))]  # fmt: skip
 
 
 def run_diloco(args, model: list[str], out: Path) -> dict:
-    names = local.learner_names(args.learners)
+    names = learner_names(args.learners)
     keys.generate(out / "keys", names)
     with slowlink.SlowLink(["sync", *names], rate=args.rate) as link:
         address = f"tcp://{link.address('sync')}:{PORT}"
@@ -200,7 +204,9 @@ def run_diloco(args, model: list[str], out: Path) -> dict:
             *model,
         ]
         procs = [
-            subprocess.Popen(link.wrap(n, local.learner_cmd(n, i, len(names), address, out, extra)))
+            subprocess.Popen(
+                link.wrap(n, learner_cmd(n, i, len(names), address, out, extra)), env=support.env()
+            )
             for i, n in enumerate(names)
         ]
         codes = [proc.wait() for proc in procs]

@@ -4,7 +4,7 @@ checkpoint, on real processes (one per replica group), same model, data and fail
     .venv/bin/python scripts/bench/ft_bench.py [--groups 3] [--steps 150] [--interval 100]
     .venv/bin/python scripts/bench/ft_bench.py --platform [--groups 3] [--steps 150] ...
 
-Four runs of driver.ft.drill (goals in brackets):
+Four runs of tests.support.ft_drill (goals in brackets):
   ft-clean   torchft, no failure
   ddp-clean  plain gloo data parallelism, no torchft, no failure
   ft-fail    torchft, constant global batch; a group is SIGKILLed inside the allreduce of
@@ -42,7 +42,7 @@ sys.path.insert(0, str(ROOT))
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from driver.ft.harness import Drill, DrillResult  # noqa: E402
+from tests.support.ft_harness import Drill, DrillResult  # noqa: E402
 
 FT = {
     "heartbeat_timeout_ms": 300,

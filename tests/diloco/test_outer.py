@@ -151,7 +151,7 @@ def test_partition_refuses_more_fragments_than_tensors():
 
 
 def test_peak_push_sums_the_fragments_due_at_one_step():
-    from driver.diloco.trainer import peak_push
+    from tests.support.diloco_trainer import peak_push
 
     pushes = [{"step": 9, "bytes": 10}, {"step": 4, "bytes": 7}, {"step": 9, "bytes": 5}]
     assert peak_push(pushes) == 15 and peak_push([]) == 0

@@ -16,8 +16,10 @@ import pytest
 import torch
 
 from driver.diloco import keys, local, state
+from tests import support
 from tests.diloco.conftest import in_threads, learner, linear
 from tests.diloco.test_sync import LR, MU, flat, one_round
+from tests.support.diloco_local import learner_cmd, learner_names
 
 TINY = ["--d-model", "32", "--layers", "1", "--batch", "8", "--seq-len", "32"]
 
@@ -25,7 +27,7 @@ TINY = ["--d-model", "32", "--layers", "1", "--batch", "8", "--seq-len", "32"]
 @pytest.fixture
 def out(tmp_path, keys_dir):
     shutil.copytree(keys_dir, tmp_path / "keys")
-    keys.generate(tmp_path / "keys", local.learner_names(3))
+    keys.generate(tmp_path / "keys", learner_names(3))
     return tmp_path
 
 
@@ -37,7 +39,8 @@ def stop(*procs: subprocess.Popen) -> None:
 
 
 def learners(out: Path, address: str, names: list[str], extra: list[str]) -> list[subprocess.Popen]:
-    return [subprocess.Popen(local.learner_cmd(n, i, len(names), address, out, [*TINY, *extra]))
+    return [subprocess.Popen(learner_cmd(n, i, len(names), address, out, [*TINY, *extra]),
+                             env=support.env())
             for i, n in enumerate(names)]  # fmt: skip
 
 
@@ -80,7 +83,7 @@ def test_process_synchronizer_merges_the_hand_computed_step_and_refuses_unknown_
 @pytest.mark.slow
 @pytest.mark.parametrize(("mode", "fragments"), [("barrier", 1), ("decoupled", 1), ("barrier", 2)])
 def test_both_modes_and_streaming_converge_on_the_reference_lm(out, mode, fragments):
-    names = local.learner_names(2)
+    names = learner_names(2)
     sync, address = local.start_synchronizer(
         out, ["--expect", ",".join(names), "--round-timeout", "10"]
     )
@@ -106,7 +109,7 @@ def test_both_modes_and_streaming_converge_on_the_reference_lm(out, mode, fragme
 
 @pytest.mark.slow
 def test_synchronizer_killed_mid_run_restarts_and_training_continues(out):
-    names = local.learner_names(2)
+    names = learner_names(2)
     sync, address = local.start_synchronizer(
         out, ["--round-timeout", "30", "--expect", ",".join(names)]
     )
@@ -146,7 +149,7 @@ def test_synchronizer_killed_mid_run_restarts_and_training_continues(out):
 
 @pytest.mark.slow
 def test_killed_learner_leaves_the_others_training(out):
-    names = local.learner_names(3)
+    names = learner_names(3)
     sync, address = local.start_synchronizer(
         out, ["--round-timeout", "20", "--expect", ",".join(names)]
     )
@@ -170,14 +173,15 @@ def test_killed_learner_leaves_the_others_training(out):
 
 @pytest.mark.slow
 def test_local_experiment_entry_point(tmp_path):
-    cmd = [sys.executable, "-m", "driver.diloco.local", "--learners", "2", "--out", str(tmp_path),
-           "--steps", "20", "--sync-every", "10", *TINY]  # fmt: skip
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    cmd = [sys.executable, "-m", "tests.support.diloco_local", "--learners", "2",
+           "--out", str(tmp_path), "--steps", "20", "--sync-every", "10", *TINY]  # fmt: skip
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=support.env())
     assert done.returncode == 0, done.stdout + done.stderr
     assert "rounds merged: 2" in done.stdout and "learner-b: held-out loss" in done.stdout
 
 
 def test_local_experiment_refuses_bad_options_with_exit_2(tmp_path):
-    cmd = [sys.executable, "-m", "driver.diloco.local", "--out", str(tmp_path), "--steps", "x"]
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    cmd = [sys.executable, "-m", "tests.support.diloco_local", "--out", str(tmp_path),
+           "--steps", "x"]  # fmt: skip
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=support.env())
     assert done.returncode == 2 and "--steps" in done.stderr

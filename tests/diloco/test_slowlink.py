@@ -7,8 +7,8 @@ import sys
 
 import pytest
 
-from driver.diloco import slowlink
 from tests.benches import load_bench
+from tests.support import slowlink
 
 REASON = slowlink.reason_unavailable()
 needs_netns = pytest.mark.skipif(REASON is not None, reason=f"no network namespaces: {REASON}")

@@ -14,8 +14,8 @@ def train_func(config: dict) -> None:
     import ray.train
 
     from driver.config.ft import FtConfig
-    from driver.ft.drill_job import Job, digest
     from driver.ft.replica import FtReplica
+    from tests.support.ft_drill_job import Job, digest
 
     rank = ray.train.get_context().get_world_rank()
     folder, steps = Path(config["folder"]), config["steps"]
@@ -71,9 +71,9 @@ def stop_func(config: dict) -> None:
 
     from driver.checkpoint import TrainState
     from driver.config.ft import FtConfig
-    from driver.ft.drill_job import Job, checkpointer, digest
     from driver.ft.replica import FtReplica
     from driver.parallel import Topology
+    from tests.support.ft_drill_job import Job, checkpointer, digest
 
     rank = ray.train.get_context().get_world_rank()
     folder, groups = Path(config["folder"]), config["groups"]

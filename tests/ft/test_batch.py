@@ -1,10 +1,12 @@
-"""Table tests of the slot plan, sample ids and LR rule (driver.ft.batch)."""
+"""Table tests of the slot plan and LR rule (driver.ft.batch), and of the drill's sample
+ids (tests.support.ft_drill_job)."""
 
 from __future__ import annotations
 
 import pytest
 
-from driver.ft.batch import loss_divisor, lr_scale, plan_step, slot_sample_ids
+from driver.ft.batch import loss_divisor, lr_scale, plan_step
+from tests.support.ft_drill_job import slot_sample_ids
 
 
 @pytest.mark.parametrize(

@@ -66,8 +66,8 @@ def test_below_the_minimum_under_ray_train_stops_at_once_and_the_checkpoint_resu
 
     from driver.checkpoint import TrainState
     from driver.config.ft import FtConfig
-    from driver.ft.drill_job import Job, checkpointer, digest
     from driver.ft.lighthouse import lighthouse_kwargs
+    from tests.support.ft_drill_job import Job, checkpointer, digest
 
     ft = {"min_replicas": 2, "heartbeat_timeout_ms": 500, "quorum_timeout_s": 1, "timeout_s": 10}
     spec = {"ckpt_root": str(tmp_path / "ckpt"), "ckpt_interval": 2, "run": "stop"}

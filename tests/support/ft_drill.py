@@ -1,6 +1,6 @@
 """A fault-tolerance drill: one replica group of a small regression job, as a process.
 
-    python -m driver.ft.drill SPEC.json
+    python -m tests.support.ft_drill SPEC.json
 
 Tests (tests/ft) and the benchmark (scripts/bench/ft_bench.py) start one such process per
 replica group next to a `driver.ft.lighthouse.DriverSide`, then kill some with SIGKILL.
@@ -15,7 +15,7 @@ and ckpt_interval (checkpoints through driver.checkpoint; the lowest live group 
 step_sleep_s (simulated extra compute per micro-batch), hold_step and hold_file (wait
 before that step until a joining group wrote ready_file). A run that stops below
 `ft.min_replicas` prints the one-line reason and exits 3. The job every group trains (model,
-data, the failure-free reference losses) is driver.ft.drill_job's.
+data, the failure-free reference losses) is tests.support.ft_drill_job's.
 
 A group started again (a joiner, or every group with `resume`) reads its checkpoint as the
 training loop does: not up front, only if its first quorum has no live group ahead
@@ -33,7 +33,7 @@ import signal
 import sys
 import time
 
-from driver.ft.drill_job import Job, checkpointer, digest, finite
+from tests.support.ft_drill_job import Job, checkpointer, digest, finite
 
 STOPPED = 3  # exit code: too few replica groups left (FtStopped)
 
@@ -221,7 +221,7 @@ def run_ddp(spec: dict) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m driver.ft.drill SPEC.json`."""
+    """`python -m tests.support.ft_drill SPEC.json`."""
     import logging
 
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(message)s")

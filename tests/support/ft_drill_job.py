@@ -1,13 +1,13 @@
-"""The job a fault-tolerance drill (driver.ft.drill) trains: a small regression model, its
-optimizer and fixed data, identical on every replica group.
+"""The job a fault-tolerance drill (tests.support.ft_drill) trains: a small regression
+model, its optimizer and fixed data, identical on every replica group.
 
 `Job(spec)` builds it from the drill's SPEC (seed, dim, hidden, lr, micro_batch,
 step_sleep_s); `Job.micro_loss(step, slot, slots)` is the loss of one global micro-batch
-slot, its samples fixed by (step, slot). `reference_losses(spec)` is the failure-free
-run's loss per step in one process, `digest(model)` a hash of the weights (equal digests
-are bit-identical weights), `finite(model)` whether they are all finite, and
-`checkpointer(spec, ...)` driver.checkpoint's Checkpointer for the drill (`ckpt_root`).
-Tests (tests/ft) use the job on its own too.
+slot, its samples fixed by (step, slot) (`slot_sample_ids`). `reference_losses(spec)` is
+the failure-free run's loss per step in one process, `digest(model)` a hash of the weights
+(equal digests are bit-identical weights), `finite(model)` whether they are all finite,
+and `checkpointer(spec, ...)` driver.checkpoint's Checkpointer for the drill
+(`ckpt_root`). Tests (tests/ft) use the job on its own too.
 """
 
 from __future__ import annotations
@@ -22,6 +22,13 @@ def digest(model) -> str:
     for p in model.parameters():
         h.update(p.detach().contiguous().numpy().tobytes())
     return h.hexdigest()[:16]
+
+
+def slot_sample_ids(step: int, slot: int, slots: int, micro_batch: int) -> range:
+    """The sample ids of slot `slot` of step `step` (0-based): consecutive, in slot order
+    (the drill's own addressing; the trainer's is driver.data.slots)."""
+    first = (step * slots + slot) * micro_batch
+    return range(first, first + micro_batch)
 
 
 class Job:
@@ -44,8 +51,6 @@ class Job:
 
     def micro_loss(self, step: int, slot: int, slots: int):
         """Mean loss of one global micro-batch slot (its samples are fixed by step, slot)."""
-        from driver.ft.batch import slot_sample_ids
-
         ids = slot_sample_ids(step, slot, slots, self.micro)
         idx = [i % len(self.x) for i in ids]
         if self.sleep:

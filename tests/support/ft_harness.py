@@ -1,4 +1,4 @@
-"""Run a drill (driver.ft.drill) as real processes: a Lighthouse here, one process per
+"""Run a drill (tests.support.ft_drill) as real processes: a Lighthouse here, one process per
 replica group, SIGKILLs on schedule, groups (re)started on request.
 
     result = Drill(tmp, groups=3, steps=12, kills={2: (5, "during")}).run()
@@ -11,12 +11,18 @@ Used by tests/ft and scripts/bench/ft_bench.py.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from tests import support
+
+LATE_S = 10.0
+"""Once a group committed the last step, a process that has not (a joiner that never gets a
+quorum) is killed this much later; one that has is exiting (a torch process takes seconds
+to end on a busy machine) and is waited for up to the drill's timeout."""
 
 
 @dataclass
@@ -72,7 +78,7 @@ class Drill:
         path.write_text(json.dumps(spec))
         err = open(self.folder / f"{name}.err", "w")  # noqa: SIM115 (closed with the process)
         return subprocess.Popen(
-            [sys.executable, "-m", "driver.ft.drill", str(path)],
+            [sys.executable, "-m", "tests.support.ft_drill", str(path)],
             stdout=err,
             stderr=subprocess.STDOUT,
             env=env,
@@ -82,7 +88,7 @@ class Drill:
         from driver.config.ft import FtConfig
 
         self.folder.mkdir(parents=True, exist_ok=True)
-        env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+        env = support.env()
         side, store, extra = None, None, {}
         if self.mode == "ft":
             from driver.ft.lighthouse import DriverSide
@@ -98,11 +104,13 @@ class Drill:
         started = time.time()
         procs = {f"g{g}": self._start(f"g{g}", g, extra, env) for g in range(self.groups)}
         pending = dict(self.rejoin)
-        deadline = time.monotonic() + self.timeout_s
+        deadline, late = time.monotonic() + self.timeout_s, None
         try:
             while any(p.poll() is None for p in procs.values()) and time.monotonic() < deadline:
-                if self._committed(self.steps):  # a late joiner must not wait for a quorum
-                    deadline = min(deadline, time.monotonic() + 10)
+                if late is None and self._committed(self.steps):
+                    late = time.monotonic() + LATE_S
+                if late and time.monotonic() > late and not self._ending(procs):
+                    break  # only late joiners left, waiting for a quorum that will not come
                 if self.mode == "ddp" and any(p.poll() not in (None, 0) for p in procs.values()):
                     break  # as Ray Train tears the worker group down on a worker's failure
                 for group, after in list(pending.items()):
@@ -120,8 +128,16 @@ class Drill:
                 side.shutdown()
         return self._collect(procs, started)
 
-    def _committed(self, step: int) -> bool:
-        for path in self.folder.glob("g*.jsonl"):
+    def _ending(self, procs: dict) -> list[str]:
+        """The processes still running that committed the last step (they are exiting)."""
+        return [
+            name
+            for name, p in procs.items()
+            if p.poll() is None and self._committed(self.steps, f"{name}.jsonl")
+        ]
+
+    def _committed(self, step: int, pattern: str = "g*.jsonl") -> bool:
+        for path in self.folder.glob(pattern):
             lines = path.read_text().splitlines()
             if lines and json.loads(lines[-1])["step"] >= step:
                 return True

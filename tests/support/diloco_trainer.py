@@ -1,16 +1,16 @@
 """One DiLoCo learner as a plain process: the reference LM, AdamW inside, Learner outside.
 
-    python -m driver.diloco.trainer --learner a --index 0 --learners 2 \
+    python -m tests.support.diloco_trainer --learner a --index 0 --learners 2 \
         --address tcp://127.0.0.1:5555 --keys KEYS --steps 200 --sync-every 20 \
         [--mode barrier|decoupled --merge delta|replace --compression bf16 --fragments 1]
         --out DIR
 
-Learner `index` of `learners` trains on its own shard of the generated corpus (the same
-`LocalBatchSource` the driver uses, one shard per learner). `DIR/<learner>.jsonl` gets one
-line per step (step, loss, round); `DIR/<learner>.json` a summary with the loss of the final
-weights on held-out text. Without `--address` it trains alone (no DiLoCo). The driver's loop
-calls the same `Learner` (docs/diloco.md); this file is for local experiments, tests and the
-benchmark.
+Learner `index` of `learners` trains on its own slot of each step of the generated corpus
+(`driver.data.feed.Feed`, the driver's batches, one slot per learner).
+`DIR/<learner>.jsonl` gets one line per step (step, loss, round); `DIR/<learner>.json` a
+summary with the loss of the final weights on held-out text. Without `--address` it trains
+alone (no DiLoCo). The driver's loop calls the same `Learner` (docs/diloco.md); this file
+is for local experiments, tests and the benchmark.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from types import SimpleNamespace
 import torch
 
 from driver import optim
-from driver.data.feed import Feed
+from driver.data.feed import Feed, to_torch
 from driver.data.stages import default_collate
 from driver.diloco.learner import LearnerConfig, make
 from driver.workloads import build
@@ -70,9 +70,7 @@ def eval_loss(model, loss_fn, seq_len: int, batches: int = 4) -> float:
     data = TextDataset(batches * 16, seq_len, seed=99)
     with torch.no_grad():
         losses = [
-            loss_fn(
-                model, torch.from_numpy(default_collate([data[i * 16 + j] for j in range(16)]))
-            ).item()
+            loss_fn(model, to_torch(default_collate([data[i * 16 + j] for j in range(16)]))).item()
             for i in range(batches)
         ]
     return sum(losses) / len(losses)
@@ -88,7 +86,7 @@ def peak_push(pushes: list[dict]) -> int:
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
-        prog="python -m driver.diloco.trainer", description=__doc__.split("\n\n")[0]
+        prog="python -m tests.support.diloco_trainer", description=__doc__.split("\n\n")[0]
     )
     p.add_argument("--learner", default="a")
     p.add_argument("--index", type=int, default=0)
