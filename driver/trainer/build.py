@@ -57,7 +57,7 @@ def plain_parts(cfg, work, feed, aux, device, rank, world, channel, args):
                     offset=slot_offset(cfg, rank, world))  # fmt: skip
     accum = cfg.train.grad_accum_steps
     stepper = PlainStepper(core, rank, accum, slots=world * accum)
-    learner = prepare(model)  # a DiLoCo learner when configured, else a no-op
+    learner = prepare(model, cfg.diloco)  # a DiLoCo learner when configured, else a no-op
     session = checkpointing(cfg, model, optimizer, scheduler, feed, rank, world, channel,
                             learner.checkpoint_state())  # fmt: skip
     stepper.resume(session)
@@ -113,7 +113,7 @@ def make_feed(cfg, dataset, rank: int, world: int, aux):
     from driver.data.feed import Feed
 
     accum = cfg.train.grad_accum_steps
-    shard_rank, shard_world = data_shard(rank, world)
+    shard_rank, shard_world = data_shard(rank, world, cfg.diloco)
     stages = aux.stages() if aux and cfg.data.remote_stage else None
     return Feed(dataset, cfg.train.micro_batch_size, shard_world * accum, cfg.train.seed,
                 rank=shard_rank, grad_accum=accum, pipeline=pipeline_config(cfg),
@@ -124,7 +124,7 @@ def slot_offset(cfg, rank: int, world: int) -> int:
     """Where this run's slots start among the feed's: a DiLoCo learner's share (0 else)."""
     from driver.config.diloco import data_shard
 
-    return (data_shard(rank, world)[0] - rank) * cfg.train.grad_accum_steps
+    return (data_shard(rank, world, cfg.diloco)[0] - rank) * cfg.train.grad_accum_steps
 
 
 def pipeline_config(cfg):
