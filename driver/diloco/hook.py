@@ -7,6 +7,11 @@
     diloco.after_step(step, model)       # after each optimizer and scheduler step
     diloco.end(model, finished=True)     # the last round's merge, then close the link
 
+Under torchft (`ft.enabled`) a learner is the whole fault-tolerant run:
+`prepare_ft(model, cfg.diloco, group, groups)` gives the hook of one replica group, whose learner
+(driver.diloco.replicas.FtLearner) also rides on each step's commit vote and heals with
+the group's state (driver.ft.replica).
+
 `attach(model, cfg)` is prepare and start in one (a loop that does not checkpoint the
 learner: after a restart it takes the shared weights and starts its schedule again).
 `runner` renders each learner of an experiment as `diloco.*` overrides; docs/diloco.md.
@@ -50,6 +55,15 @@ class Hook:
         if self.learner is not None:
             self.learner.after_step(step, model)
 
+    def metrics(self) -> dict:
+        """The learner's fields of a step's metrics row: its round, merges applied so far,
+        seconds spent waiting for the synchronizer."""
+        if self.learner is None:
+            return {}
+        learner = self.learner
+        return {"diloco_round": learner.round, "diloco_merges": len(learner.merges),
+                "diloco_wait_s": learner.wait_s}  # fmt: skip
+
     def end(self, model, finished: bool = True) -> None:
         """Wait for the last round's merge when training finished; always close the link."""
         if self.learner is None:
@@ -69,6 +83,16 @@ def prepare(model, cfg: LearnerConfig | None) -> Hook:
     from driver.diloco.learner import make
 
     return Hook(make(cfg, model), model, cfg)
+
+
+def prepare_ft(model, cfg: LearnerConfig | None, group: int, groups: int) -> Hook:
+    """The learner of torchft replica group `group` of `groups`, when `cfg.address` is
+    set: its `learner` (an FtLearner) goes into the group's FtReplica (`state`, `outer`)."""
+    if cfg is None or not cfg.address:
+        return Hook()
+    from driver.diloco.replicas import FtLearner
+
+    return Hook(FtLearner(cfg, model, group, groups), model, cfg)
 
 
 def attach(model, cfg: LearnerConfig | None) -> Hook:

@@ -70,6 +70,7 @@ def ft_parts(cfg, work, feed, aux, device, rank, world, channel, args):
 
     from driver import optim
     from driver.checkpoint import TrainState
+    from driver.diloco.hook import prepare_ft
     from driver.ft.replica import FtReplica
     from driver.ft.stepper import FtStepper, gate_store
 
@@ -77,7 +78,10 @@ def ft_parts(cfg, work, feed, aux, device, rank, world, channel, args):
     group = topo.group_of(rank)
     model = work.model.to(device)
     optimizer, scheduler = optim.build(model, cfg.optimizer, cfg.train.steps)
+    learner = prepare_ft(model, cfg.diloco, group, topo.groups)  # the run is one learner
     state = {"model": model, "optimizer": optimizer, "scheduler": scheduler, "data": feed}
+    if learner:  # its sync state heals with the group's
+        state["diloco"] = learner.learner
     ft = FtReplica(
         cfg.ft,
         group=group,
@@ -89,6 +93,7 @@ def ft_parts(cfg, work, feed, aux, device, rank, world, channel, args):
         host=ray.util.get_node_ip_address(),
         shrink=shrink_callable(cfg, device),
     )
+    ft.outer = learner.learner  # a merge rides on a step's commit vote (None: no learner)
     model = wrap(model, cfg, device, world, manager=ft.manager)
     core = StepCore(cfg, model, work, optimizer, scheduler, device, feed, condition_of(aux),
                     offset=slot_offset(cfg, rank, world))  # fmt: skip
@@ -98,10 +103,10 @@ def ft_parts(cfg, work, feed, aux, device, rank, world, channel, args):
         from driver.ft.session import FtCheckpointSession
 
         train_state = TrainState(model=model, optimizer=optimizer, lr_scheduler=scheduler,
-                                 dataloader=feed)  # fmt: skip
+                                 dataloader=feed, extra=learner.checkpoint_state())  # fmt: skip
         session = FtCheckpointSession(cfg, train_state, group, channel)
     stepper.resume(session)
-    return stepper, model, session, None
+    return stepper, model, session, learner
 
 
 def make_feed(cfg, dataset, rank: int, world: int, aux):
