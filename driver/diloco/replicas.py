@@ -54,6 +54,8 @@ HOLDS, OWNS, WAITS = 0, 1, 2
 """A group's row of the exchange table, per part: the kind of answer it holds (1 + its
 index in learner.KINDS, 0: none), a request outstanding, whether to wait for its answer."""
 POLL_S = 0.5
+"""How long a group with requests outstanding polls between two tables while the groups
+wait (the others wait in the allreduce: far below `ft.timeout_s`)."""
 
 
 class FtLearner(Parts):
@@ -135,8 +137,9 @@ class FtLearner(Parts):
                 return
             talked = talked or bool(orphans)
             waiting = time.time()
-            for i in range(len(self.parts)):
-                self._poll(i, POLL_S)
+            asking = [i for i, part in enumerate(self.parts) if part.client and part.pending]
+            for i in asking:  # POLL_S in all: the others wait in the next allreduce
+                self._poll(i, POLL_S / len(asking))
 
     def voted(self, ok: bool) -> None:
         """After the vote: the exchanged answers are applied by `after_step` if it passed."""

@@ -2,7 +2,8 @@
 per parameter, every rank taking part), rank 0 talks to the synchronizer, and every rank
 merges the new shared weights into its own shard. Real processes: a learner of 2 CPU
 workers (gloo) wrapped by the driver's `wrap`, with FSDP 2 and with fsdp 1 (DDP), each
-against a synchronizer process, ends with the same merged weights."""
+against a synchronizer process, ends with the same merged weights; and one of 4 workers
+with HSDP (2 replicas of FSDP 2) against DDP over 4."""
 
 from __future__ import annotations
 
@@ -24,9 +25,9 @@ from driver.config.diloco import LearnerConfig
 from driver.diloco import hook, weights
 from driver.parallel import wrap
 
-rank, fsdp, address, keys, store, out, fragments = sys.argv[1:8]
-rank, fsdp = int(rank), int(fsdp)
-dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=2)
+rank, world, fsdp, address, keys, store, out, fragments = sys.argv[1:9]
+rank, world, fsdp = int(rank), int(world), int(fsdp)
+dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world)
 torch.manual_seed(0)
 
 
@@ -44,7 +45,7 @@ class Net(torch.nn.Module):
 
 
 cfg = SimpleNamespace(parallelism=SimpleNamespace(fsdp_size=fsdp))
-model = wrap(Net(), cfg, torch.device("cpu"), 2)
+model = wrap(Net(), cfg, torch.device("cpu"), world)
 opt = torch.optim.SGD(model.parameters(), lr=0.1)
 learner = LearnerConfig(address, "a", keys, sync_every=2, compression="fp32",
                         barrier_timeout_s=60, join_timeout_s=60, fragments=int(fragments))
@@ -71,8 +72,8 @@ dist.destroy_process_group()
 """
 
 
-def learner_run(tmp_path: Path, fsdp: int, fragments: int) -> list[dict]:
-    """The learner's two ranks against a synchronizer process of its own; their records."""
+def learner_run(tmp_path: Path, world: int, fsdp: int, fragments: int) -> list[dict]:
+    """The learner's ranks against a synchronizer process of its own; their records."""
     out = tmp_path / f"fsdp{fsdp}"
     out.mkdir()
     keys.generate(out / "keys", ["a"])
@@ -81,29 +82,33 @@ def learner_run(tmp_path: Path, fsdp: int, fragments: int) -> list[dict]:
                                                    "0.9", "--round-timeout", "30"])  # fmt: skip
     script = out / "rank.py"
     script.write_text(RANK)
-    args = [str(fsdp), address, str(out / "keys"), str(out / "store"), str(out), str(fragments)]
+    args = [str(world), str(fsdp), address, str(out / "keys"), str(out / "store"), str(out),
+            str(fragments)]  # fmt: skip
     try:
         procs = [subprocess.Popen([sys.executable, str(script), str(r), *args], cwd=ROOT)
-                 for r in (0, 1)]  # fmt: skip
-        assert [p.wait(300) for p in procs] == [0, 0]
+                 for r in range(world)]  # fmt: skip
+        assert [p.wait(300) for p in procs] == [0] * world
     finally:
         sync.terminate()
         sync.wait(30)
     folders = [out / "state", *[out / "state" / f"fragment-{f}" for f in range(1, fragments)]]
     assert [len(state.read_rounds(folder)) for folder in folders] == [2] * fragments
-    return [json.loads((out / f"rank{r}.json").read_text()) for r in (0, 1)]
+    return [json.loads((out / f"rank{r}.json").read_text()) for r in range(world)]
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("fragments", [1, 2])
-def test_an_fsdp_learner_merges_like_a_replicated_one(tmp_path, fragments):
-    sharded, replicated = learner_run(tmp_path, 2, fragments), learner_run(tmp_path, 1, fragments)
-    assert [r["sharded"] for r in sharded] == [True, True]
-    assert [r["sharded"] for r in replicated] == [False, False]
+@pytest.mark.parametrize(("world", "fragments"), [(2, 2), (4, 1)], ids=["fsdp", "hsdp"])
+def test_an_fsdp_learner_merges_like_a_replicated_one(tmp_path, world, fragments):
+    """FSDP 2 over 2 workers, two streaming fragments; HSDP (2 replicas of FSDP 2) over 4."""
+    sharded = learner_run(tmp_path, world, 2, fragments)
+    replicated = learner_run(tmp_path, world, 1, fragments)
+    assert [r["sharded"] for r in sharded] == [True] * world
+    assert [r["sharded"] for r in replicated] == [False] * world
     for records in (sharded, replicated):
-        assert records[0]["rounds"] == records[1]["rounds"] == [2] * fragments
-        assert records[0]["weights"] == records[1]["weights"]  # every rank: the same weights
-        assert records[0]["base"] == records[1]["base"]  # and the same sync state
+        for other in records[1:]:
+            assert other["rounds"] == records[0]["rounds"] == [2] * fragments
+            assert other["weights"] == records[0]["weights"]  # every rank: the same weights
+            assert other["base"] == records[0]["base"]  # and the same sync state
     for name, values in replicated[0]["weights"].items():
         assert sharded[0]["weights"][name] == pytest.approx(values, rel=1e-5, abs=1e-6), name
     for name, values in replicated[0]["base"].items():
