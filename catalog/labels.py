@@ -39,6 +39,7 @@ GKE_SPOT = "cloud.google.com/gke-spot"
 TOPOLOGY_BLOCK = "cloud.google.com/gce-topology-block"
 TOPOLOGY_SUBBLOCK = "cloud.google.com/gce-topology-subblock"
 TOPOLOGY_HOST = "cloud.google.com/gce-topology-host"
+HOSTNAME = "kubernetes.io/hostname"  # the node's name (a relaunch's avoided nodes)
 POOL_ROLE = f"{DOMAIN}/pool"  # "cpu" or "gpu"
 RESOURCE_GROUP = f"{DOMAIN}/resource-group"
 
@@ -94,6 +95,9 @@ CLICKHOUSE_RUNS_USER = "runs"
 CLICKHOUSE_USER_ENV, CLICKHOUSE_PASSWORD_ENV = "CLICKHOUSE_USER", "CLICKHOUSE_PASSWORD"
 # The platform's ClickHouse HTTP endpoint inside every cluster (kustomize/bases/observability).
 CLICKHOUSE_URL = "http://clickhouse.observability.svc:8123"
+# The platform's OpenTelemetry collector (OTLP/HTTP) inside every cluster: rendered runs
+# export their metrics and every process's log lines there (kustomize/bases/observability).
+OTEL_COLLECTOR_URL = "http://otel-collector.observability.svc:4318"
 
 # Kubernetes service accounts bound to Google service accounts (Workload Identity).
 TRAINING_KSA = "training"  # in every team namespace; run pods use it for bucket access

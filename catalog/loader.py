@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import os
+from collections.abc import Hashable
 from importlib import resources
 from pathlib import Path
 
@@ -33,6 +34,25 @@ def repo_root(start: Path | None = None) -> Path:
     return Path(__file__).resolve().parent.parent
 
 
+class _UniqueKeys(yaml.SafeLoader):
+    """The safe loader, refusing a key given twice in one mapping (which would silently
+    drop the first value)."""
+
+    def construct_mapping(self, node, deep=False):
+        seen: dict = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            line = key_node.start_mark.line + 1
+            if not isinstance(key, Hashable):
+                continue  # the safe loader refuses it, with its own message
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"duplicate key {key!r} (lines {seen[key]} and {line})",
+                    key_node.start_mark)  # fmt: skip
+            seen[key] = line
+        return super().construct_mapping(node, deep)
+
+
 def read_yaml(path: Path, source: str | None = None) -> object:
     """Parse a YAML file; a missing file or a syntax error is an InputError."""
     name = source or str(path)
@@ -43,7 +63,7 @@ def read_yaml(path: Path, source: str | None = None) -> object:
     except OSError as err:
         raise InputError(name, None, f"cannot read: {err.strerror}") from None
     try:
-        return yaml.safe_load(text)
+        return yaml.load(text, Loader=_UniqueKeys)  # noqa: S506 (a SafeLoader)
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f"line {mark.line + 1}: " if mark else ""

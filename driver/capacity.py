@@ -74,6 +74,29 @@ class Plan:
         return Topology(self.world_size, shard_size, self.group_size)
 
 
+def cpu_slots(svc, slot_cpus: float) -> float:
+    """Slots one worker of a service (an AuxServiceConfig) takes on a run without GPUs: a
+    GPU service's GPUs each stand for a CPU slot (as CPU workers stand in for GPUs); a CPU
+    service its CPUs over the slot's."""
+    return svc.gpus_per_worker if svc.gpus_per_worker > 0 else svc.cpus_per_worker / slot_cpus
+
+
+def services_of(cfg, use_gpu: bool = True) -> list[Service]:
+    """The auxiliary services of a run's config as planner requests: a slot is a GPU, or on
+    CPU runs a CPU slot of `parallelism.cpus_per_worker` CPUs (`cpu_slots`)."""
+    slot = cfg.parallelism.cpus_per_worker
+    return [
+        Service(
+            name,
+            s.gpus_per_worker if use_gpu else cpu_slots(s, slot),
+            s.train_workers_per_worker,
+            s.min_replicas,
+            s.singleton,
+        )  # fmt: skip
+        for name, s in cfg.aux.services.items()
+    ]
+
+
 def _used(service_slots: dict[str, float]) -> float:
     return math.ceil(sum(service_slots.values()) - 1e-9)
 

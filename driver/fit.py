@@ -48,7 +48,8 @@ def train(cfg, config_yaml, fmt, stops, channel, result, use_gpu, embedded, star
             progress.log(f"the worker group was restarted {restarts} times")
         progress.close()
         ranks = failed_ranks(err, channel.get_failures())
-        bundle = crash.write_bundle(output_dir, config_yaml, err, ranks, list(progress.lines))
+        bundle = crash.collect(cfg, config_yaml, err, ranks, list(progress.lines),
+                               channel.all_hosts())  # fmt: skip
         message, code = headline(err, ranks), 1
         if cfg.ft.enabled:  # below ft.min_replicas: the one-line reason, exit 3
             from driver.ft.stop import STOPPED_EXIT, stop_reason

@@ -30,6 +30,7 @@ from driver.embedded.ray_start import lean_ray_start, own_sigterm, short_raylet_
 # worker CPU time (it is served between training steps), so the interval is set explicitly
 # rather than short: 2 s detects a dead worker soon enough and keeps the polls cheap.
 HEALTH_CHECK_ENV = "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S"
+HEALTH_TIMEOUT_ENV = "RAY_TRAIN_WORKER_HEALTH_CHECK_TIMEOUT_S"
 HEALTH_CHECK_DEFAULT_S = "2"
 
 
@@ -50,27 +51,13 @@ def cluster_shape(nodes: list[dict], device: str, cpus_per_worker: float) -> tup
     return len(slots), min(slots), False
 
 
-def services(cfg, use_gpu: bool = True) -> list[capacity.Service]:
-    """The auxiliary services of the config as planner requests: a slot is a GPU, or on CPU
-    runs a CPU slot of `parallelism.cpus_per_worker` CPUs."""
-    slot = cfg.parallelism.cpus_per_worker
-    return [
-        capacity.Service(
-            name,
-            s.gpus_per_worker if use_gpu else s.cpus_per_worker / slot,
-            s.train_workers_per_worker,
-            s.min_replicas,
-            s.singleton,
-        )  # fmt: skip
-        for name, s in cfg.aux.services.items()
-    ]
-
-
 def connect(cfg) -> bool:
     """Join the cluster or start an embedded Ray; True when local (no cluster address)."""
     import ray
 
     os.environ.setdefault(HEALTH_CHECK_ENV, HEALTH_CHECK_DEFAULT_S)
+    if cfg.ft.enabled and cfg.ft.watchdog_s:  # a stopped worker is replaced within it too
+        os.environ.setdefault(HEALTH_TIMEOUT_ENV, str(cfg.ft.watchdog_s))
     os.environ.setdefault("RAY_TRAIN_ENABLE_PRINT_PATCH", "0")
     address = cfg.run.address or os.environ.get("RAY_ADDRESS")
     if not address:  # nothing to preempt and no Prometheus here: fewer actors to start
@@ -79,7 +66,8 @@ def connect(cfg) -> bool:
     if ray.is_initialized():
         return not address
     if address:
-        ray.init(address=address, log_to_driver=True)
+        # workers' output to this process's log, but not over a progress display
+        ray.init(address=address, log_to_driver=cfg.logging.format != "progress")
         return False
     from driver.aux.coordinator import local_cpus
 
@@ -131,20 +119,32 @@ def preload(modules: tuple[str, ...]) -> threading.Thread:
 
 
 def plan_capacity(cfg) -> tuple[capacity.Plan, bool]:
-    """The capacity plan for the connected cluster, and whether workers use GPUs."""
+    """The capacity plan for the connected cluster, and whether workers use GPUs. With a
+    shape the plan is the shape's (what `runner render` checked), once the cluster holds it."""
     import ray
 
     par = cfg.parallelism
     nodes, slots, use_gpu = cluster_shape(ray.nodes(), par.device, par.cpus_per_worker)
+    if cfg.shape.nodes:
+        nodes, slots = fit_shape(cfg.shape, nodes, slots)
     try:
-        result = capacity.plan(
-            nodes, slots, services(cfg, use_gpu), par.replica_group_size, max_workers=par.workers
-        )
+        result = capacity.plan(nodes, slots, capacity.services_of(cfg, use_gpu),
+                               par.replica_group_size, max_workers=par.workers)  # fmt: skip
     except capacity.CapacityError as err:
         raise InputError(None, "parallelism", str(err)) from None
     check_batch(cfg, result.world_size)  # the world size is known only now
     check_run(cfg)  # across sections: aux, model, data
     return result, use_gpu
+
+
+def fit_shape(shape, nodes: int, slots: int) -> tuple[int, int]:
+    """The shape's (nodes, GPUs per node) when the Ray cluster holds it, else InputError."""
+    if nodes < shape.nodes or slots < shape.gpus_per_node:
+        raise InputError(
+            None, "shape", f"the run's shape is {shape.nodes} nodes x {shape.gpus_per_node} "
+            f"GPUs; the Ray cluster has {nodes} x {slots}",
+        )  # fmt: skip
+    return shape.nodes, shape.gpus_per_node
 
 
 def launch(cfg, config_yaml: str, fmt: str, say=print, stops=None) -> dict:

@@ -5,7 +5,8 @@ device set-up and model wrapping every training worker uses.
     topo.group_of(5), topo.groups, topo.lowest_rank(1), topo.replica_of(5)  # 1, 2, 4, 2
     topo.is_writer(4, position=0)     # True: group 1 is the lowest live group (group 0 lost)
     device = setup_device(cfg, ctx, logger)
-    model = wrap(model, cfg, device, world)                 # DDP, or FSDP2/HSDP
+    model = wrap(model, cfg, device, world)                 # DDP, or FSDP2/HSDP (torchft:
+                                                            # world = one replica group)
 
 Three levels: a *shard group* (`fsdp_size` workers holding one sharded model copy), a
 *replica* (a data-parallel model copy: `rank // fsdp_size`) and a *replica group*
@@ -91,7 +92,9 @@ def setup_device(cfg, ctx, logger):
 
     from driver.numa import pin_worker
 
-    device = ray.train.torch.get_device()
+    # GPUs a simulated shape's CPU workers stand in for (`runner run --local --shape`) have
+    # no CUDA: such a worker trains on the CPU.
+    device = ray.train.torch.get_device() if torch.cuda.is_available() else torch.device("cpu")
     bus_id = None
     if device.type == "cuda":
         props = torch.cuda.get_device_properties(device)
@@ -106,14 +109,15 @@ def setup_device(cfg, ctx, logger):
     return device
 
 
-def wrap(model, cfg, device, world: int, manager=None):
-    """DDP (fsdp_size 1), FSDP2/HSDP over a (replicate, shard) mesh, or, with a torchft
-    `manager`, nothing: the ft engine (driver.ft.replica) averages gradients across replica
-    groups itself, after the local backward passes."""
+def wrap(model, cfg, device, world: int):
+    """DDP (fsdp_size 1) or FSDP2/HSDP over a (replicate, shard) mesh of the default process
+    group's `world` workers: the whole run's, or under torchft one replica group's (Ray
+    Train gives each group its own; the ft engine, driver.ft.replica, sums the gradients
+    across groups itself after the backward passes). A world of one: the model as it is."""
     import torch
     from torch.nn.parallel import DistributedDataParallel
 
-    if world == 1 or manager is not None:
+    if world == 1:
         return model
     if cfg.parallelism.fsdp_size == 1:
         ids = [device.index] if device.type == "cuda" else None

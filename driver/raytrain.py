@@ -20,14 +20,14 @@ def trainer_for(
     from ray.train import RunConfig, ScalingConfig
 
     from driver.checkpoint import failure_config
+    from driver.checkpoint.reach import ray_storage_uri
     from driver.metrics import flight
     from driver.trainer.worker import train_worker
 
     par = cfg.parallelism
     backend = par.backend if par.backend != "auto" else ("nccl" if use_gpu else "gloo")
     resources = {"CPU": par.cpus_per_worker, **({"GPU": 1} if use_gpu else {})}
-    root = cfg.checkpoint.root
-    storage = f"{root}/{cfg.run.team}/{cfg.run.name}" if "://" in root else output_dir / "ray"
+    storage = ray_storage_uri(cfg, output_dir)
     if cfg.ft.enabled:  # live fault tolerance: TorchftConfig, start gate (driver/ft/launch.py)
         from driver.ft.launch import trainer_parts
 
@@ -46,7 +46,7 @@ def trainer_for(
         **{config_arg: torch_config},
         run_config=RunConfig(
             name=f"{cfg.run.team}-{cfg.run.name}",
-            storage_path=str(Path(storage).resolve()) if "://" not in str(storage) else storage,
+            storage_path=storage,
             failure_config=failures or failure_config(cfg.checkpoint),
         ),
     )

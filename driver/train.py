@@ -5,12 +5,16 @@ Composes the config (driver/conf groups + the YAML + overrides), saves it as
 `<run.output_dir>/config.yaml` and says where (`--show-config` prints it; in a cluster it
 is one JSON line), then runs training on Ray (embedded locally, `address=auto` in a
 cluster) and ends with a summary. A cluster run needs its checkpoint key
-(REVE_CHECKPOINT_KEY) and is refused without it. Exit codes: 0 done, 1 the run failed (a
-crash bundle was written; or an auxiliary service failed its start-up check, one line
+(REVE_CHECKPOINT_KEY) and is refused without it. Before Ray starts, the run's storage must
+take a small write within `checkpoint.storage_timeout_s` (one line naming the URI and the
+reason otherwise). Exit codes: 0 done, 1 the run failed (a crash bundle was written; or an
+auxiliary service failed its start-up check, or the storage is unreachable, one line
 naming it, before training), 2 bad config (one line naming the key), 3 a torchft run
 (`ft.enabled`) stopped below `ft.min_replicas` (one line with the reason), 143 stopped by
 SIGTERM and 130 by SIGINT (Ctrl-C) (after a final checkpoint when it fitted
-`checkpoint.preemption_budget_s`; run again to resume). An embedded run runs in a child
+`checkpoint.preemption_budget_s`; run again to resume). Whatever it is doing, the run ends
+within `checkpoint.preemption_budget_s` + catalog.saving.STOP_MARGIN_S of the first signal,
+and at once on a second one. An embedded run runs in a child
 process in its own session (driver/embedded/lean.py): nothing of it outlives the driver; and,
 unless it needs the network, in a network namespace of its own (driver/embedded/netns.py): nothing
 of it listens on the machine's interfaces.
@@ -26,6 +30,7 @@ import traceback
 from pathlib import Path
 
 from catalog.errors import InputError
+from catalog.saving import stop_grace_s
 
 USAGE = "usage: python -m driver.train CONFIG.yaml [key=value ...] [--show-config]"
 PREEMPTED = 143  # 128 + SIGTERM: the run stopped early on a preemption notice
@@ -68,17 +73,50 @@ def main(argv: list[str] | None = None, supervised: bool = False) -> int:
         print(f"error: {err.line()}", file=sys.stderr)
         return 2
     fmt = output_format(cfg)
+    if fmt != "json":
+        from driver.saved import resume_line
+
+        resuming = resume_line(cfg)  # the first line of a run that goes on from a checkpoint
+        print(resuming or "", end="\n" if resuming else "", flush=True)
     print(config_text(cfg, config_yaml, output_dir, fmt, show), end="", flush=True)
     if supervised and embedded(cfg):
-        from dataclasses import asdict
-
-        from driver.embedded.netns import network_reason
-        from driver.embedded.supervise import supervise
-
-        shared = network_reason(asdict(cfg), dict(os.environ))
-        return supervise(lambda: _run(cfg, config_yaml, output_dir, fmt, args[0]),
-                         isolate_network=shared is None)  # fmt: skip
+        return _supervised(cfg, lambda: _run(cfg, config_yaml, output_dir, fmt, args[0]))
     return _run(cfg, config_yaml, output_dir, fmt, args[0])
+
+
+def _supervised(cfg, run) -> int:
+    """`run()` in a child process in its own session (driver/embedded/supervise.py); when a signal
+    killed it before it could print its summary (a second Ctrl-C stops at once), the
+    summary of what was saved is printed here."""
+    from dataclasses import asdict
+
+    from driver.embedded.netns import network_reason
+    from driver.embedded.supervise import supervise
+
+    done_r, done_w = os.pipe()
+    os.set_blocking(done_r, False)
+
+    def child() -> int:
+        code = run()
+        os.write(done_w, b"1")  # the run ended by itself and said how
+        return code
+
+    shared = network_reason(asdict(cfg), dict(os.environ))
+    parent = os.getpid()
+    code = supervise(child, isolate_network=shared is None)
+    if os.getpid() != parent:  # the child, ending: its byte is for the parent to read
+        return code
+    os.close(done_w)
+    try:
+        finished = os.read(done_r, 1) == b"1"
+    except BlockingIOError:
+        finished = False
+    os.close(done_r)
+    if not finished and code > 128:
+        from driver.saved import stopped_line
+
+        print(stopped_line(cfg, code - 128), flush=True)
+    return code
 
 
 def config_text(cfg, config_yaml: str, output_dir: Path, fmt: str, show: bool) -> str:
@@ -147,13 +185,18 @@ def _run(cfg, config_yaml: str, output_dir: Path, fmt: str, source: str) -> int:
     from driver.output import crash
     from driver.output.summary import format_summary
 
-    stops = StopRelay(lambda line: print(line, file=sys.stderr, flush=True)).install()
+    say = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
+    stops = StopRelay(say, grace_s=stop_grace_s(cfg.checkpoint.preemption_budget_s)).install()
     try:
+        check_storage_or_stop(cfg, output_dir, source)
         summary = launch(cfg, config_yaml, fmt, stops=stops)
     except InputError as err:  # found at launch (capacity, cluster shape): name the config
         err.source = err.source or source
         print(f"error: {err.line()}", file=sys.stderr)
         return 2
+    except StorageUnreachable as err:  # nothing started: one line, the URI and the reason
+        print(f"error: {err}", file=sys.stderr)
+        return 1
     except RunFailed as err:
         print(f"error: run failed: {err}\ncrash bundle: {err.bundle}", file=sys.stderr)
         return err.exit_code
@@ -178,6 +221,20 @@ def _run(cfg, config_yaml: str, output_dir: Path, fmt: str, source: str) -> int:
         print(f"error: run stopped: {summary['ckpt_stopped']}", file=sys.stderr, flush=True)
         return 1
     return exit_code(summary, stops.signum)
+
+
+class StorageUnreachable(Exception):
+    """The run cannot write its storage (driver/checkpoint/reach.py); one line."""
+
+
+def check_storage_or_stop(cfg, output_dir: Path, source: str) -> None:
+    """Probe the storage the run writes, for at most `checkpoint.storage_timeout_s`, before
+    Ray starts (StorageUnreachable). A stop signal meanwhile stops the run at once."""
+    from driver.checkpoint.reach import check_storage
+
+    problem = check_storage(cfg, output_dir)
+    if problem is not None:
+        raise StorageUnreachable(f"{source}: {problem.line()}")
 
 
 def exit_code(summary: dict, signum: int | None) -> int:

@@ -38,7 +38,7 @@ from collections.abc import Iterable
 from datetime import UTC, datetime
 from pathlib import Path
 
-from catalog.labels import ATTEMPT_LABEL, RANK_LABEL, TELEMETRY_LABELS
+from catalog.labels import ATTEMPT_LABEL, RANK_LABEL, SERVICE_LABEL, TELEMETRY_LABELS
 
 STORE_DIR = "chdb"
 RUN_METRICS = "platform.run_metrics"
@@ -76,10 +76,17 @@ def metric_rows(identity: dict, rank: int, step: int, ts, values: dict[str, floa
     base.update(ts=ts_text(ts), attempt=int(identity.get(ATTEMPT_LABEL) or 0), rank=int(rank),
                 step=int(step))  # fmt: skip
     return [
-        {**base, "name": name, "value": float(v)}
+        {**base, **service_of(name), "name": name, "value": float(v)}
         for name, v in sorted(values.items())
         if not isinstance(v, bool) and isinstance(v, int | float) and math.isfinite(v)
     ]
+
+
+def service_of(name: str) -> dict:
+    """The `service` label a metric's name implies: `aux/<service>/<field>` is that aux
+    service's figure (rank 0 reports it), whatever process sent the row; {} otherwise."""
+    parts = name.split("/")
+    return {SERVICE_LABEL: parts[1]} if len(parts) == 3 and parts[0] == "aux" and parts[1] else {}
 
 
 def json_each_row(rows: Iterable[dict]) -> str:

@@ -116,22 +116,14 @@ def run_local(path: str | Path, sets: tuple[str, ...], steps: int | None, dry_ru
 
 
 def _run_here(command: list[str], root: Path) -> int:
-    """Run `command` in `root` with the repository on PYTHONPATH; its exit code. A SIGTERM
-    to us goes to it; a Ctrl-C reaches it (and its processes) through the process group."""
+    """Run `command` in `root` with the repository on PYTHONPATH (runner.localchild: it
+    lives and dies with us); its exit code."""
     import os
-    import signal
-    import subprocess
+
+    from runner.localchild import run_child
 
     env = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")])),
     }
-    child = subprocess.Popen(command, cwd=root, env=env)
-    previous = signal.signal(signal.SIGTERM, lambda *_: child.send_signal(signal.SIGTERM))
-    try:
-        try:
-            return child.wait()
-        except KeyboardInterrupt:  # the processes got the Ctrl-C too
-            return child.wait()
-    finally:
-        signal.signal(signal.SIGTERM, previous)
+    return run_child(command, root, env)

@@ -25,6 +25,7 @@ from runner.experiment_spec import (
     shared_fields,
     sync_address,
 )
+from runner.runfile import shown
 
 
 def secret_refs(exp: Experiment, owner: str, keys: tuple[str, ...]) -> dict[str, Any]:
@@ -63,7 +64,9 @@ def learner_env(exp: Experiment, learner: Learner) -> dict[str, Any]:
 
 def learner_data(exp: Experiment, learner: Learner) -> dict[str, Any]:
     """The run definition of one learner: shared fields, its own on top, its `diloco.*`
-    overrides last (the experiment's block decides them) and its key references."""
+    overrides last (the experiment's block decides them) and its key references. Its
+    `train_overrides` follow the shared ones and its `env` entries win over them; either
+    of another kind than a list or a mapping is an InputError naming where it is."""
     base, own = shared_fields(exp), dict(learner.model_extra or {})
     data = {
         **base,
@@ -72,13 +75,26 @@ def learner_data(exp: Experiment, learner: Learner) -> dict[str, Any]:
         "type": "rayjob",
         "cluster": learner.cluster,
     }
-    data["train_overrides"] = [
-        *base.get("train_overrides", []),
-        *own.get("train_overrides", []),
-        *learner_overrides(exp, learner),
-    ]
-    data["env"] = {**base.get("env", {}), **own.get("env", {}), **learner_env(exp, learner)}
+    mine = f"learners[{exp.learners.index(learner)}]"
+    overrides = [_part(exp, base, "train_overrides", list, ""),
+                 _part(exp, own, "train_overrides", list, mine)]  # fmt: skip
+    overrides.append(learner_overrides(exp, learner))
+    data["train_overrides"] = [item for part in overrides for item in part]
+    env = (_part(exp, base, "env", dict, ""), _part(exp, own, "env", dict, mine))
+    data["env"] = {**env[0], **env[1], **learner_env(exp, learner)}
     return data
+
+
+def _part(exp: Experiment, fields: dict, key: str, kind: type, prefix: str) -> Any:
+    """`fields[key]` when it is a `kind` (empty when absent), else an InputError."""
+    value = fields.get(key)
+    if value is None and key not in fields:
+        return kind()
+    if not isinstance(value, kind):
+        what = "a list of key=value" if kind is list else "a mapping of NAME: value"
+        field = f"{prefix}.{key}" if prefix else key
+        raise InputError(exp._origin, field, f"must be {what}, not {shown(value)}")
+    return value
 
 
 def add_identity(node: Any, extra: dict[str, str]) -> Any:
@@ -111,6 +127,7 @@ class Part:
     cluster: str
     manifests: list[dict]
     totals: str
+    notices: tuple[str, ...] = ()
 
 
 def learner_spec(exp: Experiment, index: int, train_overrides: tuple[str, ...] = ()):
@@ -139,4 +156,12 @@ def render_learner(exp: Experiment, index: int) -> Part:
         raise relabel(err, exp, f"learners[{index}]", own) from None
     identity = {EXPERIMENT_LABEL: exp.name, LEARNER_LABEL: learner.name}
     manifests = add_identity(rendered.manifests, identity)
-    return Part(learner.name, learner.cluster, manifests, rendered.plan.totals())
+    notices = tuple(relabel_notice(n, exp, index, own) for n in rendered.notices)
+    return Part(learner.name, learner.cluster, manifests, rendered.summary(), notices)
+
+
+def relabel_notice(line: str, exp: Experiment, index: int, own: set[str]) -> str:
+    """A learner's notice about its image, naming where the image is set in the file."""
+    if "image" in own and line.startswith(f"{exp._origin}: image: "):
+        return line.replace(": image: ", f": learners[{index}].image: ", 1)
+    return line

@@ -11,10 +11,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
 from catalog import labels
 from catalog.errors import InputError, from_validation
+from runner.spec_schema import no_bool
 
 EXPERIMENT_LABEL, LEARNER_LABEL = labels.EXPERIMENT, labels.LEARNER
 SYNC_ROLE = labels.SYNCHRONIZER
@@ -30,10 +31,21 @@ INTERNAL_LB = {
 Quantity = str | int | float
 
 
-class Diloco(BaseModel):
-    """How learners sync (the driver's `diloco` section, synchronizer.OuterConfig)."""
+class Strict(BaseModel):
+    """A block of the experiment file: unknown keys refused, true/false only for yes/no."""
 
     model_config = ConfigDict(extra="forbid")
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_bool(cls, value: Any, info: ValidationInfo) -> Any:
+        no_bool(cls, value, info)
+        return value
+
+
+class Diloco(Strict):
+    """How learners sync (the driver's `diloco` section, synchronizer.OuterConfig)."""
+
     sync_every: int = Field(default=50, ge=1, description="H: local steps between syncs")
     mode: Literal["barrier", "decoupled"] = "barrier"
     merge: Literal["delta", "replace"] = "delta"
@@ -47,10 +59,9 @@ class Diloco(BaseModel):
     fragments: int = Field(default=1, ge=1, le=64, description="streaming: model fragments")
 
 
-class Synchronizer(BaseModel):
+class Synchronizer(Strict):
     """Where the synchronizer runs and how learners reach it."""
 
-    model_config = ConfigDict(extra="forbid")
     cluster: str
     cpus: Quantity = 4
     memory: Quantity = "16Gi"
@@ -111,6 +122,11 @@ def build_experiment(data: dict[str, Any], origin: str) -> Experiment:
     except ValidationError as err:
         raise from_validation(origin, err) from None
     exp._origin = origin
+    from runner.spec import check_overrides
+
+    for i, learner in enumerate(exp.learners):
+        own = (learner.model_extra or {}).get("train_overrides")
+        check_overrides(own, origin, f"learners[{i}].train_overrides")
     names = [ln.name for ln in exp.learners]
     for i, name in enumerate(names):
         if name in names[:i]:

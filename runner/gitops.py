@@ -12,6 +12,7 @@ import difflib
 import os
 import re
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -38,13 +39,16 @@ def comment(text: str) -> str:
     return "".join(c if c.isprintable() else ascii(c)[1:-1] for c in text)
 
 
-def header(source: str, totals: str, flags: list[str]) -> str:
+def header(source: str, totals: str, flags: list[str], notices: Sequence[str] = ()) -> str:
+    """The comment lines an apps/ file starts with; each of `notices` (what keeps the run
+    from starting, runner.unbuilt) as a `# WARNING:` line anyone reviewing the file sees."""
     source = comment(source)
     lines = [f"# Rendered by runner from {source}; do not edit by hand."]
     if flags:
         lines.append(f"# Command-line overrides: {comment(' '.join(flags))}")
     lines.append(f"# Re-render: runner render {source}")
     lines.append(f"# {comment(totals)}")
+    lines += [f"# WARNING: {comment(notice)}" for notice in notices]
     return "\n".join(lines) + "\n"
 
 
@@ -52,7 +56,7 @@ def relative_to_root(path: Path, root: Path | None = None) -> str:
     """`apps/x/y/z.yaml` for a path inside the repository, else the path as given."""
     try:
         return path.resolve().relative_to((root or repo_root()).resolve()).as_posix()
-    except ValueError:
+    except (ValueError, OSError, RuntimeError):  # outside the root; a symlink loop
         return str(path)
 
 

@@ -34,6 +34,7 @@ POD_DEFAULTS: dict[str, Any] = {
     "node_selector": {},
     "tolerations": [],
     "node_affinity": [],
+    "avoid_nodes": [],
     "rack_topology": None,
     "sidecars": [],
     "command": None,
@@ -47,6 +48,7 @@ POD_DEFAULTS: dict[str, Any] = {
     "mounts": [],
     "host_volumes": [],
     "warden_token": None,
+    "termination_grace": None,
 }
 
 

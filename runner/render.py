@@ -3,8 +3,10 @@
     from runner.render import render_run
     manifests = render_run(load_run("runs/examples/tiny-lm.yaml"))
 
-`render(spec)` also returns the resolved `Plan` (for job totals); `render_run` is the
-contract other parts call. Every manifest returned has passed `runner.validation`.
+`render(spec)` also returns the resolved `Plan` (for job totals) and, for a run that starts the
+driver, the layout the driver composes for the rendered shape (runner.layout: checked by the driver
+itself; a layout that does not fit the manifest is refused here); `render_run` is the contract
+other parts call. Every manifest returned has passed `runner.validation`.
 """
 
 from __future__ import annotations
@@ -17,12 +19,14 @@ from typing import Any
 from catalog import labels
 from runner import keepnodes
 from runner.gpupod import gpu_settings
+from runner.layout import check_layout, shape_of
 from runner.podcontext import NOBODY, pod_context
 from runner.resolve import Plan, resolve
 from runner.sizing import CPU_ONLY_SHM
 from runner.spec import entrypoint
 from runner.spec_schema import RunSpec
 from runner.templating import render_template
+from runner.unbuilt import notice, unbuilt_image
 from runner.validation.inputs import EnvPlan, check_spec, load_env
 from runner.validation.manifests import validate_manifests
 
@@ -54,10 +58,36 @@ def exact_cpu(cores: float) -> str:
 
 @dataclass(frozen=True)
 class Rendered:
-    """A rendered run: its resolved plan and its validated manifests."""
+    """A rendered run: its resolved plan, its validated manifests, and the layout its driver
+    composes (None: the run does not start the driver, or the driver is not installed)."""
 
     plan: Plan
     manifests: list[dict]
+    layout: dict | None = None
+    notices: tuple[str, ...] = ()
+    """One line each: what keeps the run from starting as rendered (runner.unbuilt)."""
+
+    def summary(self) -> str:
+        """The plan's totals, and what trains: `...; trains on 16 GPUs: FSDP 8 x 2 replica
+        groups`."""
+        return self.plan.totals() + (f"; {layout_line(self.layout)}" if self.layout else "")
+
+
+def layout_line(layout: dict) -> str:
+    """The composed layout in words (runner.layout's JSON)."""
+    world, fsdp = layout["world_size"], layout["fsdp_size"]
+    line = (f"trains on {count(world, 'GPU')}: FSDP {fsdp} x {count(world // fsdp, 'replica')}"
+            f" in {count(layout['replica_groups'], 'replica group')}")  # fmt: skip
+    for name, service in layout["services"].items():
+        line += f", {name} {service['replicas']} on {count(service['gpus'], 'GPU')}"
+    if layout["idle_gpus"]:
+        line += f", {count(layout['idle_gpus'], 'GPU')} idle"
+    return line
+
+
+def count(number: float, noun: str) -> str:
+    """`1 GPU`, `2 GPUs`, `0.5 GPUs`."""
+    return f"{number:g} {noun}{'' if number == 1 else 's'}"
 
 
 def _secret(pair: tuple[str, str]) -> dict[str, str]:
@@ -91,6 +121,8 @@ def _pod(plan: Plan, env: EnvPlan, role: str, configmap: str | None) -> dict[str
         "working_dir": working_dir,
         "secrets": {**env.secrets, **(TRAINING_SECRETS if training else {})},
         **({"env": dict(TRAINING_ENV)} if training else {}),
+        # a stop (preemption, eviction, spot reclaim) leaves time for the final save
+        "termination_grace": plan.grace.grace_s if training else None,
         "configmap": configmap,
         "run_as_user": spec.run_as_user,
     }
@@ -120,6 +152,7 @@ def _worker(plan: Plan, env: EnvPlan, configmap: str | None, role: str) -> dict[
         env_overrides=env.values,
     )
     gpu.apply(pod)
+    pod["avoid_nodes"] = list(spec.avoid_nodes)
     if spec.rack_affinity:
         block = spec.rack_affinity == "block"
         pod["rack_topology"] = labels.TOPOLOGY_BLOCK if block else labels.TOPOLOGY_SUBBLOCK
@@ -205,14 +238,16 @@ def context(plan: Plan, env: EnvPlan) -> dict[str, Any]:
     }
     if spec.working_dir and "://" in spec.working_dir:
         run["runtime_env_yaml"] = f"working_dir: {json.dumps(spec.working_dir)}\n"
+    shape, budget = shape_of(plan), plan.grace.budget_s
     if spec.type == "job":
         run["worker"] = _worker(plan, env, configmap, "job")
-        run["worker"].update(restart_policy="Never", command=entrypoint(spec))
+        command = entrypoint(spec, shape=shape, budget_s=budget)
+        run["worker"].update(restart_policy="Never", command=command)
     else:
         run["worker"] = _worker(plan, env, configmap, "worker")
         run["head"] = _head(plan, env, configmap)
     if spec.type == "rayjob":
-        run["entrypoint"] = shlex.join(entrypoint(spec))
+        run["entrypoint"] = shlex.join(entrypoint(spec, shape=shape, budget_s=budget))
         run["submitter"] = _submitter(plan)
     if spec.type == "raycluster":
         run["sentinel"] = _sentinel(plan, env)
@@ -225,9 +260,14 @@ def render(spec: RunSpec) -> Rendered:
     check_spec(spec)
     plan = resolve(spec)
     env = load_env(spec)
+    layout = None
+    shape = shape_of(plan)
+    if shape and not spec.cmd and spec.train_config:  # the driver: check what it composes
+        layout = check_layout(spec, entrypoint(spec, shape=shape, budget_s=plan.grace.budget_s))
     manifests = render_template(spec.type, run=context(plan, env))
     validate_manifests(manifests, plan.cluster.kubernetes_version, spec.origin)
-    return Rendered(plan, manifests)
+    unbuilt = unbuilt_image(spec)
+    return Rendered(plan, manifests, layout, (notice(spec, unbuilt),) if unbuilt else ())
 
 
 def render_run(spec: RunSpec) -> list[dict]:

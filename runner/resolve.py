@@ -18,6 +18,7 @@ from catalog import labels
 from catalog.loader import accelerator as find_accelerator
 from catalog.loader import load_cluster
 from catalog.quantity import format_bytes, format_cpu
+from catalog.saving import GraceError, GracePlan, grace_plan
 from catalog.schema import Accelerator, Cluster, GpuPool
 from runner import keepnodes
 from runner.runfile import shown
@@ -42,6 +43,8 @@ class Plan:
     priority_class: str = labels.PRIORITY_DEFAULT
     keep_seconds: int | None = None
     """`keep_nodes` in seconds: how long Warden keeps the worker nodes after the run."""
+    grace: GracePlan = field(default_factory=lambda: grace_plan(None, 1, "cpu", False))
+    """The final checkpoint's budget and the pods' grace period (catalog.saving)."""
 
     @property
     def whole_node(self) -> bool:
@@ -204,4 +207,26 @@ def resolve(spec: RunSpec) -> Plan:
         pools=pools,
         priority_class=_priority(spec),
         keep_seconds=_keep_seconds(spec, accel, gpus),
+        grace=_grace(spec, accel),
     )
+
+
+BUDGET_KEY = "checkpoint.preemption_budget_s"
+
+
+def _grace(spec: RunSpec, accel: Accelerator | None) -> GracePlan:
+    """The pods' grace period and the driver's final-save budget, from the model size and
+    the device's measured save throughput (catalog.saving); refused when the save cannot
+    fit, or when the run sets the budget itself."""
+    for item in spec.train_overrides:
+        if item.split("=", 1)[0].lstrip("+") == BUDGET_KEY:
+            raise spec.error("train_overrides", f"{BUDGET_KEY} is the runner's (the pods' grace "
+                             "period): set model_params (and model_shards) instead")  # fmt: skip
+    if spec.model_shards > spec.pods:
+        raise spec.error("model_shards", f"{spec.model_shards} is more than the run's pods "
+                         f"({spec.pods})")  # fmt: skip
+    device = accel.name if accel is not None else "cpu"
+    try:
+        return grace_plan(spec.model_params, spec.model_shards, device, spec.preemptible)
+    except GraceError as err:
+        raise spec.error("model_params", str(err)) from None

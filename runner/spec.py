@@ -23,16 +23,33 @@ from catalog import labels
 from catalog.errors import InputError, from_validation
 from catalog.loader import repo_root
 from runner.runfile import read_yaml_file, shown
-from runner.spec_schema import COMMAND_LINE, SURROGATE, RunSpec, locate
+from runner.spec_schema import COMMAND_LINE, MAX_ENTRIES, SURROGATE, RunSpec, locate
 
 
 def display_path(path: str | Path) -> str:
-    """A path relative to the repository root when inside it, else as given."""
-    resolved = Path(path).resolve()
+    """A path relative to the repository root when inside it, else as given (also when it
+    cannot be resolved: a symlink loop, a NUL in the name; reading it then says why)."""
     try:
-        return str(resolved.relative_to(repo_root()))
-    except ValueError:
+        return str(Path(path).resolve().relative_to(repo_root()))
+    except (ValueError, OSError, RuntimeError):  # outside the root; a NUL; a symlink loop
         return str(path)
+
+
+def check_overrides(items: Any, source: str, field: str = "train_overrides") -> None:
+    """`key=value` items of one place (a file's list, or the command line's `--set`s): the
+    same key twice is refused, naming both (a later place may override an earlier one)."""
+    if not isinstance(items, list | tuple) or len(items) > MAX_ENTRIES:
+        return  # the schema refuses it, saying so
+    seen: dict[str, int] = {}
+    for index, item in enumerate(items):
+        if not isinstance(item, str) or "=" not in item:
+            continue
+        key = item.split("=", 1)[0].strip().lstrip("+~")
+        if key in seen:
+            label = f"{field}[{index}]" if source != COMMAND_LINE else field
+            raise InputError(source, label, f"{shown(key)} is set twice (entries "
+                             f"{seen[key] + 1} and {index + 1}); give each key once")  # fmt: skip
+        seen[key] = index
 
 
 def build_spec(
@@ -65,12 +82,15 @@ def read_run(path: str | Path) -> tuple[dict[str, Any], str]:
     """(data, display name) of a run definition file; errors name the file."""
     if SURROGATE.search(str(path)):
         raise InputError(COMMAND_LINE, "RUN", f"{shown(str(path))}: the name is not UTF-8")
+    if "\x00" in str(path):
+        raise InputError(COMMAND_LINE, "RUN", f"{shown(str(path))}: the name contains a NUL")
     origin = display_path(path)
     data = read_yaml_file(Path(path), origin)
     if data is None:
         data = {}
     if not isinstance(data, dict):
         raise InputError(origin, None, "expected a mapping of run definition keys")
+    check_overrides(data.get("train_overrides"), origin)
     return data, origin
 
 
@@ -82,8 +102,24 @@ def load_run(
     return build_spec(data, origin, overrides, flags)
 
 
-def entrypoint(spec: RunSpec, local: bool = False) -> list[str]:
-    """The command the run executes: `cmd`, else the driver with the run's config."""
+SHAPE_KEYS = ("nodes", "gpus_per_node", "accelerator", "cpus_per_gpu")
+"""The driver's `shape.*` keys: the shape the renderer rendered (driver/config/layout.py)."""
+
+
+def shape_words(shape: dict | None) -> list[str]:
+    """`shape.<key>=<value>` for the driver, in `SHAPE_KEYS` order (none without a shape)."""
+    if not shape:
+        return []
+    return [f"shape.{key}={shape[key]}" for key in SHAPE_KEYS]
+
+
+def entrypoint(spec: RunSpec, local: bool = False, shape: dict | None = None,
+               budget_s: int | None = None) -> list[str]:  # fmt: skip
+    """The command the run executes: `cmd`, else the driver with the run's config, the
+    `shape` it was rendered for (pods, GPUs each, accelerator, CPUs per GPU), from which the
+    driver composes its layout (the manifest's: an override may not set it), and, rendered,
+    `checkpoint.preemption_budget_s` (the final save's part of the pods' grace period,
+    runner.resolve)."""
     if spec.cmd:
         try:
             return shlex.split(spec.cmd)
@@ -91,6 +127,10 @@ def entrypoint(spec: RunSpec, local: bool = False) -> list[str]:
             raise spec.error("cmd", f"cannot split into words: {err}") from None
     if not spec.train_config:
         raise spec.error("train_config", "a run needs cmd or train_config")
+    for word in spec.train_overrides:
+        if word.lstrip("+~").startswith("shape."):
+            message = f"{word.split('=')[0]}: the shape is the manifest's (pods, gpus, accelerator)"
+            raise spec.error("train_overrides", message)
     team = spec.run_team
     words = ["python", "-m", "driver.train", spec.train_config]
     words += [f"run.name={spec.name}", f"run.team={team}", f"run.cluster={spec.cluster}"]
@@ -100,10 +140,17 @@ def entrypoint(spec: RunSpec, local: bool = False) -> list[str]:
         source, label = spec.where("cluster")
         cluster = load_cluster(spec.cluster, source=source, field=label)
         words.append(f"checkpoint.root=gs://{cluster.buckets.checkpoints}")
-        # every rank's rows go to the cluster's ClickHouse; the chDB store is for local runs
-        words += [f"logging.clickhouse_url={labels.CLICKHOUSE_URL}", "logging.store=false"]
+        # every rank's rows go to the cluster's ClickHouse; the chDB store is for local runs;
+        # metrics and log lines go over OTLP to the platform's collector; crash bundles are
+        # kept, signed, in the cluster's bundles bucket under the team's prefix
+        words += [f"logging.clickhouse_url={labels.CLICKHOUSE_URL}", "logging.store=false",
+                  f"logging.otel_endpoint={labels.OTEL_COLLECTOR_URL}",
+                  f"logging.bundle_root=gs://{cluster.buckets.bundles}"]  # fmt: skip
+    words += shape_words(shape)
     if spec.resume:
         words.append(f"checkpoint.resume={spec.resume}")
+    if budget_s is not None:
+        words.append(f"checkpoint.preemption_budget_s={budget_s}")
     return words + list(spec.train_overrides)
 
 

@@ -12,7 +12,7 @@ Reading a file and applying flags is `runner.spec` (`load_run`, `build_spec`).
 from __future__ import annotations
 
 import re
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationInfo, field_validator
 
@@ -40,6 +40,7 @@ FLAGS: dict[str, tuple[str, ...]] = {
     "image": ("--image", "--docker-image"),
     "env_file": ("--env-file", "--env"),
     "train_overrides": ("--set",),
+    "avoid_nodes": ("--avoid-node",),
     "env": ("env",),
 }
 
@@ -47,6 +48,9 @@ FLAGS: dict[str, tuple[str, ...]] = {
 def flag_name(field: str) -> str:
     """The flag that sets `field` (`gpus` -> `--gpus`, `train_overrides` -> `--set`)."""
     return FLAGS.get(field, ("--" + field.replace("_", "-"),))[0]
+
+
+NODE_NAME = re.compile(r"^[a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?$")  # a DNS-1123 subdomain
 
 
 class RunSpec(BaseModel):
@@ -111,11 +115,30 @@ class RunSpec(BaseModel):
         " (30m, 2h, 1h30m; 1m to 24h), so a relaunch lands on them",
     )
 
+    avoid_nodes: list[str] = Field(
+        default_factory=list,
+        description="nodes the run's GPU pods must not be placed on (a relaunch after a node"
+        " fault; `runner diagnose --propose` sets it)",
+    )
     run_as_user: int | None = Field(
         default=None,
         ge=1,
         le=MAX_TTL,
         description="run the run's containers as this non-root user id (the image must allow it)",
+    )
+    model_params: float | None = Field(
+        default=None,
+        gt=0,
+        le=1e15,
+        description="parameters of the model the run trains (7e9, 7B, 350M): the pods' grace "
+        "period fits its final checkpoint",
+    )
+    model_shards: int = Field(
+        default=1,
+        ge=1,
+        le=MAX_PODS,
+        description="pods one model copy's checkpoint is written from (1 under DDP; the FSDP "
+        "pods when sharded)",
     )
 
     _sources: dict[str, str] = PrivateAttr(default_factory=dict)
@@ -125,7 +148,9 @@ class RunSpec(BaseModel):
     @field_validator("*", mode="before")
     @classmethod
     def _bounded(cls, value: Any, info: ValidationInfo) -> Any:
-        """Every string bounded, valid UTF-8 and without NUL; every list or mapping short."""
+        """Every string bounded, valid UTF-8 and without NUL; every list or mapping short;
+        true/false only where the field is a yes/no."""
+        no_bool(cls, value, info)
         long = info.field_name in ("cmd", "env")
         if isinstance(value, list | dict):
             if len(value) > MAX_ENTRIES:
@@ -136,12 +161,32 @@ class RunSpec(BaseModel):
         _check_text(value, MAX_CMD if long else MAX_TEXT)
         return value
 
+    @field_validator("model_params", mode="before")
+    @classmethod
+    def _count(cls, value: Any) -> Any:
+        """`7B`, `350M`, `1.5T`, `20K` or a number."""
+        if not isinstance(value, str):
+            return value
+        scale = {"K": 1e3, "M": 1e6, "B": 1e9, "T": 1e12}.get(value.strip()[-1:].upper())
+        try:
+            return float(value.strip()[:-1]) * scale if scale else float(value)
+        except ValueError:
+            raise ValueError(f"{shown(value)} is not a parameter count (7e9, 7B, 350M)") from None
+
     @field_validator("train_overrides")
     @classmethod
     def _key_value(cls, value: list[str]) -> list[str]:
         for item in value:
             if "=" not in item or item.startswith("="):
                 raise ValueError(f"{shown(item)} is not key=value")
+        return value
+
+    @field_validator("avoid_nodes")
+    @classmethod
+    def _node_names(cls, value: list[str]) -> list[str]:
+        for item in value:
+            if not NODE_NAME.match(item):
+                raise ValueError(f"{shown(item)} is not a node name")
         return value
 
     @property
@@ -165,6 +210,17 @@ class RunSpec(BaseModel):
     def overridden(self) -> list[str]:
         """Fields set on the command line, in field order."""
         return [f for f in type(self).model_fields if self._sources.get(f) == COMMAND_LINE]
+
+
+def no_bool(model: type[BaseModel], value: Any, info: ValidationInfo) -> None:
+    """A field validator's check: true/false for a field that is not a yes/no (pydantic
+    would take `pods: true` as 1). ValueError naming what the field takes."""
+    if not isinstance(value, bool):
+        return
+    annotation = model.model_fields[info.field_name].annotation
+    if annotation is bool or bool in get_args(annotation):
+        return
+    raise ValueError(f"expected a number, not {str(value).lower()}")
 
 
 def _check_text(value: Any, limit: int) -> None:

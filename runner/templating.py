@@ -18,6 +18,7 @@ import jinja2
 import yaml
 from yaml.nodes import MappingNode, ScalarNode, SequenceNode
 
+from catalog import labels
 from runner.yamltext import quoted_json
 
 _Base = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
@@ -85,6 +86,7 @@ def environment() -> jinja2.Environment:
         autoescape=False,
     )
     env.filters["json"] = _json
+    env.globals["hostname_label"] = labels.HOSTNAME
     return env
 
 

@@ -11,11 +11,12 @@ The caller is the Kubernetes service account whose projected token the pod prese
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Annotated, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from catalog import boundedjson
 
 SERVICE_ACCOUNT_PREFIX = "system:serviceaccount:"
 # DNS-1123 labels: Kubernetes namespaces, RayCluster and worker-group names, node names.
@@ -23,6 +24,8 @@ NAME = r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$"
 STAMP = r"^[0-9A-Za-z:. +-]*$"  # a timestamp as ClickHouse prints it; no line breaks
 MAX_REPLICAS = 100_000
 MAX_FINDINGS = 256
+MAX_PODS = 256
+MAX_DEPTH = 8  # nesting of a body's JSON (the routes' bodies need 3)
 T = TypeVar("T", bound="Strict")
 
 
@@ -65,20 +68,31 @@ def bearer(header: str | None) -> str:
 
 
 def body_length(headers, limit: int) -> int:
-    """The length of a JSON request body (`Content-Length`, at most `limit` bytes)."""
+    """The length of a JSON request body (`Content-Length`, at most `limit` bytes): 415 for
+    another type, 411 without a length, 400 for a length that is not a decimal number (or
+    given twice, or with a Transfer-Encoding), 413 over `limit`."""
     kind = (headers.get("Content-Type") or "").partition(";")[0].strip().lower()
     if kind != "application/json":
         raise Refusal(415, "Content-Type must be application/json")
+    if headers.get("Transfer-Encoding") is not None:
+        raise Refusal(400, "Transfer-Encoding is not supported; send Content-Length")
+    lengths = headers.get_all("Content-Length") if hasattr(headers, "get_all") else None
     length = headers.get("Content-Length")
-    if length is None or not length.isdigit():
+    if length is None:
         raise Refusal(411, "Content-Length required")
-    if int(length) > limit:
-        raise Refusal(413, f"body of {length} bytes is over {limit}")
+    length = length.strip()
+    if not (length.isascii() and length.isdigit()) or len(lengths or [length]) > 1:
+        raise Refusal(400, f"Content-Length {length[:20]!r} is not one decimal number")
+    if len(length) > 12 or int(length) > limit:
+        raise Refusal(413, f"body of {length[:20]} bytes is over {limit}")
     return int(length)
 
 
+PodName = Annotated[str, Field(pattern=NAME, max_length=253)]
+
+
 class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True, allow_inf_nan=False)
 
 
 class ShrinkBody(Strict):
@@ -90,6 +104,8 @@ class ShrinkBody(Strict):
     replicas_to: int = Field(ge=0, le=MAX_REPLICAS)
     namespace: str | None = Field(default=None, pattern=NAME, max_length=63)
     """Optional; when given it must be the caller's own."""
+    pods: list[PodName] = Field(default_factory=list, max_length=MAX_PODS)
+    """The lost replica group's pods; Warden deletes only those of the worker group."""
 
 
 class Finding(Strict):
@@ -106,6 +122,23 @@ class Finding(Strict):
     until: str = Field(default="?", pattern=STAMP, max_length=40)
 
 
+class NodeChecksBody(Strict):
+    """POST /v1/nodechecks: nodes a failed run's analysis found at fault (a person approved
+    handing them over: `runner diagnose --approve`), each checked before any cordon."""
+
+    nodes: list[str] = Field(min_length=1, max_length=MAX_FINDINGS)
+    reason: str = Field(min_length=1, max_length=300, pattern=r"^[^\n\r]*$")
+    run: str = Field(default="", pattern=r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?)?$", max_length=63)
+
+    def node_names(self) -> list[str]:
+        import re
+
+        for node in self.nodes:
+            if len(node) > 253 or not re.match(NAME, node):
+                raise Refusal(400, f"nodes: {node[:60]!r} is not a node name")
+        return sorted(set(self.nodes))
+
+
 class StragglersBody(Strict):
     """POST /v1/stragglers: persistent stragglers on nodes the caller's pods run on."""
 
@@ -115,9 +148,9 @@ class StragglersBody(Strict):
 def parse(model: type[T], raw: bytes) -> T:
     """`raw` (a JSON object) as `model`; Refusal 400 naming the first bad field."""
     try:
-        data = json.loads(raw)
-    except (ValueError, UnicodeDecodeError):
-        raise Refusal(400, "body is not JSON") from None
+        data = boundedjson.loads(raw, MAX_DEPTH)
+    except ValueError as err:  # invalid, too deep, a non-finite number
+        raise Refusal(400, f"body is not JSON the gateway takes: {err}"[:200]) from None
     if not isinstance(data, dict):
         raise Refusal(400, "body is not a JSON object")
     try:

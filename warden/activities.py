@@ -39,6 +39,7 @@ from warden.model import (
 )
 from warden.prom import Prometheus
 from warden.rebooting import RebootActivities
+from warden.scaling import ScalingActivities
 from warden.stragglers import StragglerActivities, StragglerSweep
 from warden.telemetry import record
 
@@ -69,6 +70,7 @@ def _short(remediation_id: str) -> str:
 
 class WardenActivities(
     ControlActivities,
+    ScalingActivities,
     DrainActivities,
     RebootActivities,
     KeepActivities,

@@ -28,3 +28,7 @@ REPAIRED = f"{_PREFIX}/repaired"
 # Labels on the Jobs Warden starts (node check, DCGM diag), so a sweep can find them.
 JOB_NODE = f"{_PREFIX}/node"
 JOB_KIND = f"{_PREFIX}/job"
+
+# On a RayCluster Warden shrank: what each worker group had before (JSON), so a grow
+# restores it when capacity returns and never goes above (warden.kuberay).
+SHRUNK = f"{_PREFIX}/shrunk"

@@ -73,16 +73,33 @@ def post(path: str, body: dict, url: str | None = None, token_file: str | None =
 
 def start_shrink_sync(url: str | None, namespace: str, name: str, group: str,
                       replicas_from: int, replicas_to: int, token_file: str | None = None,
-                      timeout_s: float = 60.0) -> ShrinkResult | None:  # fmt: skip
+                      timeout_s: float = 60.0, pods: Iterable[str] = ()
+                      ) -> ShrinkResult | None:  # fmt: skip
     """Ask Warden to shrink RayCluster `namespace/name`'s worker group `group` from
-    `replicas_from` to `replicas_to` pods (driver.ft.shrink's starter): the result, or None
-    while the shrink still runs (the gateway answered 202). The same request shrinks once."""
+    `replicas_from` to `replicas_to` pods, deleting the lost replica group's `pods` and no
+    other (driver.ft.shrink's starter): the result, or None while the shrink still runs
+    (the gateway answered 202). The same request shrinks once."""
     body = {"namespace": namespace, "raycluster": name, "worker_group": group}
     body |= {"replicas_from": replicas_from, "replicas_to": replicas_to}
+    if pods:
+        body["pods"] = list(pods)
     status, reply = post("/v1/shrink", body, url, token_file, timeout_s)
     if status == 202:
         return None
-    return ShrinkResult(reply["replicas_before"], reply["replicas_after"], reply["changed"])
+    return ShrinkResult(reply["replicas_before"], reply["replicas_after"], reply["changed"],
+                        list(reply.get("deleted", [])))  # fmt: skip
+
+
+def request_node_checks_sync(url: str | None, nodes: Iterable[str], reason: str, run: str = "",
+                             token_file: str | None = None, timeout_s: float = 60.0
+                             ) -> dict:  # fmt: skip
+    """Hand nodes a run's failure analysis named to Warden for a node check (the check runs
+    first; a node is cordoned only if it fails): the gateway's reply, {"started": {node:
+    bool}, "skipped": {node: why}}. `runner diagnose --approve` calls it once a person said
+    yes."""
+    body = {"nodes": sorted(set(nodes)), "reason": " ".join(reason.split())[:300], "run": run}
+    _, reply = post("/v1/nodechecks", body, url, token_file, timeout_s)
+    return reply
 
 
 def finding_row(row: dict) -> dict:

@@ -113,6 +113,11 @@ class WardenConfig(Strict):
     stragglers: StragglerConfig | None = Field(
         default=None, description="the straggler sweep over ClickHouse; none: no sweep"
     )
+    watch: bool = Field(
+        default=True,
+        description="follow node conditions and node Events as they change (warden.watch); "
+        "the periodic sweep stays as the safety net",
+    )
     timings: Timings = Field(default_factory=Timings, description="periods and timeouts")
     rules: RuleConfig = Field(default_factory=RuleConfig, description="detection thresholds")
 
@@ -139,6 +144,7 @@ ENVIRONMENT = {
     "WARDEN_STRAGGLERS_CLICKHOUSE_URL": ("stragglers", "clickhouse_url"),
     "WARDEN_STRAGGLERS_USER": ("stragglers", "user"),
     "WARDEN_STRAGGLER_PERIOD_S": ("timings", "straggler_period_s"),
+    "WARDEN_WATCH": ("watch",),
 }
 
 

@@ -1,11 +1,10 @@
-"""Activities that steer rather than repair: detect, start node workflows, shrink a RayCluster.
+"""Activities that steer rather than repair: detect and start node workflows.
 
 `detect` classifies every GPU node with `warden.rules` and lists the nodes Warden cordoned
 earlier (the recovery sweep).
 `dispatch` starts one `NodeWorkflow` per finding and per node due for recovery, under the
 node's workflow ID; a node whose workflow is still running is left to it (the ID is the
-lock). `shrink` lowers a RayCluster worker group's replicas after training dropped a replica
-group (sets the target, so a retry never shrinks twice). Mixed into `WardenActivities`.
+lock). Mixed into `WardenActivities` (shrinking and growing RayClusters: `warden.scaling`).
 """
 
 from __future__ import annotations
@@ -15,11 +14,10 @@ from datetime import UTC, datetime, timedelta
 
 from temporalio import activity
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
-from temporalio.exceptions import ApplicationError, WorkflowAlreadyStartedError
+from temporalio.exceptions import WorkflowAlreadyStartedError
 
 from warden import rules
 from warden.faults import beat
-from warden.kube import NotFound
 from warden.model import (
     AMBIGUOUS,
     DetectInput,
@@ -27,8 +25,6 @@ from warden.model import (
     DispatchInput,
     DispatchResult,
     NodeInput,
-    ShrinkInput,
-    ShrinkResult,
     Timings,
     node_workflow_id,
 )
@@ -90,12 +86,10 @@ class ControlActivities:
             if not rules.is_gpu_node(node):
                 continue
             facts = rules.node_facts(node, now)
-            if facts.unschedulable:  # Warden's to recover, or a person's or GKE's: not ours
-                if rules.due_for_recovery(facts):
-                    result.recover.append(facts.name)
-                continue
+            if rules.due_for_recovery(facts):
+                result.recover.append(facts.name)
             gpu = telemetry.get(facts.name, rules.GpuTelemetry())
-            finding = rules.classify(facts, gpu, self.settings.rules, now)
+            finding = rules.finding_for(facts, gpu, self.settings.rules, now)
             if finding:
                 result.findings.append(finding)
         return result
@@ -119,24 +113,3 @@ class ControlActivities:
 
         started = await asyncio.gather(*(start(n) for n in node_inputs(inp)))
         return DispatchResult(sum(started), len(started) - sum(started))
-
-    @activity.defn
-    def shrink(self, inp: ShrinkInput) -> ShrinkResult:
-        try:
-            cluster = self.kube.get_raycluster(inp.namespace, inp.name)
-        except NotFound as err:
-            raise ApplicationError(str(err), type="NotFound", non_retryable=True) from None
-        groups = cluster["spec"].get("workerGroupSpecs", [])
-        index = next((i for i, g in enumerate(groups) if g.get("groupName") == inp.group), None)
-        if index is None:
-            message = f"RayCluster {inp.namespace}/{inp.name} has no worker group {inp.group}"
-            raise ApplicationError(message, type="NotFound", non_retryable=True)
-        before = int(groups[index].get("replicas", 0))
-        target = max(0, inp.replicas_to)
-        changed = before > target
-        if changed:
-            self.kube.set_worker_replicas(inp.namespace, inp.name, index, target)
-        reason = f"worker group {inp.group}: {inp.replicas_from} -> {target} replicas"
-        rid = f"shrink-{inp.namespace}-{inp.name}-{inp.group}-{target}"
-        self._emit(cluster, rid, "shrink", reason, f"was {before}", node="")
-        return ShrinkResult(before, target if changed else before, changed)

@@ -24,7 +24,8 @@ from pathlib import Path
 
 from warden import annotations
 from warden.errors import api_error
-from warden.fakeobjects import _stamp, make_node, make_pod
+from warden.fakeobjects import make_node, make_pod
+from warden.fakewatch import FakeRayClusters, FakeWatch, _refresh_node, _touch
 from warden.kube import Conflict, NotFound, Object
 
 
@@ -101,27 +102,10 @@ def _matches(fault: dict, service: str, call: str, key: str, after: bool) -> boo
     )
 
 
-def _touch(node: Object) -> None:
-    """A write to a node: a new resourceVersion, as the API server gives it."""
-    meta = node["metadata"]
-    meta["resourceVersion"] = str(int(meta.get("resourceVersion", "0")) + 1)
-
-
 def _stored_node(state: dict, name: str) -> Object:
     if name not in state["nodes"]:
         raise api_error("kube", f"node {name}", 404, "not found")
     return state["nodes"][name]
-
-
-def _refresh_node(state: dict, name: str) -> None:
-    private = state["private"].get(name, {})
-    ready_at = private.get("ready_at")
-    if ready_at and time.time() >= ready_at:
-        for cond in state["nodes"][name]["status"]["conditions"]:
-            if cond["type"] == "Ready":
-                cond.update(status="True", lastTransitionTime=_stamp())
-        private.pop("ready_at")
-        _touch(state["nodes"][name])
 
 
 def _refresh_job(state: dict, key: str) -> None:
@@ -137,8 +121,8 @@ def _refresh_job(state: dict, key: str) -> None:
     job["status"] = {"conditions": [{"type": kind_name, "status": "True"}]}
 
 
-class FakeKube:
-    """WardenKube over the fake store."""
+class FakeKube(FakeWatch, FakeRayClusters):
+    """WardenKube over the fake store (watches: warden.fakewatch)."""
 
     def __init__(self, store: FakeStore):
         self.store = store
@@ -164,7 +148,7 @@ class FakeKube:
             node = _stored_node(state, name)
             if resource_version and resource_version != node["metadata"]["resourceVersion"]:
                 raise Conflict(f"node {name} changed since it was read")
-            _touch(node)
+            _touch(node, state)
             was = bool(node["spec"].get("unschedulable"))
             if unschedulable is not None:
                 node["spec"]["unschedulable"] = unschedulable
@@ -188,7 +172,7 @@ class FakeKube:
             node = _stored_node(state, name)
             if resource_version and resource_version != node["metadata"]["resourceVersion"]:
                 raise Conflict(f"node {name} changed since it was read")
-            _touch(node)
+            _touch(node, state)
             for key, values in (("labels", labels), ("annotations", annotations)):
                 stored = node["metadata"].setdefault(key, {})
                 for item, value in values.items():
@@ -256,23 +240,6 @@ class FakeKube:
                 return None
             _refresh_job(state, key)
             return copy.deepcopy(state["jobs"][key])
-
-    def get_raycluster(self, namespace: str, name: str) -> Object:
-        self.store.fault("kube", "get_raycluster", f"{namespace}/{name}")
-        with self.store.txn() as state:
-            try:
-                return copy.deepcopy(state["rayclusters"][f"{namespace}/{name}"])
-            except KeyError:
-                raise NotFound(f"RayCluster {namespace}/{name} not found") from None
-
-    def set_worker_replicas(self, namespace: str, name: str, index: int, replicas: int) -> None:
-        self.store.fault("kube", "set_worker_replicas", f"{namespace}/{name}")
-        with self.store.txn() as state:
-            group = state["rayclusters"][f"{namespace}/{name}"]["spec"]["workerGroupSpecs"][index]
-            group["replicas"] = replicas
-            group["minReplicas"] = min(group.get("minReplicas", 0), replicas)
-            self.store.count(state, "shrink", f"{namespace}/{name}")
-        self.store.done("kube", "set_worker_replicas", f"{namespace}/{name}")
 
     def review_token(self, token: str, audiences: list[str]) -> Object:
         """A TokenReview of a token `FakeCluster.issue_token` made, as the API server answers

@@ -30,7 +30,7 @@ def _restart(state: dict, name: str) -> None:
     node-problem-detector conditions start afresh (a fault that persists comes back only
     when injected again)."""
     node = state["nodes"][name]
-    _touch(node)
+    _touch(node, state)
     node["status"]["nodeInfo"]["bootID"] = str(uuid.uuid4())
     for cond in node["status"]["conditions"]:
         if cond["type"] == "Ready":
@@ -74,6 +74,11 @@ class FakePrometheus:
     def gpu_telemetry(self) -> dict[str, GpuTelemetry]:
         with self.store.txn() as state:
             return {node: GpuTelemetry(**m) for node, m in state["metrics"].items()}
+
+
+def _ready(node: Object) -> bool:
+    ready = [c for c in node["status"]["conditions"] if c["type"] == "Ready"]
+    return not node["spec"].get("unschedulable") and bool(ready) and ready[0]["status"] == "True"
 
 
 class FakeCluster:
@@ -125,16 +130,63 @@ class FakeCluster:
         with self.store.txn() as state:
             state["pods"].pop(f"{namespace}/{name}", None)
 
-    def add_raycluster(self, namespace: str, name: str, groups: dict[str, int]) -> None:
+    def add_raycluster(self, namespace: str, name: str, groups: dict[str, int],
+                       selector: dict[str, str] | None = None) -> None:  # fmt: skip
+        """A RayCluster as the runner renders it (replicas = minReplicas = maxReplicas, no
+        in-tree autoscaling); `selector`: the worker pods' nodeSelector."""
+        template = {"spec": {"nodeSelector": dict(selector or {})}}
         specs = [
-            {"groupName": g, "replicas": n, "minReplicas": n, "maxReplicas": n}
+            {"groupName": g, "replicas": n, "minReplicas": n, "maxReplicas": n,
+             "template": template}
             for g, n in groups.items()
-        ]
+        ]  # fmt: skip
         obj = {"apiVersion": "ray.io/v1", "kind": "RayCluster"}
-        obj |= {"metadata": {"name": name, "namespace": namespace}}
-        obj["spec"] = {"workerGroupSpecs": specs}
+        obj |= {"metadata": {"name": name, "namespace": namespace, "resourceVersion": "1"}}
+        obj["spec"] = {"enableInTreeAutoscaling": False, "workerGroupSpecs": specs}
         with self.store.txn() as state:
             state["rayclusters"][f"{namespace}/{name}"] = obj
+
+    def add_ray_workers(self, namespace: str, cluster: str, group: str, nodes: list[str]):
+        """One running worker pod of the group on each node, as KubeRay made them; their
+        names in node order."""
+        from warden.fakeray import worker_pod
+
+        names = []
+        with self.store.txn() as state:
+            spec = state["rayclusters"][f"{namespace}/{cluster}"]["spec"]["workerGroupSpecs"]
+            template = next(g for g in spec if g["groupName"] == group).get("template", {})
+            selector = template.get("spec", {}).get("nodeSelector")
+            for i, node in enumerate(nodes):
+                pod = worker_pod(namespace, cluster, group, f"w{i:04d}", node, selector)
+                state["pods"][f"{namespace}/{pod['metadata']['name']}"] = pod
+                names.append(pod["metadata"]["name"])
+        return names
+
+    def set_pod_phase(self, namespace: str, name: str, phase: str) -> None:
+        with self.store.txn() as state:
+            state["pods"][f"{namespace}/{name}"]["status"]["phase"] = phase
+
+    def schedule(self) -> dict[str, str]:
+        """The scheduler: each Pending pod onto a Ready, schedulable node with no pod that
+        matches its nodeSelector (and kept-for taint), in name order; {pod: node}."""
+        from warden.scaling import fits
+
+        placed = {}
+        with self.store.txn() as state:
+            taken = {p["spec"].get("nodeName") for p in state["pods"].values()}
+            for _, pod in sorted(state["pods"].items()):
+                if pod["status"]["phase"] != "Pending":
+                    continue
+                selector = pod["spec"].get("nodeSelector") or {}
+                namespace = pod["metadata"]["namespace"]
+                node = next((n for name, n in sorted(state["nodes"].items()) if name not in taken
+                             and _ready(n) and fits(n, namespace, selector)), None)  # fmt: skip
+                if node is not None:
+                    name = node["metadata"]["name"]
+                    pod["spec"]["nodeName"], pod["status"]["phase"] = name, "Running"
+                    taken.add(name)
+                    placed[pod["metadata"]["name"]] = name
+        return placed
 
     def issue_token(
         self, namespace: str, service_account: str = "training", audience: str = "warden",
@@ -162,13 +214,28 @@ class FakeCluster:
     def set_condition(self, node: str, kind: str, reason: str, status: str = "True") -> None:
         """A node-problem-detector condition (or Ready, with status False/Unknown)."""
         with self.store.txn() as state:
-            _touch(state["nodes"][node])
+            _touch(state["nodes"][node], state)
             conditions = state["nodes"][node]["status"]["conditions"]
             conditions[:] = [c for c in conditions if c["type"] != kind]
             stamp = _stamp(3600)
             conditions.append(
                 {"type": kind, "status": status, "reason": reason, "lastTransitionTime": stamp}
             )
+
+    def add_node_event(self, node: str, reason: str, message: str, seconds_ago: float = 0,
+                       component: str = "kernel-monitor") -> None:  # fmt: skip
+        """An Event on a node, as node-problem-detector posts one (a watch sees it)."""
+        stamp = _stamp(seconds_ago)
+        with self.store.txn() as state:
+            events = state.setdefault("node_events", {})
+            event = {"apiVersion": "v1", "kind": "Event", "reason": reason, "message": message,
+                     "metadata": {"name": f"{node}.{uuid.uuid4().hex[:12]}",
+                                  "namespace": "default"},
+                     "involvedObject": {"kind": "Node", "name": node},
+                     "source": {"component": component, "host": node},
+                     "firstTimestamp": stamp, "lastTimestamp": stamp}  # fmt: skip
+            _touch(event, state)
+            events[event["metadata"]["name"]] = event
 
     def set_outcome(self, node: str, kind: str, result: str) -> None:
         """Verdict of the next `check` or `diag` Job on a node: succeeded or failed."""

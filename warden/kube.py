@@ -10,12 +10,15 @@ writes (`event_manifest`), the state of a Job it reads (`job_state`) and the
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from warden.errors import Conflict, NotFound, Refused
 
 Object = dict[str, Any]
+Change = tuple[str, Object]
+"""One watch event: its type and the object."""
 __all__ = ["Conflict", "NotFound", "Refused", "WardenKube"]
 
 
@@ -25,6 +28,19 @@ class WardenKube(Protocol):
     def list_nodes(self) -> list[Object]: ...
 
     def get_node(self, name: str) -> Object: ...
+
+    def watch_nodes(self, resource_version: str, timeout_s: float) -> Iterator[Change]:
+        """Changes to nodes after `resource_version` ("0": every node first, as ADDED) for
+        up to `timeout_s`: ("ADDED" | "MODIFIED" | "DELETED", node), and ("BOOKMARK",
+        object) whose resourceVersion is where to resume. NotFound (410) when the version
+        is too old to resume from: start again from "0"."""
+        ...
+
+    def watch_node_events(self, resource_version: str, timeout_s: float) -> Iterator[Change]:
+        """Events whose involved object is a Node, created or updated after
+        `resource_version` ("0": every one the API server holds first), for up to
+        `timeout_s`; as `watch_nodes`."""
+        ...
 
     def patch_node(
         self,
@@ -73,8 +89,23 @@ class WardenKube(Protocol):
 
     def get_raycluster(self, namespace: str, name: str) -> Object: ...
 
-    def set_worker_replicas(self, namespace: str, name: str, index: int, replicas: int) -> None:
-        """Set replicas (and lower minReplicas to match) of workerGroupSpecs[index]."""
+    def list_rayclusters(self) -> list[Object]:
+        """Every RayCluster of the cluster (a grow looks for the ones Warden shrank)."""
+        ...
+
+    def scale_worker_group(
+        self,
+        namespace: str,
+        name: str,
+        index: int,
+        fields: dict[str, Any],
+        annotations: dict[str, str] | None = None,
+        resource_version: str | None = None,
+    ) -> None:
+        """One patch of a RayCluster: set `fields` of workerGroupSpecs[index] (`replicas`,
+        `minReplicas`, `scaleStrategy`) and, unless None, replace its annotations with
+        `annotations`. With `resource_version` (the RayCluster as the caller read it) the
+        patch applies only if the RayCluster has not changed since; otherwise Conflict."""
         ...
 
     def review_token(self, token: str, audiences: list[str]) -> Object:

@@ -11,11 +11,12 @@ RBAC grants exactly them.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from typing import Any
 from urllib.parse import quote
 
 from warden.errors import Conflict, NotFound, Refused, api_error
-from warden.kube import Object
+from warden.kube import Change, Object
 
 
 def _message(data: bytes) -> str:
@@ -42,6 +43,15 @@ def api_client(host: str | None = None) -> Any:
         configuration.host = host
     configuration.retries = False
     return client.ApiClient(configuration)
+
+
+def watch_change(line: dict, call: str) -> Change:
+    """A watch line as (type, object); an ERROR line raises its status's class (410: the
+    version is too old, NotFound)."""
+    kind, obj = line.get("type", ""), line.get("object") or {}
+    if kind == "ERROR":
+        raise api_error("kube", call, int(obj.get("code") or 500), str(obj.get("message", "")))
+    return kind, obj
 
 
 class RealKube:
@@ -72,6 +82,50 @@ class RealKube:
         if 200 <= response.status < 300:
             return json.loads(data) if data else None
         raise api_error("kube", call, response.status, _message(data))
+
+    def _stream(self, path: str, timeout_s: float) -> Iterator[Change]:
+        """A watch: one JSON object a line, read as it comes (the read timeout outlasts the
+        server's `timeoutSeconds`); its errors are the `warden.errors` classes."""
+        from kubernetes.client.exceptions import ApiException
+        from urllib3.exceptions import HTTPError
+
+        headers = {"Accept": "application/json"}
+        params = self.api.param_serialize("GET", path, header_params=headers,
+                                          auth_settings=["BearerToken"])  # fmt: skip
+        call = f"GET {path.partition('?')[0]} (watch)"
+        try:
+            response = self.api.call_api(
+                *params, _request_timeout=(self.timeout_s, timeout_s + self.timeout_s)
+            )
+        except ApiException as err:
+            raise api_error("kube", call, err.status or None, str(err.reason or "")) from None
+        except (HTTPError, OSError) as err:
+            raise api_error("kube", call, None, f"{type(err).__name__}: {err}") from None
+        if not 200 <= response.status < 300:
+            raise api_error("kube", call, response.status, _message(response.read()))
+        raw, pending = response.response, b""
+        try:
+            for chunk in raw.stream(1 << 16):
+                *lines, pending = (pending + chunk).split(b"\n")
+                for line in lines:
+                    if line.strip():
+                        yield watch_change(json.loads(line), call)
+        except (HTTPError, OSError) as err:
+            raise api_error("kube", call, None, f"{type(err).__name__}: {err}") from None
+        finally:
+            raw.release_conn()
+
+    def watch_nodes(self, resource_version: str, timeout_s: float) -> Iterator[Change]:
+        query = f"watch=1&allowWatchBookmarks=true&resourceVersion={quote(resource_version)}"
+        yield from self._stream(f"/api/v1/nodes?{query}&timeoutSeconds={int(timeout_s)}",
+                                timeout_s)  # fmt: skip
+
+    def watch_node_events(self, resource_version, timeout_s) -> Iterator[Change]:
+        nodes = "fieldSelector=" + quote("involvedObject.kind=Node")
+        version = quote(resource_version)
+        query = f"{nodes}&watch=1&allowWatchBookmarks=true&resourceVersion={version}"
+        yield from self._stream(f"/api/v1/events?{query}&timeoutSeconds={int(timeout_s)}",
+                                timeout_s)  # fmt: skip
 
     def list_nodes(self) -> list[Object]:
         # resourceVersion=0: served from the API server's watch cache, cheap every sweep
@@ -138,12 +192,20 @@ class RealKube:
     def get_raycluster(self, namespace: str, name: str) -> Object:
         return self._call("GET", f"/apis/ray.io/v1/namespaces/{namespace}/rayclusters/{name}")
 
-    def set_worker_replicas(self, namespace: str, name: str, index: int, replicas: int) -> None:
+    def list_rayclusters(self) -> list[Object]:
+        return self._call("GET", "/apis/ray.io/v1/rayclusters")["items"]
+
+    def scale_worker_group(self, namespace, name, index, fields, annotations=None,
+                           resource_version=None) -> None:  # fmt: skip
+        # A JSON patch: `add` sets an object member whether or not it exists; a stale
+        # resourceVersion in the patched object makes the API server answer 409
         base = f"/spec/workerGroupSpecs/{index}"
-        ops = [{"op": "replace", "path": f"{base}/replicas", "value": replicas}]
-        group = self.get_raycluster(namespace, name)["spec"]["workerGroupSpecs"][index]
-        if group.get("minReplicas", 0) > replicas:
-            ops.append({"op": "replace", "path": f"{base}/minReplicas", "value": replicas})
+        ops = [{"op": "add", "path": f"{base}/{key}", "value": v} for key, v in fields.items()]
+        if annotations is not None:
+            ops.append({"op": "add", "path": "/metadata/annotations", "value": annotations})
+        if resource_version:
+            ops.insert(0, {"op": "replace", "path": "/metadata/resourceVersion",
+                           "value": resource_version})  # fmt: skip
         path = f"/apis/ray.io/v1/namespaces/{namespace}/rayclusters/{name}"
         self._call("PATCH", path, ops, "application/json-patch+json")
 

@@ -3,6 +3,8 @@
 - `SweepWorkflow` (ID `warden-sweep-<cluster>`): periodic detection, starting node workflows
   for findings and for nodes Warden cordoned earlier (the recovery sweep).
 - `ShrinkWorkflow`: lower a RayCluster worker group after training dropped a replica group.
+- `GrowWorkflow` (ID `warden-grow-<cluster>`): every `grow_period_s`, raise the worker
+  groups Warden shrank again when capacity for them returns (`warden.scaling`).
 - `KeepWorkflow` (ID `warden-keep-<cluster>`): every `keep_period_s`, keep the nodes of
   finished RayJobs that asked for it for their namespace, and release them when the time is
   up (`warden.keep`).
@@ -10,7 +12,7 @@
   the nodes of persistent NCCL stragglers in ClickHouse to their node check
   (`warden.stragglers`).
 
-The three periodic ones share one loop, `periodic`: a round, its failure recorded
+The four periodic ones share one loop, `periodic`: a round, its failure recorded
 (`warden.policy.report`) and counted while the next round runs as usual, a timer,
 continue-as-new every `sweeps_per_run` rounds. A failed shrink is recorded and fails the
 workflow, so its caller knows. The histories these loops wrote before `periodic` replay on
@@ -30,6 +32,8 @@ with workflow.unsafe.imports_passed_through():
     from warden.model import (
         DetectInput,
         DispatchInput,
+        GrowInput,
+        GrowResult,
         KeepInput,
         KeepResult,
         ShrinkInput,
@@ -138,6 +142,23 @@ class KeepWorkflow:
             return KeepInput(t, left)
 
         return await periodic(t, t.keep_period_s, inp.rounds, total, one_round, again)
+
+
+@workflow.defn
+class GrowWorkflow:
+    @workflow.run
+    async def run(self, inp: GrowInput) -> GrowResult:
+        t = inp.timings
+        total = GrowResult()
+
+        async def one_round(_: int) -> None:
+            done = await workflow.execute_activity_method(A.grow, inp, **long_options(t, 120))
+            add(total, done, ("grown", "pods"))
+
+        def again(left: int) -> GrowInput:
+            return GrowInput(t, left)
+
+        return await periodic(t, t.grow_period_s, inp.rounds, total, one_round, again)
 
 
 @workflow.defn

@@ -10,6 +10,7 @@ contained ECC, pending row remaps) are ambiguous until the node check says other
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -148,6 +149,59 @@ def classify(
     if not signals or since(facts, annotations.CLEARED, rules.cleared_quiet_s, now):
         return None
     return Finding(facts.name, AMBIGUOUS, [reason for _, reason in signals])
+
+
+def finding_for(facts: NodeFacts, gpu: GpuTelemetry, rules: RuleConfig, now: datetime):
+    """What detection concludes about a GPU node: None for a cordoned node (Warden's to
+    recover, or a person's or GKE's: not ours) or a healthy one; else `classify`."""
+    return None if facts.unschedulable else classify(facts, gpu, rules, now)
+
+
+def node_finding(node: dict, rules: RuleConfig, now: datetime) -> Finding | None:
+    """The finding of a Node manifest as a watch sees it (conditions and readiness; DCGM
+    figures are the sweep's), or None (not a GPU node, cordoned, healthy)."""
+    if not is_gpu_node(node):
+        return None
+    return finding_for(node_facts(node, now), GpuTelemetry(), rules, now)
+
+
+XID_LINE = re.compile(r"(?:NVRM: Xid \([^)]*\): |^Xid ?)(\d+)")
+EVENT_MAX_AGE_S = 300.0
+"""Node Events older than this are history, not news (a watch that starts again replays)."""
+
+
+def event_signal(reason: str, message: str) -> tuple[str, str] | None:
+    """(severity, reason) of a node-problem-detector Event on a Node, or None."""
+    if reason in DEFINITE_CONDITIONS:
+        return DEFINITE, f"{reason}: {message}".strip()
+    if reason in AMBIGUOUS_CONDITIONS:
+        return AMBIGUOUS, f"{reason}: {message}".strip()
+    found = XID_LINE.search(message) or XID_LINE.search(reason)
+    if found or reason == XID_CONDITION:
+        if not found:
+            return AMBIGUOUS, f"kernel log {message or reason}".strip()
+        code = int(found.group(1))
+        severity = xid_severity(code)
+        return (severity, f"kernel log {xid_text(code)}") if severity else None
+    return None
+
+
+def event_finding(event: dict, now: datetime) -> Finding | None:
+    """The finding of a recent Event about a GPU node's health (node-problem-detector's),
+    or None: not about a Node, Warden's own, old, or not a fault."""
+    involved = event.get("involvedObject") or {}
+    source = (event.get("source") or {}).get("component") or event.get("reportingComponent")
+    if involved.get("kind") != "Node" or source == "warden" or not involved.get("name"):
+        return None
+    stamp = event.get("lastTimestamp") or event.get("eventTime") or event.get("firstTimestamp")
+    if stamp:
+        moment = datetime.fromisoformat(str(stamp).replace("Z", "+00:00"))
+        if (now - moment).total_seconds() > EVENT_MAX_AGE_S:
+            return None
+    signal = event_signal(str(event.get("reason", "")), str(event.get("message", "")))
+    if signal is None:
+        return None
+    return Finding(involved["name"], signal[0], [signal[1]])
 
 
 def since(facts: NodeFacts, annotation: str, quiet_s: float, now: datetime) -> bool:

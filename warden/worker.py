@@ -4,7 +4,7 @@
 
 (same as `warden worker ...`). `build_worker` is what tests use with their own client and
 adapters; `run` connects to the configured Temporal server, builds the real (or, with
-`fake`, the on-disk fake) adapters, (re)starts the sweep, kept-nodes and (with
+`fake`, the on-disk fake) adapters, (re)starts the sweep, grow, kept-nodes and (with
 `stragglers` configured) straggler workflows and serves until SIGTERM.
 """
 
@@ -23,10 +23,12 @@ from warden.activities import Settings, WardenActivities
 from warden.config import WardenConfig
 from warden.faults import FaultInterceptor
 from warden.model import (
+    GrowInput,
     KeepInput,
     StragglerInput,
     SweepInput,
     Timings,
+    grow_workflow_id,
     keep_workflow_id,
     straggler_workflow_id,
 )
@@ -35,6 +37,7 @@ from warden.starters import request_shrink  # noqa: F401  (re-exported: tests, c
 from warden.stragglers import StragglerSweep, server_source
 from warden.telemetry import ClickHouseSink, JsonlSink, TeeSink
 from warden.workflows import (
+    GrowWorkflow,
     KeepWorkflow,
     NodeWorkflow,
     ShrinkWorkflow,
@@ -44,15 +47,16 @@ from warden.workflows import (
 )
 
 ACTIVITY_THREADS = 32
-WORKFLOWS = [NodeWorkflow, StressTestWorkflow, SweepWorkflow, ShrinkWorkflow, KeepWorkflow,
-             StragglerWorkflow]  # fmt: skip
+WORKFLOWS = [NodeWorkflow, StressTestWorkflow, SweepWorkflow, ShrinkWorkflow, GrowWorkflow,
+             KeepWorkflow, StragglerWorkflow]  # fmt: skip
 
 
 def activity_functions(acts: WardenActivities) -> list:
     return [
         acts.cordon, acts.uncordon, acts.start_job, acts.job_status, acts.inspect, acts.notify,
         acts.drain, acts.reboot, acts.boot_state, acts.escalate, acts.record, acts.detect,
-        acts.dispatch, acts.shrink, acts.keep_nodes, acts.report_failure, acts.sweep_stragglers,
+        acts.dispatch, acts.shrink, acts.grow, acts.keep_nodes, acts.report_failure,
+        acts.sweep_stragglers,
     ]  # fmt: skip
 
 
@@ -89,6 +93,13 @@ async def start_keep(client: Client, cluster: str, task_queue: str, t: Timings, 
     sweep, its state lives on the nodes."""
     inp = KeepInput(t, rounds)
     return await _replace(client, KeepWorkflow.run, inp, keep_workflow_id(cluster), task_queue)
+
+
+async def start_grow(client: Client, cluster: str, task_queue: str, t: Timings, rounds=0):
+    """Start the grow rounds (one per cluster), replacing a running one: what a worker group
+    had before Warden shrank it lives on the RayCluster."""
+    inp = GrowInput(t, rounds)
+    return await _replace(client, GrowWorkflow.run, inp, grow_workflow_id(cluster), task_queue)
 
 
 async def start_stragglers(client: Client, cluster: str, task_queue: str, t: Timings, rounds=0):
@@ -162,18 +173,21 @@ def activities_for(config: WardenConfig, fake: str | None = None) -> WardenActiv
     return WardenActivities(kube, gcp, prom, sink, settings, straggler_sweep(config))
 
 
-async def serve_until_signalled(worker: Worker, gateway=None) -> None:
-    """Run the worker (and the gateway's HTTP server, if any) until SIGTERM (Kubernetes
-    stopping the pod) or SIGINT, then stop polling and let running activities finish (up to
-    the graceful shutdown timeout)."""
+async def serve_until_signalled(worker: Worker, gateway=None, watch=None) -> None:
+    """Run the worker (and the gateway's HTTP server and the node watch, if any) until
+    SIGTERM (Kubernetes stopping the pod) or SIGINT, then stop polling and let running
+    activities finish (up to the graceful shutdown timeout)."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
+    watching = asyncio.create_task(watch.run(stop)) if watch is not None else None
     try:
         async with worker:
             await stop.wait()
     finally:
+        if watching is not None:
+            await watching
         if gateway is not None:
             gateway.shutdown()
 
@@ -194,9 +208,9 @@ def start_gateway(config: WardenConfig, client: Client, acts: WardenActivities, 
 
 
 async def run(config: WardenConfig, fake: str | None = None, sweep: bool = True) -> None:
-    """Serve until signalled: the worker, the gateway (if configured), and (once per
-    cluster) the periodic sweep, the kept-nodes rounds and the straggler sweep (if
-    configured)."""
+    """Serve until signalled: the worker, the gateway (if configured), the node watch
+    (`watch`, warden.watch), and (once per cluster) the periodic sweep, the grow and
+    kept-nodes rounds and the straggler sweep (if configured)."""
     runtime = None
     if config.metrics_address:
         from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
@@ -210,9 +224,15 @@ async def run(config: WardenConfig, fake: str | None = None, sweep: bool = True)
     if sweep:
         await start_sweep(client, config.cluster, queue, config.timings)
         await start_keep(client, config.cluster, queue, config.timings)
+        await start_grow(client, config.cluster, queue, config.timings)
         if config.stragglers is not None:
             await start_stragglers(client, config.cluster, queue, config.timings)
-    await serve_until_signalled(worker, start_gateway(config, client, acts, runtime))
+    watch = None
+    if config.watch:
+        from warden.watch import NodeWatch
+
+        watch = NodeWatch(acts.kube, client, queue, config.timings, config.rules)
+    await serve_until_signalled(worker, start_gateway(config, client, acts, runtime), watch)
 
 
 def main(argv: list[str] | None = None) -> None:

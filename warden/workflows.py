@@ -5,7 +5,8 @@
   recover: wait for the node to be free of user workloads (draining preemptible single-node
   jobs after notifying their owners and a grace period), reboot, stress-test, uncordon.
 - `StressTestWorkflow` (ID `stress-<name>`, a child): DCGM diag Job at the configured level.
-- `SweepWorkflow`, `ShrinkWorkflow`, `KeepWorkflow`, `StragglerWorkflow`: in `warden.loops`,
+- `SweepWorkflow`, `ShrinkWorkflow`, `GrowWorkflow`, `KeepWorkflow`, `StragglerWorkflow`: in
+  `warden.loops`,
   importable from here.
 
 All side effects are activities (`warden.activities`); the remediation id is the run id.
@@ -23,7 +24,13 @@ from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
     from warden.activities import WardenActivities as A
-    from warden.loops import KeepWorkflow, ShrinkWorkflow, StragglerWorkflow, SweepWorkflow
+    from warden.loops import (
+        GrowWorkflow,
+        KeepWorkflow,
+        ShrinkWorkflow,
+        StragglerWorkflow,
+        SweepWorkflow,
+    )
     from warden.model import (
         AMBIGUOUS,
         DrainInput,
@@ -41,8 +48,8 @@ with workflow.unsafe.imports_passed_through():
     from warden.policy import FAILED, long_options, options, report
 
 __all__ = [
-    "KeepWorkflow", "NodeWorkflow", "ShrinkWorkflow", "StragglerWorkflow", "StressTestWorkflow",
-    "SweepWorkflow",
+    "GrowWorkflow", "KeepWorkflow", "NodeWorkflow", "ShrinkWorkflow", "StragglerWorkflow",
+    "StressTestWorkflow", "SweepWorkflow",
 ]  # fmt: skip
 
 

@@ -36,12 +36,16 @@ class AuxWorker:
     (a failing constructor would give a long Ray traceback instead of the cause)."""
 
     def __init__(self, service: str, spec: str, kwargs: dict, address: str, queue_bound: int,
-                 full_policy: str):  # fmt: skip
+                 full_policy: str, logs=None, worker: str = ""):  # fmt: skip
         from driver.aux.handler import load_handler
         from driver.aux.worker import WorkerServer
 
         self.service, self.error, self.server, self.receiver = service, None, None, None
         self.started = time.time()
+        if logs is not None:  # the run's log file and OTLP, labelled worker and service
+            from driver.output.logs import where_am_i
+
+            logs.install(["", "driver.aux"], service=service, worker=worker, **where_am_i())
         try:
             self.handler = load_handler(spec, kwargs)
             self.handler.setup()
@@ -131,7 +135,8 @@ def start_fleet(interval_s: float):
     return actor.options(scheduling_strategy=strategy).remote(interval_s)
 
 
-def start_service(name: str, svc, layout: ServicePlan, root: str, runtime) -> ServiceRuntime:
+def start_service(name: str, svc, layout: ServicePlan, root: str, runtime,
+                  logs=None) -> ServiceRuntime:  # fmt: skip
     """Placement group, workers, readiness, proxies (added to `runtime` as they are made,
     so a failure stops them); AuxStartError naming the service."""
     import ray
@@ -162,7 +167,14 @@ def start_service(name: str, svc, layout: ServicePlan, root: str, runtime) -> Se
         address = worker_address(root, name, index)
         rt.workers.append(
             worker.options(**options).remote(
-                name, svc.handler, kwargs, address, svc.queue_bound, svc.full_policy
+                name,
+                svc.handler,
+                kwargs,
+                address,
+                svc.queue_bound,
+                svc.full_policy,
+                logs,
+                f"{name}-{index}",
             )
         )
     rt.info = check_ready(name, rt.workers, svc.ready_timeout_s)

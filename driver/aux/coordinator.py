@@ -19,7 +19,7 @@ import tempfile
 import uuid
 from dataclasses import dataclass, field
 
-from driver.capacity import whole_gpus, workers_per_gpu
+from driver.capacity import cpu_slots, whole_gpus, workers_per_gpu
 
 
 class AuxStartError(RuntimeError):
@@ -40,13 +40,16 @@ class ServicePlan:
     strategy: str = "SPREAD"
 
 
-def service_plan(name: str, svc, replicas: int, use_gpu: bool, multi_node: bool) -> ServicePlan:
+def service_plan(name: str, svc, replicas: int, use_gpu: bool, multi_node: bool,
+                 slot_cpus: float = 1.0) -> ServicePlan:  # fmt: skip
     """Bundles for `replicas` workers of `svc` (an AuxServiceConfig). GPU runs on several
     nodes give each service whole GPUs of its own (fractional workers of the same service
     packed into one GPU bundle); single-node runs reserve each worker's fraction, so
-    several services may share a GPU there, as the capacity planner pooled them."""
+    several services may share a GPU there, as the capacity planner pooled them. On runs
+    without GPUs a worker takes the CPUs of its slots (driver.capacity.cpu_slots)."""
     gpus = svc.gpus_per_worker if use_gpu else 0.0
-    resources = {"CPU": float(svc.cpus_per_worker), **({"GPU": float(gpus)} if gpus else {})}
+    cpus = svc.cpus_per_worker if use_gpu else cpu_slots(svc, slot_cpus) * slot_cpus
+    resources = {"CPU": float(cpus), **({"GPU": float(gpus)} if gpus else {})}
     if not gpus or not multi_node or gpus >= 1:
         per_worker = dict(resources)
         if gpus >= 1 and multi_node:
@@ -59,7 +62,7 @@ def service_plan(name: str, svc, replicas: int, use_gpu: bool, multi_node: bool)
     per_gpu = workers_per_gpu(gpus)
     count = whole_gpus(gpus, replicas)
     sizes = [min(per_gpu, replicas - i * per_gpu) for i in range(count)]
-    bundles = [{"CPU": svc.cpus_per_worker * n, "GPU": 1.0} for n in sizes]
+    bundles = [{"CPU": cpus * n, "GPU": 1.0} for n in sizes]
     return ServicePlan(name, bundles, [i // per_gpu for i in range(replicas)], resources,
                        svc.placement)  # fmt: skip
 
@@ -84,14 +87,11 @@ def ipc_root(run_id: str | None = None) -> str:
 
 def local_cpus(cfg, world: int) -> int:
     """CPUs an embedded Ray needs for `world` training workers and the planned services."""
-    from driver.capacity import replicas_for
-    from driver.launch import services
+    from driver.capacity import replicas_for, services_of
 
-    train = world * cfg.parallelism.cpus_per_worker
-    aux = sum(
-        replicas_for(s, world) * cfg.aux.services[s.name].cpus_per_worker
-        for s in services(cfg, use_gpu=False)
-    )
+    slot = cfg.parallelism.cpus_per_worker
+    train = world * slot
+    aux = sum(replicas_for(s, world) * s.gpus_per_worker * slot for s in services_of(cfg, False))
     return max(1, math.ceil(train + aux - 1e-9))
 
 
@@ -182,13 +182,18 @@ def start_services(cfg, plan, use_gpu: bool, say=print) -> AuxRuntime:
     runtime = AuxRuntime()
     if not plan.replicas:
         return runtime
+    from driver.output.runlogs import LogSpec
+
     runtime.fleet = start_fleet(cfg.aux.fleet_interval_s)
     root = ipc_root()
+    logs = LogSpec.of(cfg)  # each worker's log lines: labelled with its service and worker
     try:
         for name, replicas in plan.replicas.items():
             svc = cfg.aux.services[name]
-            layout = service_plan(name, svc, replicas, use_gpu, plan.nodes > 1)
-            rt = start_service(name, svc, layout, root, runtime)
+            layout = service_plan(
+                name, svc, replicas, use_gpu, plan.nodes > 1, cfg.parallelism.cpus_per_worker
+            )
+            rt = start_service(name, svc, layout, root, runtime, logs)
             runtime.fleet.add_service.remote(name, rt.workers, list(rt.proxies.values()))
             say(f"aux {name}: {len(rt.workers)} workers ready behind {len(rt.proxies)} proxies")
     except BaseException:

@@ -3,11 +3,21 @@
 One thread polls a ROUTER bound on TCP (training ranks' `AuxClient`s), a ROUTER connected
 to every worker (`WorkerServer`, addressed by its endpoint string) and that socket's
 monitor. Requests are checked (`envelope.parse`: envelope, frame count and lengths, declared
-size; a frame over `max_message_bytes` is refused by ZeroMQ before it is read, and the
-peer disconnected) and forwarded round robin to live workers, skipping a worker that holds
-`SKEW` more requests than the least busy one (a slower worker would otherwise build a
-longer queue, and the ranks whose requests keep landing on it would be served less);
-replies go back to the rank.
+size, the info's JSON nesting; a frame over `max_message_bytes` is refused by ZeroMQ before
+it is read, and the peer disconnected; a message whose frames together are over it is let
+go frame by frame as it is read, `multipart.recv_bounded`) and forwarded round robin to
+live workers, skipping a worker that holds `SKEW` more requests than the least busy one (a
+slower worker would otherwise build a longer queue, and the ranks whose requests keep
+landing on it would be served less); replies go back to the rank.
+
+Nothing a rank sends ends the loop: every refusal is answered (`protocol`) and counted per
+reason and per rank (`stats()["refused"]`, `["refused_peers"]`); an error while handling a
+message is counted as `internal`; and should the loop fail anyway it is logged and run
+again on the same sockets (`messaging.serving.supervise`, `stats()["restarts"]`). A rank
+holds at most `max_client_bytes` of requests at the proxy (they stay in memory until a
+worker answers, to be re-sent if it dies) and `MAX_CLIENT_REQUESTS` requests; beyond that
+it is answered `queue_full`. A request id the rank has in flight already is a replay,
+dropped and counted.
 
 Worker health: a worker is live after it answers a ping. It is dead at once when its
 socket disconnects (the process died) or a send finds no route, and after
@@ -30,6 +40,7 @@ message costs no extra call).
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections import defaultdict, deque
@@ -42,8 +53,10 @@ from driver.aux import shm
 from driver.aux.proxy_requests import Entry, Forwarding
 from driver.aux.proxy_workers import Worker, WorkerSet
 from driver.aux.routing import RoundRobin
-from driver.messaging.envelope import MAX_ENVELOPE_BYTES
-from driver.messaging.multipart import recv_frames
+from driver.messaging.envelope import MAX_ENVELOPE_BYTES, MAX_FRAMES, peek_id
+from driver.messaging.limits import Ledger
+from driver.messaging.multipart import Oversized, recv_bounded
+from driver.messaging.serving import supervise
 
 LOSS_POLICIES = ("retry", "error")
 COUNTERS = (
@@ -58,9 +71,12 @@ COUNTERS = (
     "worker_lost",
     "rank_disconnects",
     "unroutable",
+    "restarts",
 )
+log = logging.getLogger("driver.aux.proxy")
 HWM = 100_000  # messages queued per peer before a send would block
 EVENT_S = 0.01  # how often the monitor sockets are read
+MAX_CLIENTS = 4096  # ranks remembered (to tell of worker changes) before the old are forgotten
 _EVENTS, _POLLIN = int(zmq.EVENTS), int(zmq.POLLIN)
 _events = _RawSocket.get
 
@@ -79,11 +95,17 @@ class ProxyServer(Forwarding, WorkerSet):
         on_worker_loss: str = "retry",
         heartbeat_s: float = 0.5,
         worker_timeout_s: float = 5.0,
+        max_client_bytes: int | None = None,
         context: zmq.Context | None = None,
     ):
+        """`max_client_bytes`: requests one rank may have held at the proxy (default
+        `max_message_bytes`; one request is always taken)."""
         if on_worker_loss not in LOSS_POLICIES:
             raise ValueError(f"on_worker_loss {on_worker_loss!r}: expected {LOSS_POLICIES}")
         self.service, self.max_bytes = service, max_message_bytes
+        self.max_client_bytes = max_message_bytes if max_client_bytes is None else max_client_bytes
+        # a rank's whole message: its routing id, the envelope and the body's frames
+        self.budget = max_message_bytes + MAX_ENVELOPE_BYTES + 256
         self.bind_to = bind or f"tcp://{host}:*"
         self.policy, self.heartbeat_s, self.worker_timeout_s = (
             on_worker_loss,
@@ -102,7 +124,9 @@ class ProxyServer(Forwarding, WorkerSet):
         self.waiting: deque[Entry] = deque()  # requests that found no live worker
         self.clients: dict[bytes, float] = {}  # ranks heard from lately: told of changes
         self.counts: dict[str, int] = defaultdict(int, dict.fromkeys(COUNTERS, 0))
-        self.refused: dict[str, int] = defaultdict(int)
+        self.ledger = Ledger()  # refusals per reason and per rank
+        self.refused = self.ledger.reasons
+        self.held: dict[bytes, list[int]] = {}  # per rank: [requests, bytes] held here
         self.thread: threading.Thread | None = None
         self.address = ""
         self.node = shm.node_key()
@@ -128,7 +152,7 @@ class ProxyServer(Forwarding, WorkerSet):
             zmq.EVENT_HANDSHAKE_SUCCEEDED | zmq.EVENT_DISCONNECTED
         )
         self.running.set()
-        self.thread = threading.Thread(target=self._loop, name=f"aux-proxy-{self.service}")
+        self.thread = threading.Thread(target=self._run, name=f"aux-proxy-{self.service}")
         self.thread.daemon = True
         self.thread.start()
         return self.address
@@ -145,8 +169,8 @@ class ProxyServer(Forwarding, WorkerSet):
         workers = list(self.workers.values())
         return {
             **self.counts,
+            **self.ledger.stats(),
             "service": self.service,
-            "refused": dict(self.refused),
             "inflight": len(self.inflight),
             "waiting": len(self.waiting),
             "live_workers": sum(w.live for w in workers),
@@ -161,6 +185,19 @@ class ProxyServer(Forwarding, WorkerSet):
 
     # -- the loop ----------------------------------------------------------------------------
 
+    def _run(self) -> None:
+        """The serving thread: the loop, run again if it fails; the sockets closed at the end."""
+        try:
+            supervise(self._loop, self.running.is_set, self._restarted, f"aux proxy {self.service}")
+        finally:
+            self.back.disable_monitor()
+            self.front.disable_monitor()
+            for sock in (self.monitor, self.front_monitor, self.front, self.back):
+                sock.close(0)
+
+    def _restarted(self, err: BaseException) -> None:
+        self.counts["restarts"] += 1
+
     def _loop(self) -> None:
         # Only the two message sockets are polled: zmq_poll costs two mailbox checks (a
         # poll(2) and a getpid(2) each) per socket per call, so the rare monitor events are
@@ -170,27 +207,44 @@ class ProxyServer(Forwarding, WorkerSet):
             poller.register(sock, zmq.POLLIN)
         timeout = int(min(EVENT_S, self.heartbeat_s / 2) * 1000)
         next_beat = next_events = 0.0
-        try:
-            while self.running.is_set():
-                self._apply_workers()
-                for sock, _ in poller.poll(timeout):
-                    handle = self._from_rank if sock is self.front else self._from_worker
-                    for _ in range(256):  # ZMQ_EVENTS: a failed recv costs an exception
-                        handle(recv_frames(sock))
-                        if not _events(sock, _EVENTS) & _POLLIN:
-                            break
-                now = time.monotonic()
-                if now >= next_events:
-                    self._events()
-                    next_events = now + EVENT_S
-                if now >= next_beat:
-                    self._heartbeat()
-                    next_beat = time.monotonic() + self.heartbeat_s
-        finally:
-            self.back.disable_monitor()
-            self.front.disable_monitor()
-            for sock in (self.monitor, self.front_monitor, self.front, self.back):
-                sock.close(0)
+        budget, frames = self.budget, MAX_FRAMES + 3
+        while self.running.is_set():
+            self._apply_workers()
+            for sock, _ in poller.poll(timeout):
+                front = sock is self.front
+                handle = self._from_rank if front else self._from_worker
+                for _ in range(256):  # ZMQ_EVENTS: a failed recv costs an exception
+                    try:
+                        handle(recv_bounded(sock, budget, frames))
+                    except Oversized as err:
+                        self._oversized(err, front)
+                    except zmq.Again:  # nothing after all
+                        break
+                    except Exception as err:  # noqa: BLE001 (a message must not end the loop)
+                        self._internal(err)
+                    if not _events(sock, _EVENTS) & _POLLIN:
+                        break
+            now = time.monotonic()
+            if now >= next_events:
+                self._events()
+                next_events = now + EVENT_S
+            if now >= next_beat:
+                self._heartbeat()
+                next_beat = time.monotonic() + self.heartbeat_s
+
+    def _oversized(self, err: Oversized, front: bool) -> None:
+        peer = err.head[0].bytes
+        if not front:
+            self.ledger.refuse(peer, "from_worker")
+            return
+        self.ledger.refuse(peer, "oversized")
+        text = f"oversized: {err}, limit {self.max_bytes}"
+        self._answer(peer, peek_id(err.head[1:]), "protocol", text)
+
+    def _internal(self, err: Exception) -> None:
+        self.refused["internal"] += 1
+        if self.refused["internal"] <= 3:  # the first few with their traceback
+            log.error("aux proxy %s: a message could not be handled", self.service, exc_info=err)
 
     def _events(self) -> None:
         """Worker connections up or down; ranks gone (or cut off: a frame over the limit)."""
@@ -212,9 +266,12 @@ class ProxyServer(Forwarding, WorkerSet):
             for entry in waiting:
                 if entry.deadline > time.time():
                     self.waiting.append(entry)
-                elif self.inflight.pop((entry.client, entry.id), None) is not None:
+                elif self._drop((entry.client, entry.id)) is not None:
                     self._answer(entry.client, entry.id, "timeout", "no live worker in time")
         expired = [k for k, e in self.inflight.items() if e.deadline + 1.0 < time.time()]
         for key in expired:  # the caller has given up on these
-            del self.inflight[key]
+            self._drop(key)
         self.counts["expired"] += len(expired)
+        if len(self.clients) > MAX_CLIENTS:  # ranks heard from long ago (a flood of new ids)
+            old = time.monotonic() - 60.0
+            self.clients = {c: seen for c, seen in self.clients.items() if seen > old}

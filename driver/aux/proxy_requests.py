@@ -19,12 +19,13 @@ import zmq
 
 from driver.aux.routing import pick_worker
 from driver.messaging.envelope import Message, WireError, pack, parse, peek_id, reply_id
-from driver.messaging.multipart import NOBLOCK, send_frames
+from driver.messaging.multipart import NOBLOCK, nbytes, send_frames
 
 if TYPE_CHECKING:
     from driver.aux.proxy_workers import Worker
 
 SKEW = 4  # round robin skips a worker holding this many more requests than the least busy
+MAX_CLIENT_REQUESTS = 4096  # requests one rank may have at the proxy at once
 
 
 class Forwarding:
@@ -36,18 +37,23 @@ class Forwarding:
         try:
             msg = parse(frames[1:], self.max_bytes)
         except WireError as err:
-            self.refused[err.reason] += 1
+            self.ledger.refuse(client, err.reason)
             self._answer(client, peek_id(frames[1:]), "protocol", str(err))
             return
         if msg.kind == "req":
             if msg.deadline <= time.time():
                 self._answer(client, msg.id, "timeout", "deadline passed before the proxy")
                 return
+            if (client, msg.id) in self.inflight:  # a replay: the first one is answered
+                self.ledger.refuse(client, "replay")
+                return
             entry = Entry(client, frames[1:], msg.id, msg.rank, msg.deadline)
+            if not self._hold(entry):
+                return
             self.inflight[(client, msg.id)] = entry
             self._dispatch(entry)
         elif msg.kind == "cancel":
-            entry = self.inflight.pop((client, msg.id), None)
+            entry = self._drop((client, msg.id))
             if entry is not None and entry.worker is not None:
                 entry.worker.inflight.discard((client, msg.id))
                 self._send_worker(entry.worker, frames)
@@ -55,8 +61,35 @@ class Forwarding:
         elif msg.kind == "ping":
             self.front.send_multipart([client, *self._pong(msg.id)])
         else:
-            self.refused["kind"] += 1
+            self.ledger.refuse(client, "kind")
             self._answer(client, msg.id, "protocol", f"unexpected {msg.kind} from a rank")
+
+    def _hold(self, entry: Entry) -> bool:
+        """Count `entry` against its rank's share of the proxy, or answer `queue_full`."""
+        held = self.held.get(entry.client)
+        if held is None:
+            self.held[entry.client] = [1, entry.size]
+            return True
+        if held[0] < MAX_CLIENT_REQUESTS and held[1] + entry.size <= self.max_client_bytes:
+            held[0] += 1
+            held[1] += entry.size
+            return True
+        self.ledger.refuse(entry.client, "rank_full")
+        text = f"rank {entry.rank} holds {held[0]} requests ({held[1]} bytes) at the proxy"
+        self._answer(entry.client, entry.id, "queue_full", text)
+        return False
+
+    def _drop(self, key: tuple[bytes, int]) -> Entry | None:
+        """Take a request off the proxy's books (answered, cancelled, expired or lost)."""
+        entry = self.inflight.pop(key, None)
+        if entry is not None:
+            held = self.held.get(entry.client)
+            if held is not None:
+                held[0] -= 1
+                held[1] -= entry.size
+                if held[0] <= 0:
+                    del self.held[entry.client]
+        return entry
 
     def _from_worker(self, frames: list[Any]) -> None:
         worker = self.by_id.get(frames[0].bytes)
@@ -68,7 +101,7 @@ class Forwarding:
             try:
                 worker.node = (parse(frames[2:], self.max_bytes).info or {}).get("node")
             except WireError:
-                self.refused["from_worker"] += 1
+                self.ledger.refuse(worker.id, "from_worker")
         if not worker.live:
             worker.live = True
             self._relive()
@@ -83,9 +116,9 @@ class Forwarding:
         try:
             rid = reply_id(frames[2:])
         except WireError:
-            self.refused["from_worker"] += 1
+            self.ledger.refuse(worker.id, "from_worker")
             return
-        entry = self.inflight.pop((client, rid), None)
+        entry = self._drop((client, rid))
         if entry is not None and entry.worker is not None:
             entry.worker.inflight.discard((client, rid))
         self.counts["replied"] += 1
@@ -138,7 +171,7 @@ class Forwarding:
 class Entry:
     """A request the proxy has forwarded and not yet seen answered."""
 
-    __slots__ = ("client", "frames", "id", "rank", "deadline", "worker", "tries")
+    __slots__ = ("client", "frames", "id", "rank", "deadline", "worker", "tries", "size")
 
     def __init__(self, client: bytes, frames: list[Any], rid: int, rank: int, deadline: float):
         self.client, self.frames, self.id, self.rank, self.deadline = (
@@ -150,3 +183,4 @@ class Entry:
         )
         self.worker: Worker | None = None
         self.tries = 1
+        self.size = sum(map(nbytes, frames))

@@ -73,7 +73,7 @@ class WorkerSet:
                 self.counts["retried"] += 1
                 self._dispatch(entry)
             else:
-                del self.inflight[key]
+                self._drop(key)
                 self.counts["lost"] += 1
                 text = f"worker {worker.address} {why} with the request in flight"
                 self._answer(entry.client, entry.id, "unavailable", text)

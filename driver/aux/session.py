@@ -88,13 +88,20 @@ class AuxSession:
 
         return condition
 
-    def after_step(self, step: int, model, writer: bool = True) -> None:
-        """The writer (rank 0; under torchft the writer of the step): refresh the weights
-        and request an evaluation every N steps."""
+    def after_step(self, step: int, model, writer: bool = True, gathers: bool | None = None):
+        """Every `aux.refresh.every_steps` steps the writer (rank 0; under torchft the
+        writer of the step) broadcasts the weights to the refresh service's workers and asks
+        `aux.evaluate`'s service to score that version. A sharded model's full weights are
+        gathered parameter by parameter by every rank of the writer's model copy
+        (`gathers`; default: the writer alone)."""
         refresh = self.cfg.aux.refresh
-        if not writer or not refresh.every_steps or step % refresh.every_steps:
+        if not refresh.every_steps or step % refresh.every_steps:
             return
-        state = unwrap(model).state_dict()
+        if not (writer if gathers is None else gathers):
+            return
+        state = full_state(model)  # a collective of the model copy's ranks when sharded
+        if not writer:
+            return
         if self.sender is None:
             self.sender = self._sender(state, refresh)
         if self.sender.push(step, state) and self.cfg.aux.evaluate:
@@ -183,5 +190,15 @@ class AuxSession:
 
 
 def unwrap(model):
-    """The module under DDP (`.module`); FSDP models are not refreshed."""
+    """The module under DDP (`.module`)."""
     return getattr(model, "module", model)
+
+
+def full_state(model) -> dict:
+    """The model's whole weights: its state dict, with each FSDP-sharded (DTensor) entry
+    gathered in turn (`full_tensor`, a collective of the ranks that share the model copy),
+    so no more than one parameter is gathered at a time beyond what is kept."""
+    out = {}
+    for name, value in unwrap(model).state_dict().items():
+        out[name] = value.full_tensor() if hasattr(value, "full_tensor") else value
+    return out

@@ -7,7 +7,10 @@ the proxy reports its own in its pongs), the client instead copies each array of
 `MIN_BYTES` into a segment of its `Pool` (memfd, pre-faulted once, reused), and the frame
 carries only a reference; the worker maps the segment through
 `/proc/<pid>/fd/<fd>` (checking the inode: `[token, pid, fd, inode, offset]`) into
-`Attached`, an LRU of mappings, and reads the arrays in place. The
+`Attached`, an LRU of mappings, and reads the arrays in place. A segment is sealed against
+shrinking and growing (`F_SEAL_SHRINK | F_SEAL_GROW`) once sized, so a mapping of it can
+never fault (SIGBUS) on pages its owner took away; the worker maps only sealed segments,
+and checks their size against its limit before it maps (and so allocates) any. The
 request also offers a reply segment (`"rs"` in its envelope's info): the worker copies big
 reply arrays into it, and the client hands them out as views whose segment goes back to
 the pool when the last view dies. Nothing outlives the owning process (memfds have no
@@ -23,6 +26,7 @@ of them is shm_client.py (`Lender`), the worker's shm_worker.py (`Attached`, `Bo
 
 from __future__ import annotations
 
+import fcntl
 import itertools
 import mmap
 import os
@@ -40,6 +44,7 @@ _SERIALS = itertools.count(1)
 """One count for the whole process: a token names one segment even with several clients
 (each with its own pool) sending to one worker, which caches mappings by token."""
 MAP_FLAGS = mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0)
+SEALS = fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW  # a sized segment keeps its size
 
 
 def node_key() -> str:
@@ -53,7 +58,8 @@ def node_key() -> str:
 
 
 def supported() -> bool:
-    return hasattr(os, "memfd_create") and bool(node_key())
+    sealing = hasattr(os, "MFD_ALLOW_SEALING") and hasattr(fcntl, "F_ADD_SEALS")
+    return hasattr(os, "memfd_create") and sealing and bool(node_key())
 
 
 class Segment:
@@ -61,8 +67,9 @@ class Segment:
 
     def __init__(self, size: int, serial: int):
         self.size, self.token = size, f"{_NONCE}.{os.getpid()}.{serial}"
-        self.fd = os.memfd_create(f"{PREFIX}{serial}", os.MFD_CLOEXEC)
+        self.fd = os.memfd_create(f"{PREFIX}{serial}", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
         os.ftruncate(self.fd, size)
+        fcntl.fcntl(self.fd, fcntl.F_ADD_SEALS, SEALS)
         self.map = mmap.mmap(self.fd, size, flags=MAP_FLAGS)
         self.inode = os.fstat(self.fd).st_ino
         self.used = 0  # bytes placed by the current user

@@ -2,7 +2,10 @@
 
 `Attached` maps a segment named by a rank's reference (`[token, pid, fd, inode, offset]`)
 through `/proc/<pid>/fd/<fd>`, after checking that what it opened is one of our clients'
-memfds (`shm.PREFIX` name) with that inode, and keeps the newest mappings (an LRU).
+memfds (`shm.PREFIX` name) with that inode, sealed against shrinking (`shm.SEALS`: a
+segment cut short under a mapping would fault the worker), and no bigger than
+`max_segment` (checked before the mapping, which allocates its pages); it keeps the newest
+mappings (an LRU, within `max_maps` and `max_bytes`, room made before a new one is mapped).
 `Borrowed` is one request's use of them: it resolves the request's array references for
 `payload.decode`, moves big reply frames into the segment the request offers, and says
 whether the handler still holds a view (then the rank must not reuse the segments).
@@ -13,6 +16,7 @@ whether the handler still holds a view (then the rank must not reuse the segment
 
 from __future__ import annotations
 
+import fcntl
 import mmap
 import os
 import weakref
@@ -21,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from driver.aux.shm import MAP_FLAGS, MIN_BYTES, PREFIX, Lease
+from driver.aux.shm import MAP_FLAGS, MIN_BYTES, PREFIX, SEALS, Lease
 from driver.messaging.envelope import WireError
 from driver.messaging.payload import to_shm
 
@@ -29,8 +33,9 @@ from driver.messaging.payload import to_shm
 class Attached:
     """A worker's mappings of its ranks' segments, most recently used kept."""
 
-    def __init__(self, max_maps: int = 64, max_bytes: int = 2 << 30):
+    def __init__(self, max_maps: int = 64, max_bytes: int = 2 << 30, max_segment: int = 1 << 30):
         self.max_maps, self.max_bytes = max_maps, max_bytes
+        self.max_segment = min(max_segment, max_bytes)
         self.maps: OrderedDict[str, mmap.mmap] = OrderedDict()
 
     def segment(self, ref: Any) -> mmap.mmap:
@@ -52,14 +57,15 @@ class Attached:
         try:  # only our clients' segments (what was opened, not what the path named before)
             if not os.readlink(f"/proc/self/fd/{handle}").startswith(f"/memfd:{PREFIX}"):
                 raise ValueError(f"{path} is not a shared-memory segment")
-            if os.fstat(handle).st_ino != inode:
-                raise ValueError(f"shared memory {token} is gone")
-            found = mmap.mmap(handle, os.fstat(handle).st_size, flags=MAP_FLAGS)
+            size = _checked(handle, inode, token, self.max_segment)
+            while self.maps and (
+                len(self.maps) >= self.max_maps or self._bytes() + size > self.max_bytes
+            ):
+                self._evict()
+            found = mmap.mmap(handle, size, flags=MAP_FLAGS)
         finally:
             os.close(handle)
         self.maps[token] = found
-        while len(self.maps) > self.max_maps or self._bytes() > self.max_bytes:
-            self._evict()
         return found
 
     def _bytes(self) -> int:
@@ -75,6 +81,23 @@ class Attached:
     def close(self) -> None:
         while self.maps:
             self._evict()
+
+
+def _checked(handle: int, inode: int, token: str, max_segment: int) -> int:
+    """The size of the opened segment once it is known to be the one named, sealed and
+    within `max_segment` (ValueError otherwise)."""
+    stat = os.fstat(handle)
+    if stat.st_ino != inode:
+        raise ValueError(f"shared memory {token} is gone")
+    try:
+        seals = fcntl.fcntl(handle, fcntl.F_GET_SEALS)
+    except OSError:
+        seals = 0
+    if seals & SEALS != SEALS:
+        raise ValueError(f"shared memory {token} is not sealed against resizing")
+    if not 0 < stat.st_size <= max_segment:
+        raise ValueError(f"shared memory {token} of {stat.st_size} bytes, limit {max_segment}")
+    return stat.st_size
 
 
 class Borrowed:

@@ -8,6 +8,13 @@ bounded FIFO, `routing.FairQueues`), then serves one request from the next rank 
 a request costs no more than its handler; while a handler call runs, pings wait (the
 proxy does not count a worker busy with its requests as hung).
 
+Nothing a peer sends ends the loop: a message that does not parse, or whose frames
+together are over `max_message_bytes` (let go frame by frame as it is read), is answered
+`protocol` and counted (`refused_<reason>`); an error while taking one in is counted
+(`refused_internal`); a handler's error of any kind (SystemExit included) is the caller's
+`remote` error; and should the loop fail anyway it is logged and run again on the same
+socket (`messaging.serving.supervise`, `stats()["restarts"]`).
+
 This module holds the worker's socket, its loop and the serving of a request; where a
 request waits until served (its rank's queue, or held when that is full, under
 `full_policy`) is worker_queues.py (`Queueing`, a part of `WorkerServer`: a mixin over the
@@ -21,6 +28,7 @@ The host calls `handler.setup()` and `handler.ready()` before `start()`.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections import defaultdict, deque
@@ -34,10 +42,20 @@ from driver.aux.handler import Handler, RequestContext
 from driver.aux.routing import FairQueues, admit
 from driver.aux.shm_worker import Attached, Borrowed
 from driver.aux.worker_queues import Item, Queueing, error_reply
-from driver.messaging.envelope import MAX_ENVELOPE_BYTES, Message, WireError, pack, parse, peek_id
-from driver.messaging.multipart import NOBLOCK, nbytes, recv_frames, send_frames
+from driver.messaging.envelope import (
+    MAX_ENVELOPE_BYTES,
+    MAX_FRAMES,
+    Message,
+    WireError,
+    pack,
+    parse,
+    peek_id,
+)
+from driver.messaging.multipart import NOBLOCK, Oversized, nbytes, recv_bounded, send_frames
 from driver.messaging.payload import decode, encode
+from driver.messaging.serving import supervise
 
+log = logging.getLogger("driver.aux.worker")
 DRAIN = 10_000  # messages taken in at most between two handler calls
 _EVENTS, _POLLIN = int(zmq.EVENTS), int(zmq.POLLIN)
 _events = _RawSocket.get
@@ -47,9 +65,10 @@ COUNTERS = (
     "cancelled",
     "held_total",
     "expired_in_queue",
-    *(f"refused_{r}" for r in ("garbage", "truncated", "oversized", "kind")),
+    *(f"refused_{r}" for r in ("garbage", "truncated", "oversized", "kind", "internal")),
     "refused_queue_full",
     "refused_timeout",
+    "restarts",
 )
 
 
@@ -73,6 +92,7 @@ class WorkerServer(Queueing):
         # arrays sent as tensors reach the handler as tensors (default: the handler's say)
         self.torch = bool(getattr(handler, "torch_arrays", False)) if torch is None else torch
         self.policy, self.max_bytes = full_policy, max_message_bytes
+        self.budget = max_message_bytes + MAX_ENVELOPE_BYTES + 512  # with the two routing ids
         self.hold_bound = hold_bound if hold_bound is not None else 16 * queue_bound
         self.queues = FairQueues(queue_bound)
         self.held: dict[int, deque[Item]] = {}  # ranks with held requests only
@@ -84,7 +104,8 @@ class WorkerServer(Queueing):
         self.per_rank: dict[int, int] = defaultdict(int)
         self.wait_s = self.process_s = 0.0
         self.running_key: tuple[bytes, int] | None = None
-        self.attached = Attached()  # ranks' segments mapped here (shm_worker.py)
+        # ranks' segments mapped here (shm_worker.py): one at most a message's size and room
+        self.attached = Attached(max_segment=max_message_bytes + (2 << 20))
         self.node = shm.node_key()
 
     def start(self) -> str:
@@ -98,7 +119,7 @@ class WorkerServer(Queueing):
         self.router.bind(self.address)
         self.address = self.router.getsockopt(zmq.LAST_ENDPOINT).decode()
         self.running.set()
-        thread = threading.Thread(target=self._loop, name="aux-worker", daemon=True)
+        thread = threading.Thread(target=self._run, name="aux-worker", daemon=True)
         thread.start()
         self.threads.append(thread)
         return self.address
@@ -124,32 +145,52 @@ class WorkerServer(Queueing):
 
     # -- the loop: take in everything that arrived, then serve one request -------------------
 
+    def _run(self) -> None:
+        """The serving thread: the loop, run again if it fails; the socket closed at the end."""
+        try:
+            supervise(self._loop, self.running.is_set, self._restarted, "aux worker")
+        finally:
+            self.router.close(0)
+            self.attached.close()
+
+    def _restarted(self, err: BaseException) -> None:
+        self.counters["restarts"] += 1
+
     def _loop(self) -> None:
         # One socket: an idle worker blocks in recv (up to RCVTIMEO) rather than in zmq_poll,
         # which would check the socket's mailbox twice per wake-up; whether more has arrived
         # is read from ZMQ_EVENTS (a failed non-blocking recv costs an exception).
-        sock, recv, queues = self.router, recv_frames, self.queues
+        sock, queues = self.router, self.queues
         next_sweep = time.monotonic()
+        while self.running.is_set():
+            if not queues.size:
+                self._take(sock, 0)  # or RCVTIMEO: look at the clock and the running flag
+            for _ in range(DRAIN):  # every rank's arrivals queued before a pick
+                if not _events(sock, _EVENTS) & _POLLIN or not self._take(sock, NOBLOCK):
+                    break
+            if self.held and time.monotonic() >= next_sweep:
+                self._expire_held()
+                next_sweep = time.monotonic() + 0.05
+            item = self._next()
+            if item is not None:
+                self._reply(item.route, self._serve(item))
+
+    def _take(self, sock: zmq.Socket, flags: int) -> bool:
+        """Receive one message within the budget and take it in (a refusal is counted);
+        False if none was waiting."""
         try:
-            while self.running.is_set():
-                if not queues.size:
-                    try:
-                        self._receive(recv(sock, 0))
-                    except zmq.Again:
-                        pass  # RCVTIMEO: look at the clock and the running flag
-                for _ in range(DRAIN):  # every rank's arrivals queued before a pick
-                    if not _events(sock, _EVENTS) & _POLLIN:
-                        break
-                    self._receive(recv(sock, NOBLOCK))
-                if self.held and time.monotonic() >= next_sweep:
-                    self._expire_held()
-                    next_sweep = time.monotonic() + 0.05
-                item = self._next()
-                if item is not None:
-                    self._reply(item.route, self._serve(item))
-        finally:
-            self.router.close(0)
-            self.attached.close()
+            self._receive(recv_bounded(sock, self.budget, MAX_FRAMES + 3, flags, keep=3))
+        except Oversized as err:
+            self.counters["refused_oversized"] += 1
+            text = f"oversized: {err}, limit {self.max_bytes}"
+            self._reply(err.head[:2], error_reply(peek_id(err.head[2:]), "protocol", text))
+        except zmq.Again:
+            return False
+        except Exception as err:  # noqa: BLE001 (a message must not end the loop)
+            self.counters["refused_internal"] += 1
+            if self.counters["refused_internal"] <= 3:
+                log.error("aux worker: a message could not be taken in", exc_info=err)
+        return True
 
     def _receive(self, frames: list[Any]) -> None:
         if len(frames) < 3:
@@ -202,7 +243,7 @@ class WorkerServer(Queueing):
         except WireError as err:
             self.counters["refused_" + err.reason] += 1
             reply = error_reply(msg.id, "protocol", str(err))
-        except Exception as err:  # the caller gets it as AuxRemoteError
+        except BaseException as err:  # noqa: BLE001 (the caller gets it as AuxRemoteError)
             self.counters["errors"] += 1
             reply = error_reply(msg.id, "remote", f"{type(err).__name__}: {err}")
         self.process_s += time.time() - start

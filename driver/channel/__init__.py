@@ -14,10 +14,12 @@ with the address and the run's token that the driver hands it in the loop's argu
     rows = channel.drain()                                  # driver: under the state's lock
 
 Messages are the auxiliary transport's (driver.messaging.wire): a packed envelope and a JSON
-body, never pickle. Every request carries the run's token in the envelope's info; the
-server drops a message with a wrong token or one that does not parse, and answers only the
-methods in `WORKER_METHODS`. A local run binds the loopback address; a cluster run its
-pod's IP, which the team namespace's NetworkPolicy opens to that namespace's pods only.
+body, never pickle. A worker connects with the run's token as its ZMTP PLAIN password,
+checked at the handshake (a stranger sends nothing), and every request carries it again in
+the envelope's info; the server drops a message with a wrong token, one that does not
+parse or one over `MAX_BYTES` in all, and answers only the methods in `WORKER_METHODS`.
+A local run binds the loopback address; a cluster run its pod's IP, which the team
+namespace's NetworkPolicy opens to that namespace's pods only.
 """
 
 from driver.channel.client import ChannelAddress, ChannelClient, ChannelError

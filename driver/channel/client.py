@@ -27,6 +27,8 @@ from driver.messaging import wire
 MAX_BYTES = 64 << 20
 """The largest message either end takes (a batch of rows, a failure record with its log
 tail and flight recorder); ZeroMQ drops the connection of a peer that sends more."""
+USER = b"worker"
+"""The ZMTP PLAIN username of a worker (the password is the run's token)."""
 SLICE_S = 0.005
 """The longest a waiting caller holds the socket: a send from the other thread waits no longer."""
 
@@ -56,6 +58,7 @@ class ChannelClient:
         self.sock = zmq.Context.instance().socket(zmq.DEALER)
         self.sock.linger = 0
         self.sock.maxmsgsize = MAX_BYTES
+        self.sock.plain_username, self.sock.plain_password = USER, address.token.encode()
         self.sock.ipv6 = address.endpoint.startswith("tcp://[")
         self.sock.connect(address.endpoint)
         self.lock = threading.Lock()

@@ -6,7 +6,8 @@ threads call it through `DriverChannel`).
 
 - `Sink`: metrics rows (one per step, batched every second by driver.metrics.rank, drained
   by the driver every 2 s: driver.output.progress), failure records for the crash bundle,
-  and where each rank runs; a rank's `hello` returns its attempt: the run's first attempt
+  and where each rank runs (`pods_of`: the pods of a lost replica group, for a shrink);
+  a rank's `hello` returns its attempt: the run's first attempt
   in this driver (after the attempts already in metrics.jsonl, set by `begin`) plus the
   times this rank started before (worker-group restarts).
 - `RunControl`: attempt counts per rank, the time of a preemption notice (driver.channel.
@@ -15,6 +16,8 @@ threads call it through `DriverChannel`).
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 
 class RunControl:
@@ -51,6 +54,25 @@ class RunControl:
         return self.notice_at
 
 
+def exclusive_pods(hosts: dict[int, dict], ranks: list[int]) -> list[str]:
+    """The pods every one of whose ranks is in `ranks` (a pod that also hosts another
+    rank is never one of them), sorted."""
+    wanted = set(ranks)
+    pods: dict[str, bool] = {}
+    for rank, host in hosts.items():
+        pod = host.get("pod")
+        if pod:
+            pods[pod] = pods.get(pod, True) and rank in wanted
+    return sorted(pod for pod, only in pods.items() if only)
+
+
+def dead_pods(nodes: list[dict]) -> set[str]:
+    """Pods whose Ray node is dead and not back (`ray.nodes()`: a worker pod's raylet
+    registers the pod's hostname, which Kubernetes sets to the pod name)."""
+    alive = {n.get("NodeManagerHostname") for n in nodes if n.get("Alive")}
+    return {n.get("NodeManagerHostname") for n in nodes if not n.get("Alive")} - alive - {None}
+
+
 class Sink:
     """Metrics rows and failure records from the workers, held until the driver drains them."""
 
@@ -60,6 +82,8 @@ class Sink:
         self.hosts: dict[int, dict] = {}
         self.first_attempt = 0
         self.hellos: dict[int, int] = {}
+        self.dead_pods: Callable[[], set[str]] | None = None
+        """The pods whose Ray node is dead (start_channel: from `ray.nodes()`)."""
 
     def begin(self, first_attempt: int) -> None:
         """The attempt number of this driver's first worker group."""
@@ -74,6 +98,13 @@ class Sink:
 
     def host(self, rank: int) -> dict:
         return dict(self.hosts.get(rank, {}))
+
+    def pods_of(self, ranks: list[int]) -> dict[str, bool]:
+        """The pods that host only ranks in `ranks` (by each rank's newest hello), each
+        with whether its Ray node is known dead (driver.ft.lost asks before a shrink)."""
+        pods = exclusive_pods(self.hosts, [int(r) for r in ranks])
+        dead = self.dead_pods() if pods and self.dead_pods is not None else set()
+        return {pod: pod in dead for pod in pods}
 
     def all_hosts(self) -> dict[int, dict]:
         return {rank: dict(host) for rank, host in self.hosts.items()}

@@ -15,6 +15,8 @@ RunControl), which rank 0 polls without blocking after every step.
 from __future__ import annotations
 
 import contextlib
+import os
+import select
 import signal
 import threading
 import time
@@ -68,13 +70,19 @@ class StopRelay:
     the process ends at once). Before `attach` (start-up), or attached to no channel
     (no checkpoints), the signal raises `Interrupted` in the main thread instead.
 
-        stops = StopRelay(print).install()      # main thread, before Ray starts
+        stops = StopRelay(print, grace_s=35).install()   # main thread, before Ray starts
         stops.attach(control, progress.log)     # once the workers can hear it
         ...
         stops.restore()                         # the previous handlers
+
+    With `grace_s`, the run ends within that many seconds of the first signal whatever it
+    is doing, and a second signal ends it at once, even while the main thread is held in
+    native code (a cloud client retrying, where no Python handler runs): a watcher thread
+    hears every signal through the interpreter's wakeup fd (`StopWatch`).
     """
 
-    def __init__(self, log: Callable[[str], None], signals: tuple[int, ...] = STOP_SIGNALS):
+    def __init__(self, log: Callable[[str], None], signals: tuple[int, ...] = STOP_SIGNALS,
+                 grace_s: float | None = None):  # fmt: skip
         self.log, self.signals = log, signals
         self.signum: int | None = None
         """The first stop signal that arrived (None: none)."""
@@ -85,6 +93,7 @@ class StopRelay:
         self._previous: dict[int, object] = {}
         self._arrived = threading.Event()
         self._thread: threading.Thread | None = None
+        self.watch = StopWatch(signals, grace_s) if grace_s else None
 
     @property
     def name(self) -> str | None:
@@ -97,6 +106,8 @@ class StopRelay:
             for signum in self.signals:
                 previous = signal.signal(signum, self._handle)
                 self._previous.setdefault(signum, previous)
+            if self.watch is not None:
+                self.watch.start()
         return self
 
     def attach(self, control, log: Callable[[str], None] | None = None) -> None:
@@ -160,5 +171,67 @@ class StopRelay:
         if self.signum is None:
             for signum, previous in self._previous.items():
                 signal.signal(signum, previous)
+            if self.watch is not None:  # after a signal it keeps the deadline to the end
+                self.watch.stop()
         if self._thread is not None:
             self._thread.join(timeout=5)
+
+
+class StopWatch:
+    """Hears stop signals whatever the main thread does: the interpreter's C-level handler
+    writes each signal's number to a pipe (`signal.set_wakeup_fd`) before any Python
+    handler runs, and a thread reads it. After the first, the process ends
+    `grace_s` later unless it ended first; a second ends it at once. Both with one line on
+    stderr and 128 + the first signal as the exit code."""
+
+    def __init__(self, signals: tuple[int, ...], grace_s: float):
+        self.signals, self.grace_s = signals, grace_s
+        self.first: int | None = None
+        self._fds: tuple[int, int] | None = None
+        self._previous_fd = -1
+
+    def start(self) -> None:
+        """Main thread only; again after another library replaced the wakeup fd."""
+        if self._fds is None:
+            read, write = os.pipe()
+            os.set_blocking(write, False)
+            self._fds = (read, write)
+            threading.Thread(target=self._run, args=(read,), name="stop-watch",
+                             daemon=True).start()  # fmt: skip
+        previous = signal.set_wakeup_fd(self._fds[1], warn_on_full_buffer=False)
+        if previous != self._fds[1]:
+            self._previous_fd = previous
+
+    def stop(self) -> None:
+        if self._fds is None or threading.current_thread() is not threading.main_thread():
+            return
+        signal.set_wakeup_fd(self._previous_fd)
+        os.close(self._fds[1])  # the thread reads end-of-file and ends
+        self._fds = None
+
+    def _run(self, read: int) -> None:
+        deadline = None
+        while True:
+            wait = None if deadline is None else max(0.0, deadline - time.monotonic())
+            ready, _, _ = select.select([read], [], [], wait)
+            if not ready:  # the grace period is over
+                self._end(f"did not stop within {self.grace_s:g} s of {_name(self.first)}")
+            data = os.read(read, 64)
+            if not data:
+                os.close(read)
+                return
+            for signum in data:
+                if signum not in self.signals:
+                    continue
+                if self.first is None:
+                    self.first, deadline = signum, time.monotonic() + self.grace_s
+                else:
+                    self._end(f"{_name(signum)} again after {_name(self.first)}")
+
+    def _end(self, why: str) -> None:
+        os.write(2, f"stopped: {why}: ending now\n".encode())
+        os._exit(128 + (self.first or signal.SIGTERM))
+
+
+def _name(signum: int | None) -> str:
+    return signal.Signals(signum).name if signum else "a signal"

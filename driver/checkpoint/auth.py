@@ -23,11 +23,11 @@ import secrets
 from pathlib import Path
 
 from catalog.labels import CHECKPOINT_KEY_ENV
+from catalog.runkey import run_key
 from driver.checkpoint.layout import Marker
 
 KEY_ENV = CHECKPOINT_KEY_ENV
 """Environment variable holding the team's checkpoint secret (from a Kubernetes Secret)."""
-_CONTEXT = b"reve-checkpoint-v1"
 
 
 class MissingKey(RuntimeError):
@@ -67,11 +67,6 @@ def _local_secret(path: Path) -> bytes:
         finally:
             os.unlink(tmp)
     return path.read_text().strip().encode()
-
-
-def run_key(secret: bytes, team: str, run: str) -> bytes:
-    """The key of one run's markers (the run's identity is part of the key)."""
-    return hmac.new(secret, b"\0".join((_CONTEXT, team.encode(), run.encode())), "sha256").digest()
 
 
 def _mac(marker: Marker, secret: bytes) -> str:

@@ -77,6 +77,8 @@ class Checkpointer(Committing, Loading):
         self.callbacks = list(callbacks)
         self.counters = new_counters()
         self.last_error: str | None = None
+        self.write_delay_s = 0.0
+        """Each write waits this long first (`debug.slow_save_s`: a drill)."""
         self.write_durations: list[float] = []
         self._last_saved: int | None = None
         self._last_ok = True
@@ -123,7 +125,8 @@ class Checkpointer(Committing, Loading):
         background = cfg.async_mode == "async"
         nice = cfg.writer_nice if background else 0
         chunk = int(cfg.write_chunk_mb * 1e6) if background else 0
-        writer = make_writer(uri, cfg.sync_files, cfg.writer_threads, nice, chunk)
+        delay = {"delay_s": self.write_delay_s} if self.write_delay_s > 0 else {}
+        writer = make_writer(uri, cfg.sync_files, cfg.writer_threads, nice, chunk, **delay)
         kwargs = {"storage_writer": writer, "process_group": self._writer_group()}
         kwargs["no_dist"] = not self._distributed
         if cfg.async_mode == "sync":

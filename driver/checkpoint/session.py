@@ -44,6 +44,7 @@ class CheckpointSession:
         self.ckpt = Checkpointer(
             self.config, run.team, run.name, rank, world, callbacks=listeners, dp_replica=replica
         )
+        self.ckpt.write_delay_s = float(cfg.debug.slow_save_s)
         poll = NoticePoll(control) if control is not None and rank == 0 else None
         self.guard = PreemptionGuard(self.ckpt, poll=poll, give_up=self.failing)
         self.attempt = control.call("start", rank, timeout_s=60) if control is not None else 0
@@ -105,4 +106,13 @@ class CheckpointSession:
             final["ckpt_stopped"] = failing
         elif stopped is not None:
             final.update(preempted_at=stopped, preempt_reason=self.guard.reason)
+            final["preempt_lost_steps"] = lost_steps(stopped, latest.step if latest else None,
+                                                     self.start)  # fmt: skip
         return final
+
+
+def lost_steps(stopped: int, committed: int | None, start: int) -> int:
+    """What a stop cost: the steps trained after the newest committed checkpoint (after the
+    start, when none was committed), which a resume trains again. 0 when the final save
+    committed the step the run stopped after."""
+    return max(0, stopped - (committed if committed is not None else start))

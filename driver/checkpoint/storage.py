@@ -153,10 +153,12 @@ def yielding(create_stream, chunk: int):
     return create
 
 
-def make_writer(uri: str, sync_files: bool, threads: int, nice: int = 0, chunk: int = 0):
+def make_writer(uri: str, sync_files: bool, threads: int, nice: int = 0, chunk: int = 0,
+                delay_s: float = 0.0):  # fmt: skip
     """The DCP storage writer for one checkpoint directory. With `nice` > 0 the thread that
     runs the save (DCP's background writer) lowers its own CPU priority when it starts;
-    with `chunk` > 0 it writes in pieces of that many bytes (YieldingStream)."""
+    with `chunk` > 0 it writes in pieces of that many bytes (YieldingStream); with
+    `delay_s` > 0 it waits that long before writing (`debug.slow_save_s`)."""
     from torch.distributed.checkpoint import FileSystemWriter
     from torch.distributed.checkpoint._fsspec_filesystem import FsspecWriter
 
@@ -171,6 +173,11 @@ def make_writer(uri: str, sync_files: bool, threads: int, nice: int = 0, chunk: 
         def set_up_storage_writer(self, *args, **kwargs):
             lower_thread_priority(nice)
             return super().set_up_storage_writer(*args, **kwargs)
+
+        def write_data(self, *args, **kwargs):
+            if delay_s > 0:
+                time.sleep(delay_s)
+            return super().write_data(*args, **kwargs)
 
     path = local_path(uri) if is_local(uri) else uri
     return Writer(path, sync_files=sync_files, thread_count=threads)

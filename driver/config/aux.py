@@ -99,14 +99,10 @@ def _choice(value, allowed: tuple) -> str:
 
 
 def check_run(cfg) -> None:
-    """Checks across sections, at launch: `aux.condition` needs a DiT, the weight refresh a
-    model that is not sharded, and `data.remote_stage` a service."""
+    """Checks across sections, at launch: `aux.condition` needs a DiT and `data.remote_stage`
+    a service."""
     if cfg.aux.condition and cfg.model.kind != "dit":
         raise InputError(None, "aux.condition", f"the {cfg.model.kind} model takes no embeddings")
-    if cfg.aux.refresh.every_steps and cfg.parallelism.fsdp_size > 1:
-        raise InputError(
-            None, "aux.refresh.every_steps", "refreshes unsharded models only (fsdp_size 1)"
-        )
     check_remote_stage(cfg)
 
 

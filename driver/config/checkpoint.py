@@ -65,6 +65,11 @@ class CheckpointConfig:
     preemptible nodes about 30 s); the final save is skipped when earlier saves say it
     would not fit."""
 
+    storage_timeout_s: float = 20.0
+    """Before Ray Train starts, the run's storage (this root, and Ray Train's folder under
+    it) must take a small write within this many seconds; otherwise the run stops with one
+    line naming the URI and the reason (driver/checkpoint/reach.py)."""
+
     preemption_check_s: float = 1.0
     """How often the ranks agree whether a notice arrived (a two-number all-reduce, every
     so many steps that it comes about this often); a notice waits at most this long plus a
@@ -114,6 +119,8 @@ class CheckpointConfig:
             raise InputError(source, "checkpoint.async_mode", message)
         if self.preemption_budget_s < 0:
             raise InputError(source, "checkpoint.preemption_budget_s", "must be >= 0")
+        if not self.storage_timeout_s > 0:
+            raise InputError(source, "checkpoint.storage_timeout_s", "must be > 0")
         if self.preemption_check_s < 0:
             raise InputError(source, "checkpoint.preemption_check_s", "must be >= 0")
         if not self.root:

@@ -8,9 +8,11 @@ wrong types. Every problem is a `catalog.InputError` naming the file and the key
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from catalog.errors import InputError
+from driver.config import layout
 from driver.config.checks import check_values
 from driver.config.errors import check_overrides, one_line
 from driver.config.schema import TrainConfig, register
@@ -24,6 +26,7 @@ _CHOICES = {
     "parallelism.backend": ("auto", "gloo", "nccl"),
     "logging.format": ("auto", "progress", "json"),
     "data.loader": ("auto", "inprocess", "pipeline"),
+    "debug.kill_phase": ("before", "during", "after"),
 }
 _POSITIVE = (
     "train.steps",
@@ -61,6 +64,7 @@ def compose(path: str | Path, overrides: list[str] | None = None) -> tuple[Train
     )
     if extra:
         raise InputError(path, extra, "unknown key")
+    layout.check_shape(obj.shape, path)
     fill_defaults(obj)
     validate(obj, path)
     return obj, OmegaConf.to_yaml(OmegaConf.structured(obj))
@@ -119,19 +123,38 @@ def _extra_key(composed: object, typed: object, prefix: str = "") -> str | None:
     return None
 
 
-def fill_defaults(cfg: TrainConfig) -> None:
-    """Values derived from others: the output folder and the replica group size."""
+def fill_defaults(cfg: TrainConfig, cwd: str | Path | None = None) -> None:
+    """Values derived from others: the output folder, the parallel layout from the shape
+    (driver.config.layout), the data loader (the pipeline with a shape), and every
+    local path the run writes or resumes from (`run.output_dir`, `checkpoint.root`, a
+    `checkpoint.resume` path) made absolute against `cwd` (default: this process's working
+    directory, the one the user ran from). Ray runs the workers in folders of its own, where
+    a relative path would name another place than the driver's."""
     if not cfg.run.output_dir:
         cfg.run.output_dir = f"outputs/{cfg.run.team}/{cfg.run.name}"
-    if cfg.parallelism.replica_group_size is None:
-        cfg.parallelism.replica_group_size = cfg.parallelism.fsdp_size
+    here = Path(cwd) if cwd is not None else Path.cwd()
+    cfg.run.output_dir = absolute(cfg.run.output_dir, here)
+    cfg.checkpoint.root = absolute(cfg.checkpoint.root, here)
+    if cfg.checkpoint.resume not in (None, "auto"):
+        cfg.checkpoint.resume = absolute(cfg.checkpoint.resume, here)
+    layout.derive(cfg.parallelism, cfg.shape)
     if cfg.data.loader == "auto":
-        cfg.data.loader = "inprocess"
+        cfg.data.loader = "pipeline" if cfg.shape.nodes else "inprocess"
+
+
+def absolute(path: str, cwd: Path) -> str:
+    """A local path made absolute against `cwd` (lexically: `..` folded, symlinks kept); a
+    URI (`gs://...`) or an empty value as it is."""
+    if not path or "://" in path:
+        return path
+    return os.path.normpath(cwd / Path(path).expanduser())
 
 
 def validate(cfg: TrainConfig, source: str | Path) -> None:
-    """Checks the schema cannot express: choices, values, positive counts, divisibility."""
+    """Checks the schema cannot express: choices, values, positive counts, divisibility, the
+    layout against the shape."""
     check_values(cfg, source)
+    layout.check(cfg.parallelism, cfg.shape, source)
     for key, allowed in _CHOICES.items():
         value = _get(cfg, key)
         if value not in allowed:
@@ -155,8 +178,7 @@ def validate(cfg: TrainConfig, source: str | Path) -> None:
         raise InputError(source, "data", f"{cfg.model.kind} model needs {pairs[cfg.model.kind]}")
     if cfg.model.kind == "dit" and cfg.data.image_size % cfg.model.patch_size:
         raise InputError(source, "model.patch_size", "must divide data.image_size")
-    if par.workers:
-        check_batch(cfg, par.workers, source)
+    check_batch(cfg, par.workers or 1, source)  # again at start, with the planned world
     if cfg.optimizer.warmup_steps < 0:
         raise InputError(source, "optimizer.warmup_steps", "must not be negative")
     check_ft(cfg, source)
@@ -171,8 +193,6 @@ def check_ft(cfg, source) -> None:
     cfg.ft = FtConfig.from_dict(asdict(cfg.ft), str(source))
     par = cfg.parallelism
     cfg.ft.check_layout(par.fsdp_size, par.replica_group_size, par.workers, str(source))
-    if cfg.ft.enabled and cfg.aux.services:
-        raise InputError(source, "aux.services", "not supported with ft.enabled (docs/ft.md)")
 
 
 def check_batch(cfg, world: int, source: str | None = None) -> None:

@@ -63,7 +63,8 @@ class LearnerConfig:
     join_timeout_s: float = 60.0
     """Longest wait for the shared weights at start (then train on from our own)."""
     retry_s: float = 120.0
-    """Decoupled mode: a push unanswered this long is sent again at the next sync point."""
+    """Decoupled mode: a push unanswered this long is sent again at the next sync point
+    (0: at every one)."""
     keys_env_prefix: str = ENV
     """Without `keys`: the keys are in `<prefix>PUBLIC_KEY`, `<prefix>SECRET_KEY` and
     `<prefix>SERVER_KEY` (names only: key values never appear in the config)."""
@@ -82,7 +83,7 @@ class LearnerConfig:
 
     def check(self, source: str | None = None) -> None:
         """Raise InputError (one line naming `diloco.<key>`) for the first bad value."""
-        positive = ("barrier_timeout_s", "join_timeout_s", "retry_s")
+        positive = ("barrier_timeout_s", "join_timeout_s")
         checks = [
             (self.sync_every >= 1, "sync_every", "at least 1"),
             (self.mode in MODES, "mode", f"one of {MODES}"),
@@ -93,6 +94,7 @@ class LearnerConfig:
             (0 <= self.index < self.learners, "index", f"0 to {self.learners - 1}"),
             (bool(_ENV_NAME.match(self.keys_env_prefix)), "keys_env_prefix", "A-Z, 0-9, _"),
             *[(getattr(self, name) > 0, name, "greater than 0") for name in positive],
+            (self.retry_s >= 0, "retry_s", "0 or more (0: again at every sync point)"),
         ]
         if self.address is not None:
             checks += [

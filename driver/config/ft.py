@@ -49,6 +49,11 @@ class FtConfig:
     """Collectives, the commit vote and healing transfers: how long before a peer counts
     as failed."""
 
+    watchdog_s: float = 180.0
+    """A member whose step (quorum wait included) runs longer than this ends its process, so
+    its replica group is replaced (driver.ft.watchdog: a hung member, not only a dead one);
+    also Ray Train's health-check timeout. 0: off. More than quorum_timeout_s."""
+
     start_timeout_s: float = 300.0
     """How long the groups present at start wait for each other before the first quorum."""
 
@@ -63,8 +68,16 @@ class FtConfig:
     while groups are missing, `none` keeps it."""
 
     shrink: bool = True
-    """After a group is dropped, the lowest live group asks Warden to shrink the
-    RayCluster's worker group (locally: a logged no-op)."""
+    """After a group is lost, the lowest live group asks Warden to shrink the RayCluster's
+    worker group, naming the lost group's pods (locally: a logged no-op)."""
+
+    shrink_after_quorums: int = 3
+    """A group missing from the quorum is lost (a shrink, not a straggler) only once it
+    has been missing from this many quorums in a row (driver/ft/lost.py)..."""
+
+    shrink_after_s: float = 120.0
+    """... and either its pods are reported dead (their Ray nodes) or it has been missing
+    this long (a replacement that starts and heals within it keeps its pod)."""
 
     def validate(self, source: str | None = None) -> None:
         """Raise InputError (one line naming the field) for a bad value."""
@@ -79,9 +92,17 @@ class FtConfig:
         )
         if self.min_replicas < 1:
             raise InputError(source, "ft.min_replicas", "must be >= 1")
+        if self.shrink_after_quorums < 1:
+            raise InputError(source, "ft.shrink_after_quorums", "must be >= 1")
+        if self.shrink_after_s < 0:
+            raise InputError(source, "ft.shrink_after_s", "must be >= 0")
         for name in positive:
             if not getattr(self, name) > 0:
                 raise InputError(source, f"ft.{name}", "must be > 0")
+        if self.watchdog_s and self.watchdog_s <= self.quorum_timeout_s:
+            raise InputError(source, "ft.watchdog_s", "must be 0 or more than ft.quorum_timeout_s")
+        if self.watchdog_s < 0:
+            raise InputError(source, "ft.watchdog_s", "must not be negative")
         if self.heartbeat_interval_ms >= self.heartbeat_timeout_ms:
             raise InputError(source, "ft.heartbeat_interval_ms", "must be < heartbeat_timeout_ms")
         if self.lr_scaling not in LR_SCALINGS:
@@ -91,25 +112,14 @@ class FtConfig:
     def check_layout(
         self, fsdp_size: int, replica_group_size: int | None, world: int | None, source=None
     ) -> None:
-        """Refuse, in one line, a parallel layout torchft cannot run here: Ray Train 2.60's
-        replica groups are one worker each, so each worker is its own replica group (DDP
-        across groups, no FSDP/HSDP inside one)."""
-        if not self.enabled:
+        """Refuse, in one line, a layout torchft cannot run: fewer replica groups than
+        `ft.min_replicas`. A replica group is `replica_group_size` workers (FSDP of
+        `fsdp_size` inside it, torchft across groups)."""
+        if not self.enabled or world is None:
             return
-        if fsdp_size != 1:
-            raise InputError(
-                source,
-                "parallelism.fsdp_size",
-                "ft.enabled needs 1 (Ray Train replica groups are one worker)",
-            )
-        if replica_group_size not in (None, 1):
-            raise InputError(
-                source,
-                "parallelism.replica_group_size",
-                "ft.enabled needs 1 or null (one worker per replica group)",
-            )
-        if world is not None and world < self.min_replicas:
-            message = f"{world} workers are fewer than ft.min_replicas={self.min_replicas}"
+        groups = world // (replica_group_size or fsdp_size or 1)
+        if groups < self.min_replicas:
+            message = f"{groups} replica groups are fewer than ft.min_replicas={self.min_replicas}"
             raise InputError(source, "ft.min_replicas", message)
 
     @classmethod

@@ -161,19 +161,43 @@ class OptimizerConfig:
 
 
 @dataclass
+class ShapeConfig:
+    """The shape the run's manifest asks for (`runner render` sets it; `runner run --local
+    --shape NODESxGPUS` a scaled-down one). Unset (0): a run without a manifest."""
+
+    nodes: int = 0
+    """Worker pods (nodes) of the run."""
+    gpus_per_node: int = 0
+    """GPUs each worker pod has."""
+    accelerator: str = ""
+    """The catalog's accelerator (H100, H200), or `cpu`: CPU workers stand in for GPUs."""
+    cpus_per_gpu: float = 1.0
+    """CPUs of a worker pod per GPU (a training worker's share)."""
+
+
+@dataclass
 class ParallelismConfig:
     workers: int | None = None
-    """Training workers; null: every slot left after auxiliary services (GPUs, or CPU slots)."""
+    """Training workers; null: every slot left after auxiliary services (GPUs, or CPU
+    slots; an embedded Ray has two)."""
     device: str = "auto"
-    """`auto` (GPU when the cluster has GPUs), `cpu` or `gpu` (one worker per GPU)."""
-    cpus_per_worker: float = 1.0
-    """CPUs each training worker requests (a CPU slot)."""
-    fsdp_size: int = 1
-    """Workers that shard one model copy (an FSDP group); 1 replicates with DDP."""
+    """`auto` (GPU when the cluster has GPUs; `gpu` with a shape), `cpu` or `gpu` (one
+    worker per GPU)."""
+    cpus_per_worker: float | None = None
+    """CPUs each training worker requests (a CPU slot); null: the shape's CPUs per GPU, or
+    1."""
+    fsdp_size: int | None = None
+    """Workers that shard one model copy (an FSDP group; 1 replicates with DDP); null: one
+    node's GPUs with a shape (FSDP within a node), else 1."""
     replica_group_size: int | None = None
-    """Workers per replica group (a multiple of fsdp_size); the world is whole groups."""
+    """Workers per replica group (a multiple of fsdp_size; the world is whole groups);
+    null: one node's GPUs with a shape (whole nodes; one worker under ft), else fsdp_size."""
+    groups_within_nodes: bool = True
+    """Shard and replica groups never straddle nodes: each is a divisor or a whole
+    multiple of a node's GPUs (a layout that breaks it is refused)."""
     backend: str = "auto"
-    """Process-group backend: `auto` (nccl on GPU, gloo on CPU), `gloo` or `nccl`."""
+    """Process-group backend: `auto` (nccl on GPU, gloo on CPU and for the CPU stand-ins of
+    a simulated shape), `gloo` or `nccl`."""
     numa_affinity: bool = True
     """Pin each worker to the CPUs of its GPU's NUMA node where the node reports NUMA."""
 
@@ -193,7 +217,12 @@ class LoggingConfig:
     """OpenTelemetry collector (OTLP/HTTP, e.g. http://otel-collector.observability:4318):
     the driver also exports the run's metrics there. null: no export."""
     store: bool = True
-    """Write every rank's metrics into the chDB store in the output folder (`chdb/`)."""
+    """Write every rank's metrics and every process's log lines into the chDB store in the
+    output folder (`chdb/`)."""
+    bundle_root: str | None = None
+    """Where crash bundles are kept after the run: `<bundle_root>/<team>/<run>/crash-<time>/`,
+    signed (driver.output.crash_upload); `gs://<bundles bucket>` in a rendered run. null: the output
+    folder only."""
 
 
 @dataclass
@@ -277,8 +306,27 @@ class DebugConfig:
     """Raise an error at this step (to exercise failure handling and crash bundles)."""
     fail_rank: int = 0
     """Rank that raises at fail_at_step; -1 for every rank."""
+    hang_storage_check: bool = False
+    """Hold the driver's main thread in native code during the storage check, for good, as
+    a cloud client retrying does (drills the stop deadline: driver/checkpoint/reach.py)."""
+    slow_save_s: float = 0.0
+    """Every checkpoint write waits this long before it writes (a slow bucket), to drill a
+    stop signal during a save."""
     flight_recorder_entries: int = 2000
     """PyTorch flight recorder: collectives kept per process group on each rank (0: off)."""
+    kill_at_step: int | None = None
+    """SIGKILL one rank's process at this step (0-based), on its first start only, to drill
+    a lost worker: `kill_rank` at `kill_phase`."""
+    kill_rank: int = 0
+    """The rank kill_at_step kills."""
+    kill_phase: str = "after"
+    """When in the step: `before` (the forward pass), `during` (inside the cross-group
+    reduce under torchft; the gradient sync otherwise) or `after` (its row sent)."""
+    stop_at_step: int | None = None
+    """SIGSTOP `kill_rank`'s process at this step (a hung worker), on its first start only."""
+    digest: bool = False
+    """Every rank's row carries `param_digest`, a hash of its parameters (its shards), so a
+    test can see replicas equal after every step."""
 
 
 @dataclass
@@ -293,8 +341,10 @@ class TrainConfig:
     """The training loop."""
     optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
     """Optimizer and learning-rate schedule."""
+    shape: ShapeConfig = field(default_factory=ShapeConfig)
+    """The shape the run's manifest asks for (nodes, GPUs each, accelerator)."""
     parallelism: ParallelismConfig = field(default_factory=ParallelismConfig)
-    """Workers, devices and the parallel layout."""
+    """Workers, devices and the parallel layout (unset keys derived from the shape)."""
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     """Checkpoint location, cadence and resume (`driver.config.checkpoint`)."""
     logging: LoggingConfig = field(default_factory=LoggingConfig)

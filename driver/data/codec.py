@@ -1,7 +1,9 @@
 """Batch codec: a tree of arrays laid out in one flat buffer plus a small spec.
 
 Used for shared-memory batch slots; the spec travels only between the pipeline's own
-processes (stages served elsewhere use the auxiliary-service wire format, driver.messaging.wire).
+processes, in the transport form (`spec_out`, then `to_frames`; `from_frames`, then
+`spec_in`), as every record between them does (driver.data.frames: never pickle). Stages
+served elsewhere use the same wire format (driver.messaging.wire).
 Leaves that are numpy arrays, torch tensors or bytes go into the buffer (64-byte aligned);
 every other leaf (ints, strings, ...) stays in the spec. Dicts, lists and tuples nest.
 
@@ -9,16 +11,22 @@ every other leaf (ints, strings, ...) stays in the spec. Dicts, lists and tuples
     write(arrays, spec_offsets(spec), buf)         # buf: a writable buffer of ≥ nbytes
     batch = decode(spec, np.frombuffer(buf, np.uint8), to_torch=True)
     frames = to_frames(sample); sample = from_frames(frames)   # wire form, no pickle
+    spec = spec_in(from_frames(to_frames(spec_out(spec))))     # a spec, the same way
 """
 
 from __future__ import annotations
 
+import functools
+import json
+import re
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 ALIGN = 64
+KINDS = ("numpy", "torch", "bytes")
+_TORCH_DTYPE = re.compile(r"^[a-z][a-z0-9_]{0,31}$")  # torch.<name>, checked when viewed
 
 
 @dataclass(frozen=True)
@@ -140,6 +148,67 @@ def from_frames(frames: list[Any]) -> Any:
     return wire.decode(frames, torch=True)
 
 
+def spec_out(spec: Any) -> Any:
+    """A spec in a form the wire carries: each ArrayRef as a `bytes` leaf (its fields as
+    JSON). No other `bytes` leaf is left in a spec (`encode` moved them all into the
+    buffer), so `spec_in` tells them apart without a marker in the user's data."""
+    if isinstance(spec, ArrayRef):
+        fields = [spec.offset, spec.nbytes, spec.dtype, list(spec.shape), spec.kind]
+        return json.dumps(fields, separators=(",", ":")).encode()
+    if isinstance(spec, dict):
+        return {key: spec_out(value) for key, value in spec.items()}
+    if type(spec) in (list, tuple):
+        return type(spec)(spec_out(value) for value in spec)
+    return spec
+
+
+def spec_in(tree: Any) -> Any:
+    """The spec of `spec_out`'s form; ValueError on a reference that is not well formed."""
+    if type(tree) is bytes:
+        return _ref(tree)
+    if isinstance(tree, dict):
+        return {key: spec_in(value) for key, value in tree.items()}
+    if type(tree) in (list, tuple):
+        return type(tree)(spec_in(value) for value in tree)
+    return tree
+
+
+def _ref(raw: bytes) -> ArrayRef:
+    fields = json.loads(raw) if len(raw) < 4096 else None
+    if not isinstance(fields, list) or len(fields) != 5:
+        raise ValueError(f"array reference {raw[:64]!r}")
+    offset, nbytes, dtype, shape, kind = fields
+    counts = [offset, nbytes, *shape] if isinstance(shape, list) else [None]
+    if not all(type(n) is int and n >= 0 for n in counts) or kind not in KINDS:
+        raise ValueError(f"array reference {fields!r}")
+    if not isinstance(dtype, str) or not _plain_dtype(dtype, kind):
+        raise ValueError(f"array reference dtype {dtype!r}")
+    return ArrayRef(offset, nbytes, dtype, tuple(shape), kind)
+
+
+def _plain_dtype(dtype: str, kind: str) -> bool:
+    """A dtype of raw values (never Python objects: their bytes would be pointers)."""
+    if kind == "torch":
+        return bool(_TORCH_DTYPE.match(dtype))
+    try:
+        return len(dtype) <= 64 and not np.dtype(dtype).hasobject
+    except (TypeError, ValueError, SyntaxError):
+        return False
+
+
+@functools.lru_cache(maxsize=64)
+def _torch_dtype(name: str) -> Any:
+    """`torch.<name>` if it is a dtype (a name is never looked up on the module itself:
+    some would import submodules)."""
+    import torch
+
+    dtypes = {str(d).removeprefix("torch."): d for d in vars(torch).values()
+              if isinstance(d, torch.dtype)}  # fmt: skip
+    if name not in dtypes:
+        raise ValueError(f"torch dtype {name!r}")
+    return dtypes[name]
+
+
 def _as_bytes(node: Any) -> tuple[np.ndarray, str, tuple[int, ...], str] | None:
     if isinstance(node, np.ndarray):
         if node.dtype.hasobject:
@@ -162,7 +231,7 @@ def _view(ref: ArrayRef, base: np.ndarray, to_torch: bool) -> Any:
     if ref.kind == "torch":
         import torch
 
-        return torch.from_numpy(raw).view(getattr(torch, ref.dtype)).reshape(ref.shape)
+        return torch.from_numpy(raw).view(_torch_dtype(ref.dtype)).reshape(ref.shape)
     arr = raw.view(np.dtype(ref.dtype)).reshape(ref.shape)
     if to_torch and arr.dtype.kind in "biuf" and arr.dtype.isnative:
         import torch

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import gc
 import logging
+import queue
 import time
 import weakref
 from collections import deque
@@ -104,16 +105,16 @@ class DataPipeline(Checkpointable):
 
     def _receive(self) -> bool:
         try:
-            message = self._runtime.shared.ready_q.get(timeout=self.config.poll_interval_s)
-        except Exception:  # queue.Empty
+            head, values = self._runtime.shared.ready_q.get(timeout=self.config.poll_interval_s)
+        except queue.Empty:
             return False
-        self._handle(message)
+        self._handle(head, values)
         return True
 
-    def _handle(self, message: tuple) -> None:
+    def _handle(self, head: list, values: list) -> None:
         """Act on a worker message: a batch is buffered (its skipped samples are reported when
         the loop takes it), a collator failure raised."""
-        kind = message[0]
+        kind, message = head[0], (*head, values[0] if values else None)
         if kind == "collate_error":
             _, epoch, step, _, indices, reason, _ = message
             raise PipelineError(
@@ -147,7 +148,7 @@ class DataPipeline(Checkpointable):
         base = np.frombuffer(self._runtime.shm.buf, np.uint8, count=size, offset=slot * size)
         self._leased.add(slot)
         weakref.finalize(base, self._released.append, slot)
-        return codec.decode(spec, base, to_torch=self.config.output == "torch")
+        return codec.decode(codec.spec_in(spec), base, to_torch=self.config.output == "torch")
 
     def _recycle(self) -> None:
         while self._released:
@@ -186,14 +187,14 @@ class DataPipeline(Checkpointable):
         deadline = time.monotonic() + self.config.startup_timeout_s
         while len(ready) < len(runtime.procs):
             try:
-                message = runtime.shared.ready_q.get(timeout=self.config.poll_interval_s)
-            except Exception:  # queue.Empty
+                head, values = runtime.shared.ready_q.get(timeout=self.config.poll_interval_s)
+            except queue.Empty:
                 check_ready(runtime, ready, deadline, self.config, self.rank)
                 continue
-            if message[0] == "ready":
-                ready.add(message[1])
+            if head[0] == "ready":
+                ready.add(head[1])
             else:  # workers run as soon as they start: a batch or an error can come first
-                self._handle(message)
+                self._handle(head, values)
         runtime.release_arena()
 
     def close(self) -> None:

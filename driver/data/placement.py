@@ -9,22 +9,26 @@ of two (into staging, then stacked into the batch) and no collation work.
 
 Every producer of a pipeline uses one layout: the signature (structure, dtypes, shapes) of
 the first sample any of them placed, recorded under a lock in a small region after the batch
-and staging slots. A sample with another signature is staged as before. The collator names
-the batch without a copy only when every sample of the step was placed and none skipped;
-otherwise it rebuilds the placed samples as copies and collates the step as before, so a
-batch never depends on the path its samples took. Used by `driver.data.workers`.
+and staging slots, as JSON (never pickle: the region is shared memory; what is read back is
+checked, and its nesting bounded before it is parsed). A sample with another signature is
+staged as before. The collator names the batch without a copy only when every sample of
+the step was placed and none skipped; otherwise it rebuilds the placed samples as copies
+and collates the step as before, so a batch never depends on the path its samples took.
+Used by `driver.data.workers`.
 """
 
 from __future__ import annotations
 
+import json
 import math
-import pickle
 import threading
 from typing import Any
 
 import numpy as np
 
 from driver.data.codec import ALIGN, ArrayRef, refs
+from driver.messaging.limits import WireError
+from driver.messaging.limits import loads as bounded_loads
 
 RECORD_BYTES = 1 << 16
 """The agreed signature's region (after the batch and staging slots)."""
@@ -172,10 +176,56 @@ class Placer:
         with shared.layout_lock:
             length = int.from_bytes(buf[start : start + 8], "little")
             if length == 0 and sig is not None:
-                data = pickle.dumps(sig)
-                if len(data) > RECORD_BYTES - 8:
+                data = dump_signature(sig)
+                if data is None or len(data) > RECORD_BYTES - 8:
                     return None
                 buf[start + 8 : start + 8 + len(data)] = data
                 buf[start : start + 8] = len(data).to_bytes(8, "little")
                 length = len(data)
-            return pickle.loads(bytes(buf[start + 8 : start + 8 + length])) if length else None
+            if not length:
+                return None
+            if length > RECORD_BYTES - 8:
+                raise ValueError(f"placement record of {length} bytes in {RECORD_BYTES}")
+            return load_signature(bytes(buf[start + 8 : start + 8 + length]))
+
+
+def dump_signature(sig: tuple) -> bytes | None:
+    """The signature as JSON (its tuples as lists); None if a key is not JSON-able."""
+    try:
+        return json.dumps(sig, separators=(",", ":"), allow_nan=False).encode()
+    except (TypeError, ValueError):
+        return None
+
+
+def load_signature(data: bytes) -> tuple:
+    """The signature of `dump_signature`'s JSON (every list a tuple again, as `signature`
+    builds only tuples); ValueError if it is not one."""
+    try:
+        sig = _tuples(bounded_loads(data.decode()))
+    except (WireError, UnicodeDecodeError) as err:
+        raise ValueError(f"placement record: {err}") from None
+    if not _well_formed(sig):
+        raise ValueError("placement record: not a sample signature")
+    return sig
+
+
+def _tuples(node: Any) -> Any:
+    return tuple(_tuples(v) for v in node) if isinstance(node, list) else node
+
+
+def _well_formed(sig: Any) -> bool:
+    """A signature as `signature` makes them (plain dtypes: never Python objects)."""
+    if not isinstance(sig, tuple) or not sig:
+        return False
+    kind = sig[0]
+    if kind == "dict" and len(sig) == 2 and isinstance(sig[1], tuple):
+        return all(isinstance(p, tuple) and len(p) == 2 and _well_formed(p[1]) for p in sig[1])
+    if kind in ("list", "tuple") and len(sig) == 2 and isinstance(sig[1], tuple):
+        return all(_well_formed(part) for part in sig[1])
+    if kind in ("array", "number", "scalar") and len(sig) == 3 and isinstance(sig[1], str):
+        shape_ok = isinstance(sig[2], tuple) and all(type(n) is int and n >= 0 for n in sig[2])
+        try:
+            return shape_ok and len(sig[1]) <= 64 and not np.dtype(sig[1]).hasobject
+        except (TypeError, ValueError, SyntaxError):
+            return False
+    return False

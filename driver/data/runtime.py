@@ -20,6 +20,7 @@ from typing import Any
 
 from driver.data import collator, workers
 from driver.data.errors import PipelineError, StageCrashed, StageHung
+from driver.data.frames import FrameQueue
 from driver.data.placement import arena_bytes
 from driver.data.stages import default_collate
 
@@ -42,9 +43,9 @@ class Runtime:
         ctx = mp.get_context(cfg.start_method)
         name = f"{SHM_PREFIX}{os.getpid()}-{next(_counter)}-{uuid.uuid4().hex[:6]}"
         self.shm = shared_memory.SharedMemory(name, create=True, size=arena_bytes(cfg))
-        work_q = ctx.Queue(cfg.work_queue_size)
-        sample_qs = [ctx.Queue(cfg.sample_queue_size) for _ in range(cfg.collators)]
-        free_slots, ready_q = ctx.Queue(), ctx.Queue()
+        work_q = FrameQueue(ctx, cfg.work_queue_size)  # typed frames between the processes
+        sample_qs = [FrameQueue(ctx, cfg.sample_queue_size) for _ in range(cfg.collators)]
+        free_slots, ready_q = FrameQueue(ctx), FrameQueue(ctx)
         self.queues = [work_q, *sample_qs, free_slots, ready_q]
         rows = 1 + cfg.producers + cfg.collators
         self.shared = workers.Shared(

@@ -3,7 +3,11 @@
 Only a small spec (dtype, shape, offset; other leaves such as ints and strings) crosses the
 producer → collator queue; the arrays are written once by the producer and stacked once by
 the collator straight into the batch slot. A sample bigger than its staging space (a slot's
-bytes divided by the batch size) is pickled through the queue instead. Used by
+bytes divided by the batch size) travels through the queue instead, as typed frames like
+every record there (driver.data.frames; never pickle). `outbound` and `inbound` turn a
+producer's results into the queue's records and back: `[position, index, state, v]` with
+state "staged" (the spec's transport form among the record's values), "placed" (nothing),
+"ok" (the sample itself among the values) or "failed" (v: the reason). Used by
 `driver.data.workers`; not meant to be run on its own.
 """
 
@@ -15,6 +19,9 @@ from typing import Any
 import numpy as np
 
 from driver.data import codec
+from driver.data.placement import Placed
+
+OK, FAILED, STAGED, PLACED = "ok", "failed", "staged", "placed"
 
 
 @dataclass(frozen=True)
@@ -41,6 +48,63 @@ def stage_out(shared: Any, slot: int, pos: int, value: Any) -> Any:
         return value
     codec.write(arrays, spec, shared.shm.buf[start : start + nbytes])
     return Staged(spec)
+
+
+def outbound(results: list[tuple]) -> tuple[list, list]:
+    """A producer's `(pos, index, state, value)` results as a queue record's head part and
+    values: `[pos, index, state, v]` per sample, with v the index of its value in `values`
+    ("staged": the spec's transport form; "ok": the sample itself), the reason ("failed")
+    or None ("placed")."""
+    records: list[list] = []
+    values: list[Any] = []
+    for pos, index, state, value in results:
+        if state != OK or isinstance(value, Placed):
+            records.append([pos, index, FAILED if state != OK else PLACED, _plain(value)])
+            continue
+        if isinstance(value, Staged):
+            state, value = STAGED, codec.spec_out(value.spec)
+        records.append([pos, index, state, len(values)])
+        values.append(value)
+    return records, values
+
+
+def _plain(value: Any) -> Any:
+    return value if isinstance(value, str) else None  # a reason, or nothing (placed)
+
+
+def unsendable(records: list[list], values: list) -> tuple[list, list]:
+    """`records` with each sample that cannot travel as typed frames made a failed one
+    (its reason names the sample's type), for a put that raised TypeError."""
+    out: list[list] = []
+    kept: list[Any] = []
+    for pos, index, state, v in records:
+        if state in (OK, STAGED):
+            try:
+                codec.to_frames(values[v])
+            except TypeError as err:
+                why = f"sample cannot go between the pipeline's processes: {err}"
+                out.append([pos, index, FAILED, why])
+                continue
+            out.append([pos, index, state, len(kept)])
+            kept.append(values[v])
+        else:
+            out.append([pos, index, state, v])
+    return out, kept
+
+
+def inbound(record: list, values: list) -> tuple[int, int, str, Any]:
+    """A queue record's sample as the collator works with it: (pos, index, OK, a `Staged`,
+    `Placed` or the value) or (pos, index, FAILED, the reason)."""
+    pos, index, state, v = record
+    if state == STAGED:
+        return pos, index, OK, Staged(codec.spec_in(values[v]))
+    if state == PLACED:
+        return pos, index, OK, Placed()
+    if state == OK:
+        return pos, index, OK, values[v]
+    if state == FAILED:
+        return pos, index, FAILED, str(v)
+    raise ValueError(f"sample record in state {state!r}")
 
 
 def stage_in(shared: Any, slot: int, pos: int, value: Any) -> Any:

@@ -25,9 +25,9 @@ from driver.data.heap import keep_freed_memory
 from driver.data.placement import Placer
 from driver.data.sampling import rank_slice, sample_seed, schedule_entries, steps_in_epoch
 from driver.data.stages import SampleContext, WorkerInfo
-from driver.data.staging import stage_out
+from driver.data.staging import FAILED, OK, outbound, stage_out, unsendable
 
-OK, FAILED = "ok", "failed"
+__all__ = ["FAILED", "OK"]  # the states of a sample, also read from here
 _WAIT = 0.5
 
 
@@ -64,7 +64,7 @@ def prepare_worker(shared: Shared, row: int) -> None:
     keep_freed_memory()  # reuse freed sample memory instead of faulting it in again
     gc.freeze()  # never walk (and so never copy) the objects inherited from the parent
     set_status(shared, row, -1, -1)
-    shared.ready_q.put(("ready", row))
+    shared.ready_q.put(["ready", row])
 
 
 def set_status(shared: Shared, row: int, what: int, step: int) -> None:
@@ -81,7 +81,8 @@ def _alive(shared: Shared) -> bool:
     return not shared.stop.is_set() and os.getppid() == shared.parent_pid
 
 
-def get_item(shared: Shared, q: Any) -> Any:
+def get_item(shared: Shared, q: Any) -> tuple[Any, list]:
+    """The next record of `q`, (head, values); Stopped when the pipeline is shutting down."""
     while True:
         try:
             return q.get(timeout=_WAIT)
@@ -90,10 +91,10 @@ def get_item(shared: Shared, q: Any) -> Any:
                 raise Stopped from None
 
 
-def put_item(shared: Shared, q: Any, item: Any) -> None:
+def put_item(shared: Shared, q: Any, head: Any, values: list | None = None) -> None:
     while True:
         try:
-            return q.put(item, timeout=_WAIT)
+            return q.put(head, values, timeout=_WAIT)
         except queue.Full:
             if not _alive(shared):
                 raise Stopped from None
@@ -107,11 +108,11 @@ def feeder_main(shared: Shared, row: int, epoch: int, origin: int) -> None:
         while True:
             steps = steps_in_epoch(n, cfg.batch_size, shared.world_size, origin, cfg.drop_last)
             for step, indices in _rank_steps(shared, epoch, origin, steps):
-                slot = get_item(shared, shared.free_slots)
+                slot, _ = get_item(shared, shared.free_slots)
                 set_status(shared, row, step, epoch)
                 for first in range(0, max(len(indices), 1), cfg.task_size):  # empty: 1 task
                     chunk = indices[first : first + cfg.task_size]
-                    put_item(shared, shared.work_q, (epoch, step, slot, len(indices), first, chunk))
+                    put_item(shared, shared.work_q, [epoch, step, slot, len(indices), first, chunk])
             if steps == 0 and origin == 0:
                 shared.stop.wait()  # an empty epoch: nothing more will ever come
                 raise Stopped
@@ -146,12 +147,17 @@ def producer_main(shared: Shared, row: int, wid: int, dataset: Any, stages: list
     pool = ThreadPoolExecutor(threads, thread_name_prefix="fetch") if threads > 1 else None
     try:
         while True:
-            epoch, step, slot, count, first, indices = get_item(shared, shared.work_q)
+            (epoch, step, slot, count, first, indices), _ = get_item(shared, shared.work_q)
             job = (dataset, clients, stages, epoch, slot, count, placer)
             results = _run_task(shared, row, pool, job, step, list(enumerate(indices, first)))
             set_status(shared, row, -1, -1)
-            put_item(shared, shared.sample_qs[step % len(shared.sample_qs)],
-                 (epoch, step, slot, count, results))  # fmt: skip
+            records, values = outbound(results)
+            out = shared.sample_qs[step % len(shared.sample_qs)]
+            try:
+                put_item(shared, out, [epoch, step, slot, count, records], values)
+            except TypeError:  # a sample that is not plain data: reported, not sent
+                records, values = unsendable(records, values)
+                put_item(shared, out, [epoch, step, slot, count, records], values)
     except Stopped:
         return
     finally:

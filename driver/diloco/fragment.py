@@ -7,6 +7,13 @@ answers the synchronizer's `join`, `init` and `push` requests for it (replies th
 one outer step over the pending pseudo-gradients, saves the state, appends the round's
 record and replies to the contributors. The wire format is the synchronizer's (its
 docstring); log lines go to the synchronizer's log.
+
+Nothing non-finite gets in or out: a push whose pseudo-gradient holds a NaN, an infinity
+or a value over `cfg.max_update`, and an `init` with non-finite weights, are refused
+(`outer.Refused`, counted by the synchronizer against the learner, and recorded in the
+next round's `refused`); and a merge is computed aside and checked before it is saved or
+sent: one that comes out non-finite (a bf16/fp16 delta that overflowed) is dropped, its
+contributors answered with an error, and the state stays at the last good round.
 """
 
 from __future__ import annotations
@@ -36,6 +43,7 @@ class Fragment:
         self.pending: dict[str, tuple[bytes, int, outer.Params]] = {}
         self.first_push = 0.0
         self.late: set[str] = set()
+        self.refused: dict[str, str] = {}  # learner -> why its push was refused this round
         self._digested: tuple[int, str] = (-2, "")
         if self.state:
             log.info("resumed at round %d from %s", self.state.round, state_dir)
@@ -69,6 +77,7 @@ class Fragment:
         if self.state is None:
             tensors = body["weights"]["t"]
             weights = outer.unpack(body["weights"], dict(tensors), "init weights")
+            outer.check_update(weights, f"init weights from {body['learner']}")
             self.state = state.OuterState(
                 0, weights, outer.zeros_like(weights), outer.clone(weights)
             )
@@ -90,6 +99,11 @@ class Fragment:
             )
             return self._send_full(peer, request_id)
         grad = outer.unpack(body["grad"], self.state.shared, f"push from {learner}")
+        try:
+            outer.check_update(grad, f"push from {learner}", self.cfg.max_update)
+        except outer.Refused as err:
+            self.refused[learner] = err.reason
+            raise
         if not self.pending:
             self.first_push = time.time()
         self.pending[learner] = (peer, request_id, grad)
@@ -105,23 +119,31 @@ class Fragment:
         )
 
     def merge(self) -> None:
-        """One outer step over the pending pseudo-gradients; save; reply to contributors."""
-        st, cfg = self.state, self.cfg
+        """One outer step over the pending pseudo-gradients; save; reply to contributors.
+        The new state is computed aside and checked; it replaces the old once saved."""
+        old, cfg = self.state, self.cfg
         names = sorted(self.pending)
         grad = outer.mean([self.pending[n][2] for n in names])
-        st.shared, st.momentum = outer.outer_step(
-            st.shared, st.momentum, grad, cfg.lr, cfg.momentum, cfg.nesterov
+        shared, momentum = outer.outer_step(
+            old.shared, old.momentum, grad, cfg.lr, cfg.momentum, cfg.nesterov
         )
-        delta, st.view = outer.advance_view(st.view, st.shared, cfg.compression)
+        delta, view = outer.advance_view(old.view, shared, cfg.compression)
+        try:
+            for what, params in (("weights", shared), ("momentum", momentum), ("view", view)):
+                outer.check_update(params, f"round {old.round + 1} {what}")
+        except outer.Refused as err:
+            return self._drop_round(names, str(err))
+        st = state.OuterState(old.round + 1, shared, momentum, view, old.meta)
         missing = sorted(self.expected - set(names))
-        st.round += 1
         state.save(self.state_dir, st)
+        self.state = st
         record = {
             "round": st.round,
             "fragment": self.index,
             "contributors": names,
             "missing": missing,
             "late": sorted(self.late),
+            "refused": dict(self.refused),
             "time": time.time(),
         }
         state.append_round(self.state_dir, record)
@@ -135,4 +157,13 @@ class Fragment:
                 request_id,
                 {"kind": "delta", "round": st.round, "contributors": names, "weights": delta},
             )
-        self.expected, self.pending, self.late = set(names), {}, set()
+        self.expected, self.pending, self.late, self.refused = set(names), {}, set(), {}
+
+    def _drop_round(self, names: list[str], why: str) -> None:
+        """A merge that came out non-finite: not saved, not sent; the contributors are told
+        (they push again against the round they hold)."""
+        log.error("fragment %d: %s; the round is dropped", self.index, why)
+        for name in names:
+            peer, request_id, _ = self.pending[name]
+            self.server.error(peer, request_id, "refused", f"merge dropped: {why}")
+        self.pending = {}

@@ -26,6 +26,13 @@ when FSDP shards them) and computes the same pseudo-gradient; rank 0 alone sends
 receives the reply; at the next point every rank passes (`_share`) it broadcasts the new
 shared weights and every rank merges them into its own parameters, or its own shards
 (`weights.merge_into`). Every rank calls after_step.
+
+A learner never sends or applies anything non-finite: a pseudo-gradient with a NaN or an
+infinity (its training diverged) is not pushed; the learner asks for the shared weights
+instead and replaces its own with them (`refused_pushes`). An update from the
+synchronizer whose weights are not finite is not applied (`refused_updates`); the learner
+keeps its weights and its next push, against the round it holds, brings the shared
+weights whole.
 """
 
 from __future__ import annotations
@@ -92,6 +99,9 @@ class Learner:
         self.pushes: list[dict] = []  # one record per push (step, bytes)
         self.wait_s = 0.0  # time spent blocked on the synchronizer
         self.resumed = False  # base, round, steps and residual came from a checkpoint
+        self.refused_pushes = 0  # sync points whose pseudo-gradient was not finite
+        self.refused_updates = 0  # updates from the synchronizer that were not finite
+        self.reset = False  # the next shared weights replace ours (ours were not finite)
 
     def start(self, model: torch.nn.Module) -> None:
         """Join: continue from the shared weights, or offer ours when there are none yet.
@@ -120,7 +130,7 @@ class Learner:
         if self.client is not None and self.pending:  # decoupled, or a barrier wait that
             self._poll(model, step, 0.0)  # timed out: a reply is applied at the next share
         push = False
-        if sync or self.cfg.mode == "decoupled" or not _multi():
+        if sync or self.cfg.mode == "decoupled" or not several_ranks():
             push = self._share(model, step, push=sync and self._due())
         if push:
             self._sync_point(model, step)
@@ -138,10 +148,13 @@ class Learner:
         return not (self.cfg.mode == "decoupled" and fresh)
 
     def _sync_point(self, model: torch.nn.Module, step: int) -> None:
-        """Every rank: the snapshot and the pseudo-gradient; rank 0 sends it."""
-        grad = self._next_push(model)
+        """Every rank: the snapshot and the pseudo-gradient; rank 0 sends it (or, when it is
+        not finite, asks for the shared weights instead)."""
+        grad = self._next_push(model, step)
         if self.client is None:
             return
+        if grad is None:
+            return self._diverged(model, step)
         before = self.client.sent_bytes
         request = self.client.request(
             "push",
@@ -158,18 +171,39 @@ class Learner:
         if self.cfg.mode == "barrier":
             self._wait(model, self.cfg.barrier_timeout_s, step)
 
-    def _next_push(self, model: torch.nn.Module) -> dict:
+    def _next_push(self, model: torch.nn.Module, step: int) -> dict | None:
         """Every rank: the snapshot, and the packed pseudo-gradient against `base` with the
-        error feedback of the last push (kept as `outbox` until the round merges)."""
+        error feedback of the last push (kept as `outbox` until the round merges); None when
+        it is not finite (then the next shared weights replace ours: `reset`)."""
         self.snapshot = self.latest = self._read(model)
-        grad, self.residual = outer.with_feedback(
-            outer.pseudo_gradient(self.base, self.snapshot), self.residual, self.cfg.compression
-        )
+        grad = outer.pseudo_gradient(self.base, self.snapshot)
+        try:
+            outer.check_update(grad, f"{self.cfg.learner}'s pseudo-gradient at step {step}")
+        except outer.Refused as err:
+            self.refused_pushes += 1
+            log.error("%s: not pushed (%s); taking the shared weights instead", self.cfg.learner,
+                      err)  # fmt: skip
+            self.reset, self.residual = True, {}
+            return None
+        grad, self.residual = outer.with_feedback(grad, self.residual, self.cfg.compression)
         self.outbox, self.in_flight = grad, True
         return grad
 
+    def _diverged(self, model: torch.nn.Module, step: int) -> None:
+        """Our weights are not finite: push nothing, fetch the shared weights to replace
+        ours (a join without a digest is answered with them whole)."""
+        join = {"learner": self.cfg.learner, "digest": "", "fragment": self.fragment}
+        self.pending = (self.client.request("join", join), time.time())
+        if self.cfg.mode == "barrier":
+            self._wait(model, self.cfg.barrier_timeout_s, step)
+
     def _offer(self, model: torch.nn.Module) -> None:
         """No shared weights yet: offer the weights read last (every rank holds them)."""
+        try:
+            outer.check_update(self.latest, f"{self.cfg.learner}'s weights")
+        except outer.Refused as err:  # never the shared weights' first value
+            log.error("%s: weights not offered: %s", self.cfg.learner, err)
+            return
         self.offering = True
         request = self.client.request(
             "init",
@@ -204,7 +238,10 @@ class Learner:
         try:
             reply = wire.decode(msg.body, torch=True)
             self._apply(model, reply, step)
-        except (ValueError, KeyError, TypeError) as err:
+        except outer.Refused as err:
+            self.refused_updates += 1
+            log.error("%s: update not applied: %s", self.cfg.learner, err)
+        except Exception as err:  # noqa: BLE001 (a reply must not end the training step)
             log.warning("%s: bad reply from the synchronizer: %s", self.cfg.learner, err)
 
     def _apply(self, model: torch.nn.Module, reply: dict, step: int) -> None:
@@ -220,6 +257,7 @@ class Learner:
             new_base = outer.apply_delta(self.base, outer.unpack(packed, self.base, "delta"))
         else:
             new_base = outer.unpack(packed, self.base, "shared weights")
+        outer.check_update(new_base, f"round {reply['round']} {kind} from the synchronizer")
         self.update = Update(kind, int(reply["round"]), new_base, offered)
 
     def _share(self, model: torch.nn.Module, step: int, push: bool = False) -> bool:
@@ -227,7 +265,7 @@ class Learner:
         shared weights broadcast, each rank merging them into its own parameters); returns
         rank 0's `push` (whether the sync point pushes)."""
         update = self.update
-        if _multi():
+        if several_ranks():
             mine = self._mine(model)
             device = next(iter(mine.values())).device
             head = (
@@ -253,8 +291,10 @@ class Learner:
         if update.kind != "same":
             if update.offered:  # our offered weights became the shared ones
                 self.snapshot = self.latest
-            weights.merge_into(self._mine(model), self.cfg.merge, self.snapshot, update.base)
+            rule = "replace" if self.reset else self.cfg.merge  # ours were not finite: theirs
+            weights.merge_into(self._mine(model), rule, self.snapshot, update.base)
             self.base, self.in_flight, self.outbox = update.base, False, None
+            self.reset = False
         self.round = update.round
         self.merges.append(
             {"round": self.round, "kind": update.kind, "step": step, "fragment": self.fragment}
@@ -298,6 +338,6 @@ def _distributed() -> bool:
     return torch.distributed.is_available() and torch.distributed.is_initialized()
 
 
-def _multi() -> bool:
+def several_ranks() -> bool:
     """Whether the learner has several ranks (torch.distributed, world > 1)."""
     return _distributed() and torch.distributed.get_world_size() > 1

@@ -6,11 +6,15 @@ learners present and takes one outer step on the shared weights (SGD with Nester
 by default, the DiLoCo paper's choice). Weights travel as the change of the learners' view of
 the shared weights, optionally in bf16; `advance_view` keeps sender and receivers in step, so
 rounding error is carried into the next round instead of piling up.
+
+Nothing non-finite is merged, saved or sent: `check_update` refuses a tensor set with a NaN
+or an infinity (or, given a bound, a value beyond it) with `Refused`, naming the tensor.
 """
 
 from __future__ import annotations
 
 import hashlib
+import math
 from collections.abc import Iterable
 
 import torch
@@ -19,6 +23,31 @@ Params = dict[str, torch.Tensor]
 COMPRESSIONS = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16, "int8": None}
 MERGE_RULES = ("delta", "replace")
 MODES = ("barrier", "decoupled")
+MAX_UPDATE = 1e4
+"""The largest magnitude a pseudo-gradient element may have by default (weights move by
+far less in H steps; a value beyond is a diverged learner, and would overflow fp16)."""
+
+
+class Refused(ValueError):
+    """An update that must not be merged or applied; `reason` is "non_finite" or
+    "out_of_range"."""
+
+    def __init__(self, reason: str, message: str):
+        super().__init__(message)
+        self.reason = reason
+
+
+def check_update(params: Params, what: str, bound: float | None = None) -> None:
+    """Raise Refused if a tensor of `params` holds a NaN or an infinity, or (with `bound`) a
+    value of magnitude over `bound`."""
+    for k, v in params.items():
+        if v.numel() == 0:
+            continue
+        largest = float(v.detach().abs().max())  # NaN if any is NaN, inf if any is infinite
+        if not math.isfinite(largest):
+            raise Refused("non_finite", f"{what}: {k} holds non-finite values")
+        if bound is not None and largest > bound:
+            raise Refused("out_of_range", f"{what}: {k} holds {largest:.3g}, over {bound:g}")
 
 
 def clone(params: Params) -> Params:
@@ -72,12 +101,15 @@ def unpack(packed: dict, reference: Params, what: str) -> Params:
     if not isinstance(packed, dict) or not isinstance(packed.get("t"), dict):
         raise ValueError(f"{what}: not a packed tensor set")
     tensors, scales = packed["t"], packed.get("s") or {}
+    if not isinstance(scales, dict):
+        raise ValueError(f"{what}: int8 scales are not a name -> scale object")
     check_like(tensors, reference, what)
     out = {}
     for k, v in tensors.items():
         if v.dtype == torch.int8:
-            if not isinstance(scales.get(k), float):
-                raise ValueError(f"{what}: {k} is int8 without a scale")
+            scale = scales.get(k)
+            if not isinstance(scale, float) or not math.isfinite(scale):
+                raise ValueError(f"{what}: {k} is int8 without a finite scale")
             out[k] = v.float() * scales[k]
         else:
             out[k] = v.float()

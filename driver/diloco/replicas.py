@@ -45,8 +45,8 @@ import time
 import torch
 
 from driver.config.diloco import LearnerConfig
-from driver.diloco import outer
-from driver.diloco.learner import KINDS, Learner, Update
+from driver.diloco import outer, weights
+from driver.diloco.learner import KINDS, Learner, Update, several_ranks
 from driver.diloco.streaming import Parts, fragment_names
 
 log = logging.getLogger("driver.diloco.replicas")
@@ -71,6 +71,8 @@ class FtLearner(Parts):
         self.exchanged: list[Update | None] = [None] * len(self.parts)
         self.committed: list[Update | None] = [None] * len(self.parts)
         self.waited = 0.0  # seconds the exchanges waited for an answer
+        self.member = self.parts[0].rank  # this worker's rank in its group: 0 talks
+        self.device = next(iter(weights.named(model).values())).device  # NCCL: CUDA tensors
 
     # ---- the loop's calls (driver.trainer.hooks.DilocoHook) ----------------------------
 
@@ -91,18 +93,19 @@ class FtLearner(Parts):
                 self._adopt(i, model, update, step)
             self._settle(i)
             if part._tick() and not part.in_flight and not self.joining[i]:
-                part._next_push(model)  # every group: the same push
-                if self.position == 0:
+                if part._next_push(model, step) is None:  # not finite (every group alike):
+                    self.joining[i] = True  # join again and take the shared weights whole
+                elif self._talks():  # every group holds the same push; one sends it
                     self._push(i)
 
     def finish(self, model: torch.nn.Module) -> None:
-        """The last push in flight: its holder waits for the answer and merges it alone."""
+        """The last push in flight: the group that sent it waits for the answer and merges
+        it alone (every member of that group, through the group's process group)."""
         for i, part in enumerate(self.parts):
             if part.client and part.pending and part.in_flight and self._current(i):
                 part._wait(model, self.cfg.barrier_timeout_s, part.local_steps - 1)
-            update, part.update = part.update, None  # or held since the last exchange
-            if update is not None and self._fresh(i, update):
-                self._adopt(i, model, update, part.local_steps - 1)
+            self._settle(i)  # an answer held since the last exchange counts too
+            part._share(model, part.local_steps - 1)
 
     # ---- inside each step's vote (driver.ft.replica.FtReplica.commit) -----------------
 
@@ -126,7 +129,7 @@ class FtLearner(Parts):
                     if self.exchanged[i] is None:
                         return
             orphans = [i for i in range(len(self.parts)) if self._orphan(i, table)]
-            if orphans and not talked and self.position == 0:
+            if orphans and not talked and self._talks():
                 for i in orphans:
                     self._ask_again(i)
             waits = any(
@@ -216,6 +219,10 @@ class FtLearner(Parts):
         waits = current and time.time() - part.pending[1] < limit
         return [float(holds), float(current), float(waits)]
 
+    def _talks(self) -> bool:
+        """Whether this worker talks for the run: the first of the lowest live group."""
+        return self.position == 0 and self.member == 0
+
     def _ask(self, i: int) -> tuple[str, int]:
         """What the part's state asks of the synchronizer now: a join, or a push."""
         return ("join" if self.joining[i] else "push", self.parts[i].round)
@@ -232,11 +239,14 @@ class FtLearner(Parts):
             self._push(i)
 
     def _table(self, manager) -> torch.Tensor | None:
-        """Every group's rows, summed through torchft's process group (None: it failed)."""
-        table = torch.zeros(len(self.parts), self.groups, 3)
-        for i in range(len(self.parts)):
-            table[i, self.group] = torch.tensor(self._row(i))
-        return table if _allreduce(manager, table) else None
+        """Every group's rows, summed through torchft's process group (None: it failed).
+        A group's row is its first worker's, which the others of its group receive."""
+        rows = torch.tensor([self._row(i) for i in range(len(self.parts))], device=self.device)
+        if several_ranks():
+            torch.distributed.broadcast(rows, 0)
+        table = torch.zeros(len(self.parts), self.groups, 3, device=self.device)
+        table[:, self.group] = rows
+        return table.cpu() if _allreduce(manager, table) else None
 
     def _orphan(self, i: int, table: torch.Tensor) -> bool:
         """A join or push that the state needs and no live group has outstanding."""
@@ -253,14 +263,18 @@ class FtLearner(Parts):
         kind = KINDS[int(table[i, holder, HOLDS]) - 1]
         mine = part._mine(self.model)
         size = 0 if kind == "same" else sum(p.numel() for p in mine.values())
-        flat = torch.zeros(3 + size)
+        flat = torch.zeros(3 + size, device=self.device)
         if holder == self.group:
-            update = part.update
-            flat[:3] = torch.tensor([update.round, float(update.offered), 0.0])
-            if size:
-                flat[3:] = torch.cat([update.base[k].reshape(-1) for k in mine])
+            if self.member == 0:  # it holds the answer; the others of its group receive it
+                update = part.update
+                flat[:3] = torch.tensor([update.round, float(update.offered), 0.0])
+                if size:
+                    flat[3:] = torch.cat([update.base[k].reshape(-1) for k in mine])
+            if several_ranks():
+                torch.distributed.broadcast(flat, 0)
         if not _allreduce(manager, flat):
             return None
+        flat = flat.cpu()
         base, offset = None, 3
         if size:
             base = {}
@@ -270,7 +284,8 @@ class FtLearner(Parts):
         return Update(kind, int(flat[0]), base, bool(flat[1]))
 
     def _client(self, part: Learner) -> None:
-        if part.client is None:
+        """The connection of the worker that talks (the first of its group)."""
+        if part.client is None and self.member == 0:
             from driver.diloco.link import Client
 
             part.client = Client(self.cfg.address, self.cfg.curve())
@@ -278,8 +293,8 @@ class FtLearner(Parts):
     def _join(self, i: int) -> None:
         part = self.parts[i]
         self._client(part)
-        body = {"learner": self.cfg.learner, "digest": outer.digest(part.base),
-                "fragment": part.fragment}  # fmt: skip
+        digest = "" if part.reset else outer.digest(part.base)  # "": the weights, whole
+        body = {"learner": self.cfg.learner, "digest": digest, "fragment": part.fragment}
         part.pending = (part.client.request("join", body), time.time())
         self.asked[i] = self._ask(i)
         log.info("group %d joins for %s (fragment %d)", self.group, self.cfg.learner, i)

@@ -21,6 +21,14 @@ The first round after a start waits for the `--expect` learners (and any that jo
 learner that misses a round is no longer waited for until it pushes again. The state is
 saved before the replies go out, so a restarted synchronizer resumes at the last merged
 round; pushes in flight when it stopped are sent again by the learners.
+
+No message ends it, even from a learner on the allow-list: a request that does not parse
+(JSON nesting is bounded before parsing), names another learner than the one its Curve key
+belongs to (`link.Server.learner`), or carries an update with a NaN, an infinity or a value
+over `--max-update` is answered with an error and counted against the learner
+(`stats()`, and the next round's record); a merge that comes out non-finite is dropped
+(fragment.py); and should the loop fail anyway it is logged and run again
+(`stats()["restarts"]`).
 """
 
 from __future__ import annotations
@@ -35,6 +43,8 @@ from driver.diloco import outer
 from driver.diloco.fragment import Fragment
 from driver.diloco.link import MAX_BYTES, Server
 from driver.messaging import wire
+from driver.messaging.limits import Ledger
+from driver.messaging.serving import supervise
 
 log = logging.getLogger("driver.diloco.synchronizer")
 MAX_FRAGMENTS = 64
@@ -50,6 +60,8 @@ class OuterConfig:
     compression: str = "bf16"
     expect: tuple[str, ...] = ()
     """Learners waited for (up to the round timeout) in the first round after a start."""
+    max_update: float = outer.MAX_UPDATE
+    """A pushed pseudo-gradient with an element of larger magnitude is refused."""
 
 
 class Synchronizer:
@@ -62,6 +74,9 @@ class Synchronizer:
         self.fragments = {0: Fragment(server, state_dir, cfg)}
         self.merges = 0
         self.stopped = False
+        self.ledger = Ledger()  # refusals per reason and per learner (or peer)
+        self.restarts = 0
+        self.rounds = 0
 
     @property
     def round(self) -> int:
@@ -74,7 +89,18 @@ class Synchronizer:
         return self.fragments[index]
 
     def serve(self, rounds: int = 0) -> None:
-        while not self.stopped and not (rounds and self.merges >= rounds):
+        """Serve until `rounds` merges (0: until `stop()`); the loop is run again if it fails."""
+        self.rounds = rounds
+        supervise(self._loop, self._serving, self._restarted, "diloco synchronizer")
+
+    def _serving(self) -> bool:
+        return not self.stopped and not (self.rounds and self.merges >= self.rounds)
+
+    def _restarted(self, err: BaseException) -> None:
+        self.restarts += 1
+
+    def _loop(self) -> None:
+        while self._serving():
             got = self.server.recv(0.05)
             if got:
                 self.handle(*got)
@@ -86,20 +112,38 @@ class Synchronizer:
     def stop(self) -> None:
         self.stopped = True
 
+    def stats(self) -> dict:
+        """Refusals per reason and per learner, loop restarts, merges, the link's refused keys."""
+        return {
+            **self.ledger.stats(),
+            "restarts": self.restarts,
+            "merges": self.merges,
+            "refused_keys": self.server.allowlist.stats(),
+        }
+
     def handle(self, peer: bytes, msg: wire.Message) -> None:
+        """Serve one request; anything wrong with it is answered, counted and logged."""
+        who: str | bytes = self.server.learner(peer) or peer
         try:
             if msg.kind != "req" or msg.method not in ("join", "init", "push"):
                 raise ValueError(f"unexpected {msg.kind} {msg.method!r}")
             body = wire.decode(msg.body, torch=True)
             if not isinstance(body, dict) or not isinstance(body.get("learner"), str):
                 raise ValueError("body lacks a learner name")
+            if body["learner"] != who:
+                raise outer.Refused("key", f"learner {body['learner']!r} with the key of {who!r}")
             index = body.get("fragment", 0)
             if type(index) is not int or not 0 <= index < MAX_FRAGMENTS:
                 raise ValueError(f"fragment {index!r} is not 0..{MAX_FRAGMENTS - 1}")
             self.fragment(index).handle(peer, msg, body)
-        except (ValueError, TypeError, KeyError, wire.WireError) as err:
-            log.warning("refused %s from %r: %s", msg.method, peer, err)
-            self.server.error(peer, msg.id, "protocol", str(err))
+        except Exception as err:  # noqa: BLE001 (whatever a learner sends is a refusal)
+            reason = getattr(err, "reason", "protocol")
+            self.ledger.refuse(who, reason)
+            count = self.ledger.reasons[reason]
+            if count <= 100 or count % 1000 == 0:
+                log.warning("refused %s from %r (%s): %s", msg.method, who, reason, err)
+            code = "refused" if isinstance(err, outer.Refused) else "protocol"
+            self.server.error(peer, msg.id, code, f"{type(err).__name__}: {err}"[:2000])
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -121,6 +165,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--rounds", type=int, default=0, help="exit after this many merges (0: never)")
     p.add_argument("--endpoint-file", help="write the bound endpoint here (port 0 binds)")
     p.add_argument("--max-bytes", type=int, default=MAX_BYTES)
+    p.add_argument(
+        "--max-update",
+        type=float,
+        default=outer.MAX_UPDATE,
+        help="refuse a pseudo-gradient with an element of larger magnitude",
+    )
     return p.parse_args(argv)
 
 
@@ -134,6 +184,7 @@ def outer_config(args: argparse.Namespace) -> OuterConfig:
         args.min_learners,
         args.compression,
         tuple(n for n in args.expect.split(",") if n),
+        args.max_update,
     )
 
 
@@ -142,6 +193,9 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     if not 0 < args.outer_lr or not 0 <= args.outer_momentum < 1 or args.round_timeout <= 0:
         print("error: --outer-lr > 0, 0 <= --outer-momentum < 1, --round-timeout > 0")
+        return 2
+    if not 0 < args.max_update < float("inf"):
+        print(f"error: --max-update {args.max_update}: a finite number > 0")
         return 2
     cfg = outer_config(args)
     try:

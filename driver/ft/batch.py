@@ -64,7 +64,8 @@ def slot_sample_ids(step: int, slot: int, slots: int, micro_batch: int) -> range
 
 def loss_divisor(live: int, groups_at_start: int, grad_accum: int, constant: bool) -> int:
     """Each micro-batch's mean loss is divided by this before backward, so that the SUM of
-    the groups' gradients is the mean over the step's global batch."""
+    the groups' gradients is the mean over the step's global batch (inside a group of
+    several workers, DDP or FSDP averages over its members first: the same divisor)."""
     slots = slots_per_step(groups_at_start, grad_accum)
     return slots if constant else min(live, groups_at_start) * grad_accum
 

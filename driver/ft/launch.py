@@ -2,8 +2,10 @@
 
     torch_config, failures, loop_config = trainer_parts(cfg, world=4)
 
-- `TorchftConfig` (Ray Train 2.60, `ray.train.v2.torch.torchft_config`): Ray starts the
-  torchft Lighthouse in an actor on the head node with `lighthouse_kwargs(cfg.ft)`, sets
+- `TorchftConfig` (Ray Train 2.60, `ray.train.v2.torch.torchft_config`; as
+  driver.ft.backend.LighthouseConfig, whose Lighthouse actor requests no CPU, so it fits a
+  head pod with `num-cpus: 0`): Ray starts the torchft Lighthouse in an actor on the head
+  node with `lighthouse_kwargs(cfg.ft)`, sets
   TORCHFT_LIGHTHOUSE in every worker, gives each one-worker replica group its own process
   group, and its controller replaces only a failed replica group instead of restarting
   every worker.
@@ -40,18 +42,20 @@ def trainer_parts(cfg, world: int, backend: str = "gloo") -> tuple:
     """(torch_config, failure_config, extra train_loop_config) of a torchft run."""
     import ray
     import ray.train
-    from ray.train.v2.torch.torchft_config import TorchftConfig
     from torch.distributed import TCPStore
 
+    from driver.ft.backend import LighthouseConfig
     from driver.ft.stop import install
 
-    check_world(cfg, world)
+    group = cfg.parallelism.replica_group_size
+    check_world(cfg, world, group)
     install()
     host = ray.util.get_node_ip_address()
     gate = TCPStore(host, 0, is_master=True, wait_for_workers=False)
     gate.set("ft/expected", str(world))
     _GATES.append(gate)
-    torch_config = TorchftConfig(lighthouse_kwargs=lighthouse_kwargs(cfg.ft), backend=backend)
+    torch_config = LighthouseConfig(lighthouse_kwargs=lighthouse_kwargs(cfg.ft),
+                                    replica_group_size=group, backend=backend)  # fmt: skip
     failures = ray.train.FailureConfig(max_failures=cfg.checkpoint.max_failures)
     return torch_config, failures, {"ft_gate": f"{host}:{gate.port}"}
 

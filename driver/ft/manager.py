@@ -1,12 +1,15 @@
 """torchft's Manager of one replica group, for driver.ft.replica: how it is built and the
 flat SUM of gradients through its process group.
 
-    manager, store = build_manager(cfg, group, lighthouse, host, load, state_dict)
-    loss = sum_grads(manager, model.parameters(), loss_sum)   # after backward
+    manager, store = build_manager(cfg, group, lighthouse, host, load, state_dict,
+                                   group_rank=1, group_size=2, device="cpu")
+    loss, allocated = sum_grads(manager, model.parameters(), loss_sum)   # after backward
 
-Each group is a world of one with its own TCPStore and ProcessGroupGloo; quorums are
-synchronous (`use_async_quorum=False`) and healing sends weights and optimizer state over
-driver.ft.transport. Keep `store` alive as long as the Manager.
+A replica group is one or several workers (one Manager each, `group_rank` of `group_size`,
+meeting in the group's process group's store); the groups' members of the same group rank
+reduce together (torchft's process group: NCCL on GPUs, gloo on CPUs). Quorums are
+synchronous (`use_async_quorum=False`) and healing sends each member the state of the same
+member of a live group over driver.ft.transport. Keep `store` alive as long as the Manager.
 """
 
 from __future__ import annotations
@@ -30,27 +33,39 @@ def build_manager(
     host: str,
     load_state_dict: Callable[[dict], None],
     state_dict: Callable[[], dict],
+    group_rank: int = 0,
+    group_size: int = 1,
+    device: str = "cpu",
 ):
-    """The group's torchft Manager and the TCPStore it rendezvous through. `lighthouse`:
-    the Lighthouse's address, or None for `TORCHFT_LIGHTHOUSE` (set by Ray's TorchftConfig)."""
+    """The torchft Manager of one member (`group_rank` of `group_size`) of replica group
+    `group`, and the TCPStore it rendezvous through (None when it is the group's process
+    group's store: members of a group of several workers meet there, where Ray Train set
+    MASTER_ADDR/MASTER_PORT). `lighthouse`: the Lighthouse's address, or None for
+    `TORCHFT_LIGHTHOUSE` (set by Ray's TorchftConfig). The cross-group process group is
+    NCCL on GPUs, gloo on CPUs (`cross_group_pg`)."""
     from torch.distributed import TCPStore
-    from torchft import Manager, ProcessGroupGloo
+    from torchft import Manager
 
     from driver.ft.transport import WeightsOnlyHTTPTransport
 
     lighthouse = lighthouse or os.environ["TORCHFT_LIGHTHOUSE"]
-    store = TCPStore(host, 0, is_master=True, wait_for_workers=False)
     timeout = timedelta(seconds=cfg.timeout_s)
+    store = None
+    if group_size == 1:  # a world of one: a store of its own
+        store = TCPStore(host, 0, is_master=True, wait_for_workers=False)
+        store_addr, store_port = host, store.port
+    else:
+        store_addr, store_port = os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])
     manager = Manager(
-        pg=ProcessGroupGloo(timeout=timeout),
+        pg=cross_group_pg(device, timeout),
         min_replica_size=cfg.min_replicas,
         load_state_dict=load_state_dict,
         state_dict=state_dict,
         replica_id=replica_id(group),
-        store_addr=host,
-        store_port=store.port,
-        rank=0,
-        world_size=1,
+        store_addr=store_addr,
+        store_port=store_port,
+        rank=group_rank,
+        world_size=group_size,
         lighthouse_addr=lighthouse,
         hostname=host,
         timeout=timeout,
@@ -84,6 +99,18 @@ class QuorumWatch:
         return getattr(self._client, name)
 
 
+def cross_group_pg(device: str, timeout: timedelta):
+    """torchft's process group between the replica groups: NCCL between GPUs, gloo on CPU
+    (a CPU worker standing in for a GPU included)."""
+    if device == "cuda":
+        from torchft import ProcessGroupNCCL
+
+        return ProcessGroupNCCL(timeout=timeout)
+    from torchft import ProcessGroupGloo
+
+    return ProcessGroupGloo(timeout=timeout)
+
+
 def live_groups(manager) -> tuple[int, ...]:
     """The group numbers of the newest quorum's replicas (`replica_id`'s digits, before
     torchft's `:uuid`), sorted."""
@@ -91,21 +118,30 @@ def live_groups(manager) -> tuple[int, ...]:
     return tuple(sorted(int(rid.split(":", 1)[0].rsplit("_", 1)[1]) for rid in ids))
 
 
-def sum_grads(manager, params, loss_sum: float) -> float:
-    """SUM the gradients of `params` (and `loss_sum`) across the live groups in one flat
-    buffer; each gradient becomes a view of it. Returns the summed loss. On a failed
-    collective the process group is aborted at once, so a peer blocked in the same
-    collective fails now rather than at `ft.timeout_s`."""
+def sum_grads(manager, params, loss_sum: float, midway=None) -> tuple[float, int]:
+    """SUM every gradient across the live groups in place, from its own storage (a sharded
+    gradient: this member's shard, `to_local()`), the collectives issued all at once and then
+    waited for; and `loss_sum`. No gradient is copied: the bytes allocated are only those of
+    zeros for a parameter that got no gradient. Returns (the summed loss, bytes allocated).
+    On a failed collective the process group is aborted at once, so a peer blocked in the
+    same collective fails now rather than at `ft.timeout_s`."""
     import torch
 
+    futures, allocated, device = [], 0, None
     params = [p for p in params if p.requires_grad]
-    grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
-    flat = torch.cat([g.reshape(-1) for g in grads] + [grads[0].new_tensor([loss_sum])])
-    manager.allreduce(flat, reduce_op=torch.distributed.ReduceOp.SUM).wait()
+    for i, p in enumerate(params):
+        if midway is not None and i == len(params) // 2:  # a drill's point inside the reduce
+            midway()
+        if p.grad is None:
+            p.grad = torch.zeros_like(p)
+            allocated += p.grad.numel() * p.grad.element_size()
+        grad = p.grad.to_local() if hasattr(p.grad, "to_local") else p.grad
+        device = grad.device
+        futures.append(manager.allreduce(grad, reduce_op=torch.distributed.ReduceOp.SUM))
+    loss = torch.tensor([loss_sum], dtype=torch.float32, device=device)
+    futures.append(manager.allreduce(loss, reduce_op=torch.distributed.ReduceOp.SUM))
+    for future in futures:
+        future.wait()
     if manager.errored():
         manager._pg.abort()
-    offset = 0
-    for p, g in zip(params, grads, strict=True):
-        p.grad = flat[offset : offset + g.numel()].view_as(g)
-        offset += g.numel()
-    return float(flat[-1])
+    return float(loss), allocated

@@ -41,9 +41,13 @@ def step_plan(
     group: int,
     groups_at_start: int,
     grad_accum: int,
+    group_size: int = 1,
+    member: int = 0,
 ) -> StepPlan:
-    """The plan of `step` for `group`, the `position`-th of the live groups (their ids:
-    `live_groups`) in the quorum."""
+    """The plan of `step` for member `member` of `group` (of `group_size` workers), the
+    `position`-th of the live groups (their ids: `live_groups`) in the quorum. Slots are the
+    run's (driver.data.slots): worker `group * group_size + member` owns `grad_accum`; a
+    member takes over the slots of the same member of a missing group."""
     constant = cfg.constant_batch
     live = len(live_groups)
     slots = plan_step(live_groups, groups_at_start, grad_accum, constant)
@@ -51,10 +55,20 @@ def step_plan(
         step,
         live,
         position,
-        slots[group],
+        member_slots(slots[group], grad_accum, group_size, member),
         loss_divisor(live, groups_at_start, grad_accum, constant),
         lr_scale(live, groups_at_start, cfg.lr_scaling, constant),
     )
+
+
+def member_slots(group_slots, grad_accum: int, group_size: int, member: int) -> tuple[int, ...]:
+    """A group's slots (in the groups' numbering: group g owns g*grad_accum...) as one
+    member's slots of the run: `grad_accum` slots from worker (g * group_size + member)."""
+    out = []
+    for slot in group_slots:
+        owner, index = divmod(slot, grad_accum)
+        out.append((owner * group_size + member) * grad_accum + index)
+    return tuple(out)
 
 
 def no_quorum_reason(

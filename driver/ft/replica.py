@@ -40,6 +40,7 @@ from collections.abc import Callable
 from driver.config.ft import FtConfig
 from driver.ft.manager import build_manager, live_groups, sum_grads
 from driver.ft.plan import StepPlan, no_quorum_reason, step_plan
+from driver.ft.shards import like, local_tree
 from driver.ft.shrink import ShrinkRequest, local_shrink
 
 log = logging.getLogger("driver.ft")
@@ -68,15 +69,26 @@ class FtReplica:
         gate: str | None = None,
         host: str = "127.0.0.1",
         shrink: Callable[[ShrinkRequest], None] | None = None,
+        decider=None,
+        group_rank: int = 0,
+        group_size: int = 1,
+        device: str = "cpu",
     ):
         from driver.ft.lighthouse import pass_gate
 
         self.cfg, self.group, self.start_groups = cfg, group, groups_at_start
         self.grad_accum, self.state = grad_accum, state
         self.shrink = shrink or local_shrink
+        self.decider = decider
+        """A driver.ft.lost.ShrinkDecider: which missing groups are lost, not late; every
+        group feeds it every quorum, the lowest live group asks (None: ask on the first
+        smaller quorum, naming no pod)."""
+        self.group_rank, self.group_size = group_rank, group_size
         self.manager, self._store = build_manager(
-            cfg, group, lighthouse, host, load_state_dict=self._load, state_dict=self._state_dict
-        )
+            cfg, group, lighthouse, host, load_state_dict=self._load,
+            state_dict=self._state_dict, group_rank=group_rank, group_size=group_size,
+            device=device,
+        )  # fmt: skip
         if gate:
             pass_gate(gate, cfg.start_timeout_s)
         self.plan: StepPlan | None = None
@@ -97,18 +109,20 @@ class FtReplica:
             "ft_failed_commits": 0,
             "ft_quorum_s": 0.0,
             "ft_reduce_s": 0.0,
+            "ft_reduce_copied_bytes": 0,
             "ft_commit_s": 0.0,
         }
 
     # ---- state for healing ------------------------------------------------------------
 
     def _state_dict(self) -> dict:
-        sd = {name: obj.state_dict() for name, obj in self.state.items()}
+        """This member's state: its own shards (driver.ft.shards), the run's counters."""
+        sd = {name: local_tree(obj.state_dict()) for name, obj in self.state.items()}
         return {**sd, RUN_KEY: {k: self.counters[k] for k in RUN_COUNTERS}}
 
     def _load(self, sd: dict) -> None:
         for name, obj in self.state.items():
-            obj.load_state_dict(sd[name])
+            obj.load_state_dict(like(obj, sd[name]))
         self.counters.update(sd.get(RUN_KEY, {}))  # the run's counts go on in this group
         self.counters["ft_heals"] += 1
         log.warning("ft: group %d healed from a live peer at step %d", self.group, self.step)
@@ -133,13 +147,14 @@ class FtReplica:
         self.counters["ft_quorum_s"] += time.perf_counter() - started
         if self.restore is not None:
             self._restore_if_alone()
-        self._note_quorum(live, position)
         ids, me = live_groups(self.manager), self.group
         if len(ids) != live or me not in ids:  # ids unknown: plan by position (one split)
             ids, me = tuple(range(live)), position
+        self._note_quorum(live, position, ids)
         self.plan = step_plan(
-            self.cfg, self.step, ids, position, me, self.start_groups, self.grad_accum
-        )
+            self.cfg, self.step, ids, position, me, self.start_groups, self.grad_accum,
+            group_size=self.group_size, member=self.group_rank,
+        )  # fmt: skip
         return self.plan
 
     def _restore_if_alone(self) -> None:
@@ -157,15 +172,21 @@ class FtReplica:
             self.counters["ft_restores"] += 1
             log.warning("ft: group %d: no live group ahead, resumed at step %d", self.group, start)
 
-    def _note_quorum(self, live: int, position: int) -> None:
+    def _note_quorum(self, live: int, position: int, ids: tuple[int, ...]) -> None:
         last, self._last_live = self._last_live, live
         self.counters["ft_quorum_size"] = live
         if last is not None and live < last:
             self.counters["ft_failures_survived"] += last - live
             log.warning("ft: %d of %d replica groups left at step %d", live, last, self.step)
-            if position == 0 and self.cfg.shrink:  # the lowest live group asks, once
-                request = ShrinkRequest(groups_before=last, groups_after=live)
-                threading.Thread(target=self._ask_shrink, args=(request,), daemon=True).start()
+        asking = position == 0 and self.cfg.shrink  # the lowest live group asks
+        if self.decider is not None:
+            request = self.decider.quorum(ids, asking=asking)
+        elif asking and last is not None and live < last:  # once, at the first smaller quorum
+            request = ShrinkRequest(groups_before=last, groups_after=live)
+        else:
+            request = None
+        if request is not None:
+            threading.Thread(target=self._ask_shrink, args=(request,), daemon=True).start()
 
     def _ask_shrink(self, request: ShrinkRequest) -> None:
         try:
@@ -173,13 +194,15 @@ class FtReplica:
         except Exception as err:  # a shrink is an optimisation: training goes on
             log.warning("ft: shrink request failed: %s", err)
 
-    def reduce(self, params, loss_sum: float = 0.0) -> float:
-        """SUM the gradients (and this group's loss contribution) across the live groups
-        through torchft's process group, in one flat buffer. Returns the step's global loss.
+    def reduce(self, params, loss_sum: float = 0.0, midway=None) -> float:
+        """SUM the gradients (and this member's loss contribution) across the live groups
+        through torchft's process group, each in place (driver.ft.manager.sum_grads; a
+        member sums with the same member of every other group). Returns the summed loss.
         On a failed collective the gradients are garbage and `commit` returns False."""
         started = time.perf_counter()
-        total = sum_grads(self.manager, params, loss_sum)
+        total, allocated = sum_grads(self.manager, params, loss_sum, midway)
         self.counters["ft_reduce_s"] += time.perf_counter() - started
+        self.counters["ft_reduce_copied_bytes"] = allocated
         return total
 
     def commit(self, optimizer, scheduler=None) -> bool:

@@ -5,8 +5,9 @@ live group (`set_writer` before each step's save).
     start = session.resume()        # first start; then the Manager's step is set to `start`
     ft.restore = session.resume     # started again: read only if no live group is ahead
 
-Each group checkpoints as a world of one (rank 0 of 1, `replica_group` 0 only for group 0
-of the first start, which cleans stale writes; a replacement never cleans). Resuming is
+Each group checkpoints as a world of its own members (group rank of group size: FSDP shards
+each member's; `replica_group` 0 only for group 0 of the first start, which cleans stale
+writes; a replacement never cleans). Resuming is
 CheckpointSession's: the first start follows `checkpoint.resume`; a started-again group
 (its channel attempt > 0) hands `resume` to `FtReplica.restore`, which calls it only
 when the group's first quorum has no live group ahead to heal from (a full restart).
@@ -22,22 +23,27 @@ from driver.checkpoint.session import CheckpointSession
 
 
 class FtCheckpointSession(CheckpointSession):
-    """CheckpointSession of one torchft replica group (one worker)."""
+    """CheckpointSession of one member (`group_rank` of `group_size`, world rank `rank`) of a
+    torchft replica group: the group checkpoints as a world of its own members, each its
+    shards."""
 
-    def __init__(self, cfg, state, group: int, control=None):
+    def __init__(self, cfg, state, group: int, control=None, rank: int | None = None,
+                 group_rank: int = 0, group_size: int = 1):  # fmt: skip
         self.config, self.steps, self.state = cfg.checkpoint, cfg.train.steps, state
-        self.attempt = control.call("start", group, timeout_s=60) if control is not None else 0
+        who = group if rank is None else rank  # a member's starts: its group's, member by member
+        self.attempt = control.call("start", who, timeout_s=60) if control is not None else 0
         first = self.attempt == 0
         self.ckpt = Checkpointer(
             self.config,
             cfg.run.team,
             cfg.run.name,
-            0,
-            1,
+            group_rank,
+            group_size,
             replica_group=0 if group == 0 and first else 1,
             callbacks=(RayListeners(),),
         )
-        poll = NoticePoll(control) if control is not None and group == 0 else None
+        lead = group == 0 and group_rank == 0
+        poll = NoticePoll(control) if control is not None and lead else None
         self.guard = PreemptionGuard(self.ckpt, poll=poll, give_up=self.failing)
         self.resumed = None
         self.start = 0

@@ -34,10 +34,11 @@ from driver.trainer.loop import RunFinished
 class FtStepper:
     """One step of one replica group: its slots' forward/backward, reduce, clip, commit."""
 
-    def __init__(self, core: StepCore, ft, topo, rank: int, done=None):
+    def __init__(self, core: StepCore, ft, topo, rank: int, done=None, watchdog=None):
         self.core, self.ft, self.topo, self.rank, self.done = core, ft, topo, rank, done
+        self.watchdog = watchdog  # driver.ft.watchdog.Watchdog, or None
         cfg = core.cfg
-        self.units = cfg.train.micro_batch_size * topo.groups * cfg.train.grad_accum_steps
+        self.units = cfg.train.micro_batch_size * topo.world * cfg.train.grad_accum_steps
         self.copies = Copies()
         self.took_over = False
         self.committed = 0  # steps this process committed
@@ -63,7 +64,14 @@ class FtStepper:
 
     def run(self) -> dict | None:
         """The committed step's row, or None when the commit vote failed. RunFinished when
-        the other groups finished the run while this one waited."""
+        the other groups finished the run while this one waited. Watched: a step that hangs
+        past `ft.watchdog_s` ends this member (driver.ft.watchdog)."""
+        if self.watchdog is None:
+            return self._run()
+        with self.watchdog.step(self.step):
+            return self._run()
+
+    def _run(self) -> dict | None:
         from driver.ft.replica import FtStopped
 
         if not self.committed and finished(self.done):  # a replacement arriving after the end
@@ -78,8 +86,10 @@ class FtStepper:
             raise RunFinished
         core, ft = self.core, self.ft
         times = Times(started=time.perf_counter())
-        local = core.backward(plan.step, plan.slots, plan.divisor, times, sync_last=False)
-        total = ft.reduce(core.model.parameters(), local)
+        core.inject(plan.step, "before")
+        local = core.backward(plan.step, plan.slots, plan.divisor, times, inject=False)
+        midway = lambda: core.inject(plan.step, "during")  # noqa: E731 (inside the reduce)
+        total = ft.reduce(core.model.parameters(), self.in_group(local), midway=midway)
         norm = core.clip()
         lr = core.scheduler.get_last_lr()[0] * plan.lr_scale
         if not ft.commit(core.optimizer, core.scheduler):
@@ -90,10 +100,29 @@ class FtStepper:
         row = core.row(plan.step, total, lr, norm, times, self.units * live)
         return {**row, "ft_slots": len(plan.slots), **ft.metrics()}
 
+    def in_group(self, local: float) -> float:
+        """This member's share of the step's loss as the groups sum it: inside a group of
+        several workers, its members' sum over their number (DDP or FSDP averaged their
+        gradients the same way)."""
+        size = self.topo.group_size
+        if size == 1:
+            return local
+        import torch
+
+        total = torch.tensor([local], dtype=torch.float32)
+        if torch.cuda.is_available():
+            total = total.cuda()
+        torch.distributed.all_reduce(total)  # the group's process group (Ray Train's)
+        return float(total) / size
+
     def writer(self) -> bool:
         """Whether this rank writes the step's records: the lowest rank of the lowest live
         group."""
         return self.topo.is_writer(self.rank, self.ft.plan.position)
+
+    def in_writer_copy(self) -> bool:
+        """Whether this rank's replica group is the writer's (the lowest live group)."""
+        return self.ft.plan is not None and self.ft.plan.position == 0
 
     def rows(self, row: dict, writer: bool) -> list[tuple[dict, bool]]:
         """The copies of the old writer's rows this group sends on becoming the writer,
@@ -101,8 +130,9 @@ class FtStepper:
         return [(copy, True) for copy in self.copies.after_step(row, writer)] + [(row, writer)]
 
     def checkpoint_writer(self) -> bool:
-        """Whether this group writes the step's checkpoint (the writer's group)."""
-        return self.writer()
+        """Whether this member writes its shard of the step's checkpoint: every member of
+        the writer's group (the lowest live one)."""
+        return self.in_writer_copy()
 
     def end(self, reporter, logger, completed: bool) -> bool:
         """After the last step (`completed`): the done mark; the next group in line sends
@@ -123,6 +153,8 @@ class FtStepper:
         return self.ft.metrics()
 
     def close(self) -> None:
+        if self.watchdog is not None:
+            self.watchdog.close()
         self.ft.close()
 
 

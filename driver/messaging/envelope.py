@@ -29,6 +29,8 @@ import struct
 from dataclasses import dataclass, field
 from typing import Any
 
+from driver.messaging.limits import WireError
+from driver.messaging.limits import loads as bounded_loads
 from driver.messaging.multipart import buffer, nbytes
 
 VERSION = 2  # the envelope's first byte (a version 1 JSON envelope began with "{")
@@ -44,14 +46,6 @@ INLINE = 1 << 63  # a body frame's size with this bit: it lies inside the envelo
 _PAD = bytes(8)
 _JSON = json.JSONEncoder(separators=(",", ":"))
 dumps, loads = _JSON.encode, json.JSONDecoder().decode  # compact JSON, for info and bodies
-
-
-class WireError(ValueError):
-    """A message that does not parse; `reason` is "garbage", "truncated" or "oversized"."""
-
-    def __init__(self, reason: str, message: str):
-        super().__init__(f"{reason}: {message}")
-        self.reason = reason
 
 
 @dataclass(slots=True)
@@ -94,7 +88,17 @@ def pack(msg: Message) -> list[Any]:
 
 
 def parse(frames: list[Any], max_bytes: int) -> Message:
-    """Check and read `[envelope, *frames]`; raises WireError with the refusal reason."""
+    """Check and read `[envelope, *frames]`; raises WireError with the refusal reason (any
+    other error while reading it, too, as "garbage": whatever a peer sends is a refusal)."""
+    try:
+        return _parse(frames, max_bytes)
+    except WireError:
+        raise
+    except Exception as err:  # noqa: BLE001
+        raise WireError("garbage", f"envelope: {type(err).__name__}: {err}") from None
+
+
+def _parse(frames: list[Any], max_bytes: int) -> Message:
     if not frames:
         raise WireError("truncated", "empty message")
     env = buffer(frames[0])
@@ -126,7 +130,9 @@ def parse(frames: list[Any], max_bytes: int) -> Message:
             if len(text.encode()) != at - n_info - _HEAD.size:
                 raise ValueError("a length cuts a character")
             if n_info:
-                msg.info = loads(str(env[at - n_info : at], "utf-8"))
+                msg.info = bounded_loads(str(env[at - n_info : at], "utf-8"))
+        except WireError:
+            raise
         except ValueError as err:
             raise WireError("garbage", f"envelope text: {err}") from None
         if msg.info is not None and not isinstance(msg.info, dict):

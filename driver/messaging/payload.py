@@ -21,10 +21,12 @@ from typing import Any
 import numpy as np
 
 from driver.messaging.envelope import WireError, dumps, loads
+from driver.messaging.limits import loads as bounded_loads
 from driver.messaging.multipart import buffer, nbytes
 
 MAX_DIMS = 32
 RESERVED = ("$nd", "$t")
+TORCH_ONLY = ("bfloat16",)  # torch dtypes that travel as another numpy dtype's bits ("td")
 _DTYPE = re.compile(r"^[<>|=][biufc]\d{1,2}$")
 _PLAIN = frozenset({bool, int, float, str})
 
@@ -68,9 +70,10 @@ def decode(body: list[Any], *, torch: bool = False, shm: Any = None) -> Any:
     """The payload of body frames; arrays are numpy views over their frames (`torch=True`
     gives torch tensors back for arrays sent as tensors). An array placed in shared memory
     (header "m": a reference, empty frame) is read through `shm(reference, nbytes)`, a
-    memoryview; without `shm` it is refused. Raises WireError("garbage")."""
+    memoryview; without `shm` it is refused. Raises WireError("garbage") on anything wrong
+    (the JSON's nesting is checked before it is parsed: limits.MAX_DEPTH)."""
     try:
-        doc = loads(str(buffer(body[0]), "utf-8"))
+        doc = bounded_loads(str(buffer(body[0]), "utf-8"))
         tree, headers = doc["p"], doc["a"]
         if not isinstance(headers, list) or len(headers) != len(body) - 1:
             raise ValueError(f"{len(body) - 1} array frames for {len(headers)} headers")
@@ -78,8 +81,8 @@ def decode(body: list[Any], *, torch: bool = False, shm: Any = None) -> Any:
         return _restore(tree, arrays)
     except WireError:
         raise
-    except (ValueError, TypeError, KeyError, IndexError, UnicodeDecodeError) as err:
-        raise WireError("garbage", f"body: {err}") from None
+    except Exception as err:  # noqa: BLE001 (whatever a peer sends is a refusal)
+        raise WireError("garbage", f"body: {type(err).__name__}: {err}") from None
 
 
 def _spell(path: Any) -> str:
@@ -149,6 +152,8 @@ def _array(header: dict[str, Any], buf: memoryview, torch: bool, shm: Any = None
         raise ValueError(f"array header {header}")
     if not isinstance(shape, list) or len(shape) > MAX_DIMS or not all(map(_count, shape)):
         raise ValueError(f"array shape {shape!r}")
+    if header.get("td", TORCH_ONLY[0]) not in TORCH_ONLY:
+        raise ValueError(f"array torch dtype {header['td']!r}")
     dt = np.dtype(dtype)
     if "m" in header:
         if shm is None or buf.nbytes:

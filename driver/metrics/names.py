@@ -55,6 +55,7 @@ TRAIN = (
         "train.cuda.memory.max_allocated",
         "peak CUDA memory allocated by the rank",
     ),  # fmt: skip
+    _train("param_digest", "1", "train.param_digest", "hash of the rank's parameters (drills)"),
 )
 FT = tuple(  # live fault tolerance (driver.ft.replica.FtReplica.metrics, docs/ft.md)
     _train(key, unit, f"train.ft.{key.removeprefix('ft_')}", help_)
@@ -69,6 +70,7 @@ FT = tuple(  # live fault tolerance (driver.ft.replica.FtReplica.metrics, docs/f
         ("ft_quorum_s", "s", "time spent forming quorums, in total"),
         ("ft_reduce_s", "s", "time spent in the cross-group allreduce, in total"),
         ("ft_commit_s", "s", "time spent in the commit vote, in total"),
+        ("ft_reduce_copied_bytes", "By", "bytes the step's cross-group reduce allocated"),
     )
 )
 CKPT = tuple(
@@ -91,7 +93,7 @@ NAMES = tuple(METRICS)
 # auxiliary-service fields (the others' would repeat or not apply).
 PER_RANK_KEYS = frozenset({"step_time", "data_wait_s", "forward_backward_s", "optimizer_s",
                            "tokens_per_s", "samples_per_s", "rss_bytes",
-                           "cuda_max_allocated_bytes"})  # fmt: skip
+                           "cuda_max_allocated_bytes", "param_digest"})  # fmt: skip
 
 
 def metric_name(key: str) -> str:

@@ -7,11 +7,13 @@ driver.metrics.rank.of_record) (loss, lr, throughput, and per auxiliary service 
 latency and queue; the evaluator's score); in a cluster one JSON line per step and per
 driver message on stdout carrying the label set (catalog.labels), for log collectors.
 `summarize(rows)` is the pure end-of-run summary (final loss, first loss, steady-state
-steps/s) of those rows.
+steps/s) of those rows. Its messages and every process's log file go to the run's store
+too (driver.output.runlogs.DriverLogs).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 import threading
@@ -21,6 +23,7 @@ from pathlib import Path
 from catalog import labels
 from driver.metrics.hub import RunMetrics
 from driver.metrics.rank import of_record
+from driver.output.runlogs import DriverLogs, LogSpec
 
 
 def summarize(rows: list[dict], skip: int = 1) -> dict:
@@ -90,6 +93,7 @@ class Progress:
             store=getattr(log_cfg, "store", False),
         )  # fmt: skip
         self.path = self.metrics.path
+        self.logs = DriverLogs(LogSpec.of(cfg, output_dir), self.metrics.store, **where_am_i())
         if sink is not None:  # the attempts after those already in the metrics file
             sink.begin(self.metrics.first_attempt)
         self.hosts: dict[int, dict] = {}
@@ -117,6 +121,8 @@ class Progress:
     def log(self, message: str) -> None:
         """A driver log line: printed above the bar (or as JSON) and kept for crash bundles."""
         self.lines.append(message)
+        with contextlib.suppress(Exception):  # a full disk: the message is still shown
+            self.logs.line(message)
         if self.fmt == "json":
             print(json.dumps({**self.labels, "message": message}), flush=True)
         elif self.bar is not None:
@@ -145,6 +151,7 @@ class Progress:
 
     def drain(self) -> None:
         self.take(self.sink.drain())
+        self.logs.poll()  # the processes' log lines into the store, once it is open
 
     def take(self, rows: list[dict]) -> None:
         """Record a batch of every rank's rows: the writers, then rank 0's in the log tail
@@ -207,6 +214,7 @@ class Progress:
             self.drain()
         if self.bar is not None:
             self.bar.close()
+        self.logs.close()  # the last lines into the store before it closes
         self.metrics.close()
         for line in self.metrics.problems():
             self.log(line)

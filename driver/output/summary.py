@@ -46,6 +46,11 @@ def checkpoint_lines(summary: dict) -> list[str]:
     if summary.get("preempted_at") is not None:
         reason = summary.get("preempt_reason", "")
         lines.append(f"  stopped by {signal_name} after step {summary['preempted_at']} ({reason})")
+        lost = summary.get("preempt_lost_steps")
+        if lost:
+            lines.append(f"  the stop cost {lost} steps (trained again on resume)")
+        elif lost is not None:
+            lines.append("  the stop cost no steps: the final checkpoint holds the last")
     elif summary.get("stopped_by"):  # no checkpoints to write: stopped where it was
         lines.append(f"  stopped by {signal_name} (no checkpoint: checkpoints are off)")
     return lines

@@ -10,9 +10,12 @@ initial weights (`train.seed`).
 
 from __future__ import annotations
 
+import logging
+
 from driver.parallel import Topology, setup_device, wrap
 from driver.trainer import hooks as h
 from driver.trainer.core import StepCore
+from driver.trainer.faults import Faults
 from driver.trainer.loop import Trainer
 
 
@@ -32,13 +35,15 @@ def build_trainer(cfg, ctx, channel, logger, attempt: int, args: dict) -> Traine
     parts = ft_parts if cfg.ft.enabled else plain_parts
     stepper, model, session, learner = parts(cfg, work, feed, aux, device, rank, world,
                                              channel, args)  # fmt: skip
+    faults = Faults(cfg.debug, rank, attempt)
+    stepper.core.faults = faults
     logger.info("rank %d/%d on %s starts at step %d", rank, world, device, stepper.step)
     order = [
         h.DilocoHook(learner, model) if learner else None,
         h.CheckpointHook(session) if session else None,
         h.AuxHook(aux, model) if aux else None,
         h.ReportHook(),
-        h.FaultHook(cfg.debug, rank),
+        h.FaultHook(faults),
         h.FeedHook(feed),
     ]
     reporter = RankReporter(channel, rank, attempt, device)
@@ -56,7 +61,8 @@ def plain_parts(cfg, work, feed, aux, device, rank, world, channel, args):
     core = StepCore(cfg, model, work, optimizer, scheduler, device, feed, condition_of(aux),
                     offset=slot_offset(cfg, rank, world))  # fmt: skip
     accum = cfg.train.grad_accum_steps
-    stepper = PlainStepper(core, rank, accum, slots=world * accum)
+    stepper = PlainStepper(core, rank, accum, slots=world * accum,
+                           shard=cfg.parallelism.fsdp_size)  # fmt: skip
     learner = prepare(model, cfg.diloco)  # a DiLoCo learner when configured, else a no-op
     session = checkpointing(cfg, model, optimizer, scheduler, feed, rank, world, channel,
                             learner.checkpoint_state())  # fmt: skip
@@ -76,7 +82,8 @@ def ft_parts(cfg, work, feed, aux, device, rank, world, channel, args):
 
     topo = Topology.from_config(cfg.parallelism, world)
     group = topo.group_of(rank)
-    model = work.model.to(device)
+    # DDP or FSDP inside the replica group (Ray Train's process group is the group's)
+    model = wrap(work.model.to(device), cfg, device, topo.group_size)
     optimizer, scheduler = optim.build(model, cfg.optimizer, cfg.train.steps)
     learner = prepare_ft(model, cfg.diloco, group, topo.groups)  # the run is one learner
     state = {"model": model, "optimizer": optimizer, "scheduler": scheduler, "data": feed}
@@ -92,19 +99,27 @@ def ft_parts(cfg, work, feed, aux, device, rank, world, channel, args):
         gate=args.get("ft_gate"),
         host=ray.util.get_node_ip_address(),
         shrink=shrink_callable(cfg, device),
+        decider=shrink_decider(cfg, topo, channel),
+        group_rank=topo.group_rank(rank),
+        group_size=topo.group_size,
+        device=device.type,
     )
     ft.outer = learner.learner  # a merge rides on a step's commit vote (None: no learner)
-    model = wrap(model, cfg, device, world, manager=ft.manager)
     core = StepCore(cfg, model, work, optimizer, scheduler, device, feed, condition_of(aux),
                     offset=slot_offset(cfg, rank, world))  # fmt: skip
-    stepper = FtStepper(core, ft, topo, rank, done=gate_store(args.get("ft_gate")))
+    from driver.ft.watchdog import Watchdog
+
+    watchdog = Watchdog(cfg.ft.watchdog_s, logging.getLogger("driver.worker"))
+    stepper = FtStepper(core, ft, topo, rank, done=gate_store(args.get("ft_gate")),
+                        watchdog=watchdog)  # fmt: skip
     session = None
     if cfg.checkpoint.active:
         from driver.ft.session import FtCheckpointSession
 
         train_state = TrainState(model=model, optimizer=optimizer, lr_scheduler=scheduler,
                                  dataloader=feed, extra=learner.checkpoint_state())  # fmt: skip
-        session = FtCheckpointSession(cfg, train_state, group, channel)
+        member = {"rank": rank, "group_rank": topo.group_rank(rank), "group_size": topo.group_size}
+        session = FtCheckpointSession(cfg, train_state, group, channel, **member)
     stepper.resume(session)
     return stepper, model, session, learner
 
@@ -169,6 +184,15 @@ def checkpointing(cfg, model, optimizer, scheduler, feed, rank, world, control, 
     state = TrainState(model=model, optimizer=optimizer, lr_scheduler=scheduler,
                        dataloader=feed, extra=extra or {})  # fmt: skip
     return CheckpointSession(cfg, state, rank, world, control)
+
+
+def shrink_decider(cfg, topo, channel):
+    """Which missing replica groups are lost, not late (driver.ft.lost), or None."""
+    if not cfg.ft.shrink:
+        return None
+    from driver.ft.lost import ShrinkDecider, channel_pods, rule_of
+
+    return ShrinkDecider(topo.groups, topo.ranks_of, channel_pods(channel), rule_of(cfg.ft))
 
 
 def shrink_callable(cfg, device):

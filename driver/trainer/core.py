@@ -62,8 +62,10 @@ class StepCore:
     """Forward/backward of micro-batch slots, clipping, and the row of a step."""
 
     def __init__(self, cfg, model, work, optimizer, scheduler, device, feed, condition=None,
-                 offset: int = 0):  # fmt: skip
+                 offset: int = 0, faults=None):  # fmt: skip
         self.cfg, self.model, self.work, self.device = cfg, model, work, device
+        self.faults = faults
+        """driver.trainer.faults.Faults (None: no injection)."""
         self.optimizer, self.scheduler, self.feed = optimizer, scheduler, feed
         self.condition = condition
         self.offset = offset
@@ -72,7 +74,8 @@ class StepCore:
         self.autocast = autocast_for(cfg, device)
         self.seed = cfg.train.seed
 
-    def backward(self, step: int, slots, divisor: float, times: Times, sync_last=True) -> float:
+    def backward(self, step: int, slots, divisor: float, times: Times, sync_last=True,
+                 inject=True) -> float:  # fmt: skip
         """Forward and backward of each slot's micro-batch (loss / `divisor`); gradients
         accumulate, synchronised only on the last micro-batch when the model can defer
         (DDP's `no_sync`) and `sync_last`. The sum of the divided losses."""
@@ -89,6 +92,8 @@ class StepCore:
             times.wait += time.perf_counter() - fetch
             torch.manual_seed(sample_seed(self.seed, step, slot))
             defer = sync_last and i < len(slots) - 1 and hasattr(self.model, "no_sync")
+            if inject and i == len(slots) - 1:
+                self.inject(step, "during")  # before the backward that syncs the gradients
             with self.model.no_sync() if defer else contextlib.nullcontext():
                 with self.autocast():
                     loss = self.work.loss(self.model, batch) / divisor
@@ -96,6 +101,11 @@ class StepCore:
             total += loss.item()
         times.computed = time.perf_counter()
         return total
+
+    def inject(self, step: int, phase: str) -> None:
+        """A fault point of the step (driver.trainer.faults), if the run drills one."""
+        if self.faults is not None:
+            self.faults.at(step, phase)
 
     def clip(self) -> float:
         """Clip the gradient norm (`train.max_grad_norm`; 0: measure only); the norm."""
@@ -108,7 +118,13 @@ class StepCore:
     def row(self, step: int, loss: float, lr: float, norm: float, times: Times, units: float):
         """The metrics row of committed step `step` (0-based; the row says `step + 1`)."""
         elapsed = times.ended - times.started
+        digest = {}
+        if self.cfg.debug.digest:
+            from driver.trainer.faults import param_digest
+
+            digest["param_digest"] = param_digest(self.model)
         return {
+            **digest,
             "step": step + 1,
             "loss": loss,
             "lr": lr,

@@ -73,7 +73,8 @@ class AuxHook(Hook):
         self.aux, self.model = aux, model
 
     def after_step(self, trainer, row: dict) -> None:
-        self.aux.after_step(row["step"], self.model, writer=trainer.writer)
+        gathers = trainer.stepper.in_writer_copy()  # a sharded model's gather takes them all
+        self.aux.after_step(row["step"], self.model, writer=trainer.writer, gathers=gathers)
         if not trainer.writer:
             return
         if row["step"] == trainer.steps:  # a fresh poll, taken before the row is queued
@@ -118,16 +119,14 @@ class ReportHook(Hook):
 
 
 class FaultHook(Hook):
-    """`debug.fail_at_step`: raise on the chosen rank (-1: all), after the step's row left,
-    to drill failure handling."""
+    """The step's last fault point (driver.trainer.faults: `debug.fail_at_step` raises,
+    `debug.kill_phase: after` kills), after the step's row left."""
 
-    def __init__(self, debug, rank: int):
-        self.at, self.who, self.rank = debug.fail_at_step, debug.fail_rank, rank
+    def __init__(self, faults):
+        self.faults = faults
 
     def after_step(self, trainer, row: dict) -> None:
-        if self.at is not None and row["step"] - 1 == self.at and self.who in (-1, self.rank):
-            message = f"debug.fail_at_step={self.at}: injected failure on rank {self.rank}"
-            raise RuntimeError(message)
+        self.faults.at(row["step"] - 1, "after")
 
 
 class FeedHook(Hook):

@@ -21,8 +21,8 @@ from driver.trainer.core import StepCore, Times
 class PlainStepper:
     """One optimizer step of one worker of a DDP/FSDP world."""
 
-    def __init__(self, core: StepCore, rank: int, grad_accum: int, slots: int):
-        self.core, self.rank, self.accum = core, rank, grad_accum
+    def __init__(self, core: StepCore, rank: int, grad_accum: int, slots: int, shard: int = 1):
+        self.core, self.rank, self.accum, self.shard = core, rank, grad_accum, shard
         self.slots = own_slots(rank, grad_accum)
         self.step = 0
         self.units = core.cfg.train.micro_batch_size * slots
@@ -36,6 +36,7 @@ class PlainStepper:
     def run(self) -> dict:
         core = self.core
         times = Times(started=time.perf_counter())
+        core.inject(self.step, "before")
         loss = core.backward(self.step, self.slots, self.accum, times)
         norm = core.clip()
         lr = core.scheduler.get_last_lr()[0]
@@ -50,6 +51,10 @@ class PlainStepper:
     def writer(self) -> bool:
         """Whether this rank writes the step's records: rank 0."""
         return self.rank == 0
+
+    def in_writer_copy(self) -> bool:
+        """Whether this rank holds a part of the writer's model copy (its FSDP group)."""
+        return self.rank // self.shard == 0
 
     def rows(self, row: dict, writer: bool) -> list[tuple[dict, bool]]:
         """The rows to report for a committed step: its own."""

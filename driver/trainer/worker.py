@@ -24,20 +24,23 @@ def train_worker(args: dict) -> None:
     import ray.train
 
     from driver.output.logs import where_am_i, worker_logger
+    from driver.output.runlogs import LogSpec, close
 
     cfg = args["cfg"]
     ctx = ray.train.get_context()
     rank = ctx.get_world_rank()
     channel = args["channel"].connect(rank)
-    host = where_am_i()
+    host, handlers = where_am_i(), []
     try:
         attempt = channel.call("hello", rank, host, timeout_s=60)  # tags its rows
         tags = {"run": cfg.run.name, "rank": rank, "attempt": attempt, **host}
         logger, tail = worker_logger(cfg.logging.tail_lines, tags)
+        handlers = LogSpec.of(cfg).install([logger.name, ""], rank=rank, attempt=attempt, **host)
         share_handlers(logger, "driver.checkpoint")
         with failure_record(channel, rank, tail):
             train(cfg, ctx, channel, logger, attempt, args)
     finally:
+        close(handlers)  # the run's log file and OTLP (driver/output/runlogs.py)
         channel.close()
 
 

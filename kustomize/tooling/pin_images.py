@@ -11,7 +11,8 @@ DaemonSet and every rendered run use the very same bytes:
         [--tag 2026.12.0] [--runs runs/examples]
 
 `write` rewrites the entry's `image:` line in kustomize/images.yaml to
-`{registry}/<name>:<tag>@sha256:<digest>` (comments and order kept), and in each run
+`{registry}/<name>:<tag>@sha256:<digest>` (comments and order kept; an `unbuilt: true` of
+the entry goes: the image now exists), and in each run
 definition under `--runs` (default runs/examples) every `image:` of `<cluster registry>/<name>`
 to the new digest. Then run `python -m kustomize.tooling.generate` and `runner render` (CI
 does both). Exit codes: 0 ok, 2 bad input (one line).
@@ -30,6 +31,8 @@ from catalog.images import IMAGES_FILE, load_entries, repository
 DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
 REGISTRY = "{registry}"
 IMAGE_LINE = re.compile(r"^(\s*(?:-\s*)?image:\s*)(\"?)([^\"\s#]+)(\"?)(.*)$")
+NAME_LINE = re.compile(r"^\s*-\s*name:\s*\"?([a-z0-9-]+)\"?\s*$")
+UNBUILT_LINE = re.compile(r"^\s+unbuilt:\s*true\s*(#.*)?$")
 
 
 def registries(root: Path) -> list[str]:
@@ -74,6 +77,19 @@ def rewrite(text: str, wanted, digest_of) -> tuple[str, int]:
     return "".join(lines), changed
 
 
+def drop_unbuilt(text: str, names: set[str]) -> tuple[str, int]:
+    """The image list without the `unbuilt: true` line of the entries `names`; the count."""
+    lines, current, dropped = [], None, 0
+    for line in text.splitlines(keepends=True):
+        match = NAME_LINE.match(line)
+        current = match.group(1) if match else current
+        if current in names and UNBUILT_LINE.match(line):
+            dropped += 1
+            continue
+        lines.append(line)
+    return "".join(lines), dropped
+
+
 def write(root: Path, digests: dict[str, str], tag: str | None, runs: Path) -> list[Path]:
     """Pin the image list and the run definitions; the files that changed."""
     entries = {e["name"]: e["image"] for e in load_entries(root)}
@@ -85,6 +101,8 @@ def write(root: Path, digests: dict[str, str], tag: str | None, runs: Path) -> l
     path = root / IMAGES_FILE
     text, count = rewrite(path.read_text(), images.get,
                           lambda n, ref: pin_ref(ref, digests[n], tag))  # fmt: skip
+    text, dropped = drop_unbuilt(text, set(digests))
+    count += dropped
     if count:
         path.write_text(text)
         changed.append(path)

@@ -26,8 +26,10 @@ class LiteralText(str):
 
 
 def image_cache_patch(cluster: Cluster, entries: list[dict]) -> list[dict]:
-    """JSON patch appending one pull init container per image (after copy-busybox)."""
-    pulls = [images.init_container(i) for i in images.cluster_images(cluster, entries)]
+    """JSON patch appending one pull init container per image (after copy-busybox); an
+    image not built yet is left out (its pull could only fail, and hold up the others)."""
+    pulls = [images.init_container(i) for i in images.cluster_images(cluster, entries)
+             if not i.unbuilt]  # fmt: skip
     path = "/spec/template/spec/initContainers/-"
     return [{"op": "add", "path": path, "value": pull} for pull in pulls]
 

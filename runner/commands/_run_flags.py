@@ -16,7 +16,7 @@ from typing import Any
 import click
 
 from catalog.errors import InputError
-from runner.spec import build_spec, read_run
+from runner.spec import build_spec, check_overrides, read_run
 from runner.spec_schema import COMMAND_LINE, FLAGS, RunSpec, flag_name
 
 # Run definition fields that have a flag, in --help order. Values stay strings here: the
@@ -25,9 +25,10 @@ _VALUE_FIELDS = [
     "type", "cluster", "namespace", "team", "pods", "gpus", "cpus", "memory", "accelerator",
     "image", "working_dir", "env_file", "priority", "cmd", "train_config", "ttl_seconds",
     "head_cpus", "head_memory", "rack_affinity", "shm", "resource_group", "resume", "keep_nodes",
-    "run_as_user",
+    "run_as_user", "model_params", "model_shards",
 ]  # fmt: skip
 _BOOL_FIELDS = ["preemptible", "allow_mutable_tag", "preflight"]
+_LIST_FIELDS = ["train_overrides", "avoid_nodes"]  # repeatable flags, added to the file's list
 _SHORT = {"namespace": "-n"}
 _METAVAR = {
     "type": "[rayjob|raycluster|job]",
@@ -38,6 +39,8 @@ _METAVAR = {
     "resume": "URI",
     "keep_nodes": "DURATION",
     "run_as_user": "UID",
+    "model_params": "COUNT",
+    "model_shards": "N",
 }
 
 
@@ -55,6 +58,13 @@ def run_options(function):
     Each alias is its own option, so a message can name the flag the user typed. Decorators
     apply inside out: --set ends up last in --help, the value flags first.
     """
+    function = click.option(
+        "--avoid-node",
+        "avoid_nodes",
+        multiple=True,
+        metavar="NODE",
+        help="a node the GPU pods must not use (repeatable); added to the file's avoid_nodes",
+    )(function)
     function = click.option(
         "--set",
         "train_overrides",
@@ -92,8 +102,11 @@ def overrides_from(options: dict[str, Any]) -> tuple[dict[str, Any], dict[str, s
                 raise InputError(COMMAND_LINE, flag, f"give {typed[field]} or {flag}, not both")
             found[field], typed[field] = value, flag
     found |= {f: options[f] for f in _BOOL_FIELDS if options.get(f) is not None}
-    if options.get("train_overrides"):
-        found["train_overrides"] = list(options["train_overrides"])
+    for field in _LIST_FIELDS:
+        if options.get(field):
+            found[field] = list(options[field])
+    if found.get("train_overrides"):
+        check_overrides(found["train_overrides"], COMMAND_LINE, "--set")
     return found, typed
 
 
@@ -101,9 +114,10 @@ def load_with_flags(path: str, overrides: dict[str, Any], typed: dict[str, str])
     """load_run with the command line's overrides; `--set` extends the file's train_overrides."""
     data, origin = read_run(path)
     overrides = dict(overrides)
-    listed = data.get("train_overrides")
-    if "train_overrides" in overrides and isinstance(listed, list):
-        overrides["train_overrides"] = [*listed, *overrides["train_overrides"]]
+    for field in _LIST_FIELDS:
+        listed = data.get(field)
+        if field in overrides and isinstance(listed, list):
+            overrides[field] = [*listed, *overrides[field]]
     return build_spec(data, origin, overrides, typed)
 
 

@@ -1,25 +1,29 @@
-"""`runner diagnose RUN`: one tar.gz with everything needed to debug a run.
+"""`runner diagnose`: everything needed to debug a run, and the failure analysis.
 
-It holds the run's objects, pods and events (YAML), each container's log (and the
-previous one after a restart), and the driver's crash bundles (`<output_dir>/crash-*`)
-copied from the head pod (or rank 0 of a Job).
+    runner diagnose tiny-lm -n research --out /tmp/tiny-lm.tar.gz     # one tar.gz
+    runner diagnose tiny-lm -n research --analyze [--json]            # the verdict
+    runner diagnose --analyze --local outputs/research/tiny-lm        # a local run's folder
+    runner diagnose --analyze --local OUT --propose                   # the relaunch on a branch
+    runner diagnose --analyze --local OUT --approve                   # asked at the terminal
 
-    runner diagnose tiny-lm -n research --out /tmp/tiny-lm.tar.gz
+The archive holds the run's objects, pods and events (YAML), each container's log (and the
+previous one after a restart), the driver's crash bundles copied from the head pod, with
+`--clickhouse` the run's log lines and its nodes' history from the store, and the bundles
+kept in the run's bucket (runner.diagnose.collect). `--analyze` reads the same evidence
+(or a local run's output folder) and prints a verdict (runner.diagnose: rules first, then
+an optional language model for the summary); docs/diagnose.md.
 """
 
 from __future__ import annotations
 
-import io
-import json
-import re
-import shlex
+import sys
 import tarfile
 import tempfile
 import time
-from pathlib import Path, PurePosixPath
+from pathlib import Path
+from types import SimpleNamespace
 
 import click
-import yaml
 
 from runner.commands._day2 import (
     Day2Command,
@@ -29,78 +33,113 @@ from runner.commands._day2 import (
     kube_errors,
     namespace_option,
     pick_pod,
-    run_argument,
 )
 from runner.commands._day2_views import summary
-from runner.kube import KubeError
+from runner.commands._store_flags import credential_options
+from runner.commands._types import PathArg
+from runner.diagnose.collect import crash_bundles, pod_logs, safe_name  # noqa: F401 (API)
 
 LOG_TAIL = 5000
-_UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
 
 
-def pod_logs(kube, namespace: str, pod: dict, tail: int) -> dict[str, str]:
-    """`logs/<pod>/<container>[.previous].log` -> text, for every container."""
-    name = safe_name(pod["metadata"]["name"])
-    statuses = {s["name"]: s for s in pod.get("status", {}).get("containerStatuses") or []}
-    out = {}
-    containers = pod.get("spec", {}).get("initContainers", []) + pod["spec"]["containers"]
-    pod_name = pod["metadata"]["name"]
-    for container in (c["name"] for c in containers):
-        base = f"logs/{name}/{safe_name(container)}"
-        try:
-            out[f"{base}.log"] = "\n".join(kube.logs(namespace, pod_name, container, tail=tail))
-        except KubeError as err:
-            out[f"{base}.log"] = f"(logs unavailable: {err})"
-        if statuses.get(container, {}).get("restartCount", 0):
-            try:
-                lines = kube.logs(namespace, pod_name, container, tail=tail, previous=True)
-                out[f"{base}.previous.log"] = "\n".join(lines)
-            except KubeError as err:
-                out[f"{base}.previous.log"] = f"(unavailable: {err})"
-    return out
+def archive(folder: Path, out: Path, root: str) -> None:
+    """Every file under `folder` into a tar.gz, under `root/`."""
+    with tarfile.open(out, "w:gz") as tar:
+        for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+            tar.add(str(path), arcname=f"{root}/{path.relative_to(folder).as_posix()}")
 
 
-def crash_bundles(kube, namespace: str, pod: str, output_dir: str, into: Path) -> list[str]:
-    """Copy `<output_dir>/crash-*` from the pod into `into`; returns what was copied.
+def collect_cluster(o, folder: Path) -> tuple[dict, list[str]]:
+    """The cluster run's evidence into `folder`: (its summary, notes). `o`: the command's
+    options (run, namespace, cluster, output_dir, tail, clickhouse, user_env, password_env,
+    bundle_root)."""
+    from runner.diagnose import collect
 
-    `output_dir` reaches the pod's shell quoted (`shlex.quote`); only the `crash-*` glob is
-    left to the shell, and the names come back NUL-separated, so no name is split or run.
-    """
-    folder = shlex.quote(output_dir.rstrip("/") or "/")
-    script = f'for f in {folder}/crash-*; do [ -e "$f" ] && printf \'%s\\0\' "$f"; done; true'
-    listing = kube.exec(namespace, pod, ["sh", "-c", script])
-    copied = []
-    for remote in listing.stdout.decode(errors="replace").split("\0"):
-        name = PurePosixPath(remote).name
-        if not name.startswith("crash-"):
-            continue
-        kube.copy_from(namespace, pod, remote, into / safe_name(name))
-        copied.append(remote)
-    return copied
+    kube = client(o.cluster)
+    namespace, objects, pods = find_run(kube, o.namespace, o.run)
+    info = summary(o.run, objects, pods)
+    team = info["team"] or namespace
+    output_dir = o.output_dir or f"outputs/{team}/{o.run}"
+    source = pick_pod(pods, None, None, o.run)["metadata"]["name"] if pods else None
+    notes = collect.collect(
+        kube, namespace, o.run, info, objects, pods, folder, output_dir, o.tail, source
+    )
+    if o.clickhouse:
+        from observability.store import ServerStore
+
+        nodes = sorted({p.get("spec", {}).get("nodeName") for p in pods} - {None, ""})
+        store = ServerStore(o.clickhouse, o.user_env, o.password_env)
+        notes += collect.store_parts(folder, store, team, o.run, nodes)
+    root = o.bundle_root or (o.analyze and bucket_of(kube_cluster_name(info, o.cluster)))
+    if root:
+        notes += collect.bucket_bundles(folder, root, team, o.run)
+    (folder / "NOTES.txt").write_text("\n".join(notes) + "\n")
+    info["collected"] = {"pods": len(pods), "events": events_in(folder)}
+    return info, notes
 
 
-def safe_name(text: str) -> str:
-    """One archive path component from a cluster-given name (pod, container, run): no
-    folder separators, no leading dots, no control characters."""
-    cleaned = _UNSAFE.sub("_", text).lstrip(".")
-    return cleaned[:200] or "_"
+def events_in(folder: Path) -> int:
+    import yaml
+
+    try:
+        return len([e for e in yaml.safe_load_all((folder / "events.yaml").read_text()) if e])
+    except (OSError, yaml.YAMLError):
+        return 0
 
 
-def _add(tar: tarfile.TarFile, name: str, text: str) -> None:
-    data = text.encode()
-    info = tarfile.TarInfo(name)
-    info.size, info.mtime = len(data), int(time.time())
-    tar.addfile(info, io.BytesIO(data))
+def kube_cluster_name(info: dict, cluster: str | None) -> str | None:
+    return info.get("cluster") or cluster
+
+
+def bucket_of(cluster: str | None) -> str | None:
+    """`gs://<bundles bucket>` of a catalog cluster, or None."""
+    if not cluster:
+        return None
+    try:
+        from catalog import load_cluster
+
+        return f"gs://{load_cluster(cluster).buckets.bundles}"
+    except Exception:
+        return None
+
+
+def interactive() -> bool:
+    """Whether a person is at the terminal (standard input is one)."""
+    return sys.stdin.isatty()
+
+
+def model_client(endpoint, model, key_env, kind):
+    """The model client of the --model-* flags, or None."""
+    if not endpoint:
+        return None
+    from runner.diagnose.model import Client, ModelError
+
+    try:
+        if (
+            kind or ("vertex" if "aiplatform.googleapis.com" in endpoint else "openai")
+        ) == "vertex":
+            return Client.vertex(endpoint, key_env)
+        return Client.openai(endpoint, model or "default", key_env)
+    except ModelError as err:
+        raise click.UsageError(str(err)) from None
+
+
+def key_of(env: str | None) -> bytes | None:
+    """The run key's secret from an environment variable (checks bundle signatures)."""
+    import os
+
+    value = os.environ.get(env or "") if env else None
+    return value.encode() if value else None
 
 
 @click.command("diagnose", cls=Day2Command)
-@run_argument
+@click.argument("run", required=False)
 @namespace_option
 @cluster_option
 @click.option(
     "--out",
     "out",
-    type=click.Path(dir_okay=False, path_type=Path),
+    type=PathArg(dir_okay=False, path_type=Path),
     help="Archive path (default ./<run>-diagnose-<time>.tar.gz).",
 )
 @click.option(
@@ -113,38 +152,96 @@ def _add(tar: tarfile.TarFile, name: str, text: str) -> None:
     show_default=True,
     help="Log lines per container.",
 )
+@click.option("--analyze", is_flag=True, help="Analyse the failure and print a verdict.")
+@click.option(
+    "--local",
+    "local",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="With --analyze: a local run's output folder (what `runner run --local` "
+    "prints), or a crash bundle folder.",
+)
+@click.option("--json", "as_json", is_flag=True, help="With --analyze: the verdict as JSON.")
+@click.option(
+    "--propose",
+    is_flag=True,
+    help="Commit the proposed relaunch on branch run/<name> for a pull request.",
+)
+@click.option(
+    "--approve",
+    is_flag=True,
+    help="Ask at the terminal, then commit the relaunch and hand the culprit nodes "
+    "to Warden for a check.",
+)
+@click.option(
+    "--clickhouse",
+    help="The platform's ClickHouse (HTTP): the run's "
+    "log lines and its nodes' history for the evidence.",
+)
+@credential_options
+@click.option(
+    "--bundle-root",
+    help="Where the run's bundles are kept, to read the newest (with --analyze the default "
+    "is the cluster's bundles bucket, gs://<bucket>).",
+)
+@click.option(
+    "--key-env",
+    default="REVE_CHECKPOINT_KEY",
+    show_default=True,
+    help="Environment variable holding the team's key: bundle signatures checked.",
+)
+@click.option(
+    "--model-endpoint",
+    help="A language model: an OpenAI-compatible base URL "
+    "(http://host:port/v1) or a Vertex AI model URL.",
+)
+@click.option("--model", "model_name", help="The model's name (OpenAI-compatible endpoints).")
+@click.option(
+    "--model-key-env",
+    help="Environment variable holding the model's API key "
+    "(Vertex AI without it: Application Default Credentials).",
+)
+@click.option(
+    "--model-kind",
+    type=click.Choice(["openai", "vertex"]),
+    help="The endpoint's API (default: vertex for aiplatform.googleapis.com).",
+)
+@click.option("--warden-url", help="Warden's gateway, for --approve (default $WARDEN_URL).")
+@click.option(
+    "--warden-token-file",
+    help="A projected token for the gateway (audience "
+    "warden), for --approve (default $WARDEN_TOKEN_FILE).",
+)
 @kube_errors
-def diagnose(run, namespace, cluster, out, output_dir, tail) -> None:
-    """Collect a run's crash bundle, logs, pods and events into one tar.gz."""
-    kube = client(cluster)
-    namespace, objects, pods = find_run(kube, namespace, run)
-    info = summary(run, objects, pods)
-    output_dir = output_dir or f"outputs/{info['team'] or namespace}/{run}"
+def diagnose(**opts) -> None:
+    """Collect a run's crash bundle, logs, pods and events into one tar.gz; with --analyze,
+    the failure's verdict (and with --propose or --approve, its relaunch)."""
+    o = SimpleNamespace(**opts)
+    if (o.propose or o.approve or o.as_json or o.local) and not o.analyze:
+        raise click.UsageError("--local, --json, --propose and --approve go with --analyze")
+    if not o.analyze:
+        if not o.run:
+            raise click.UsageError("give RUN (or --analyze --local OUTPUT_DIR)")
+        return write_archive(o)
+    if not o.run and not o.local:
+        raise click.UsageError("give RUN or --local OUTPUT_DIR")
+    if o.approve and not interactive():
+        raise click.UsageError(
+            "--approve asks a person at a terminal; use --propose for a pull request"
+        )
+    model = model_client(o.model_endpoint, o.model_name, o.model_key_env, o.model_kind)
+    from runner.commands._diagnose_analyze import analyze_and_act
+
+    analyze_and_act(o, key_of(o.key_env), model)
+
+
+def write_archive(o) -> None:
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    out = out or Path(f"{safe_name(run)}-diagnose-{stamp}.tar.gz")
-    root = f"{safe_name(run)}-diagnose-{stamp}"
-    names = {o["metadata"]["name"] for o in objects + pods}
-    events = [e for e in kube.events(namespace) if e.get("involvedObject", {}).get("name") in names]
-    notes = []
-    with tarfile.open(out, "w:gz") as tar:
-        _add(tar, f"{root}/summary.json", json.dumps(info, indent=2, default=str))
-        _add(tar, f"{root}/objects.yaml", yaml.safe_dump_all(objects, sort_keys=False))
-        _add(tar, f"{root}/pods.yaml", yaml.safe_dump_all(pods, sort_keys=False))
-        _add(tar, f"{root}/events.yaml", yaml.safe_dump_all(events, sort_keys=False))
-        for pod in pods:
-            for name, text in pod_logs(kube, namespace, pod, tail).items():
-                _add(tar, f"{root}/{name}", text)
-        if pods:
-            source = pick_pod(pods, None, None, run)["metadata"]["name"]
-            with tempfile.TemporaryDirectory() as scratch:
-                try:
-                    copied = crash_bundles(kube, namespace, source, output_dir, Path(scratch))
-                    notes.append(f"crash bundles from {source}:{output_dir}: {len(copied)}")
-                except KubeError as err:
-                    notes.append(f"crash bundles not collected: {err}")
-                for folder in sorted(Path(scratch).iterdir()):
-                    tar.add(str(folder), arcname=f"{root}/crash/{folder.name}")
-        else:
-            notes.append("no pods: crash bundles not collected")
-        _add(tar, f"{root}/NOTES.txt", "\n".join(notes) + "\n")
-    click.echo(f"wrote {out} ({len(pods)} pods, {len(events)} events; {'; '.join(notes)})")
+    out = o.out or Path(f"{safe_name(o.run)}-diagnose-{stamp}.tar.gz")
+    root = f"{safe_name(o.run)}-diagnose-{stamp}"
+    with tempfile.TemporaryDirectory() as scratch:
+        folder = Path(scratch) / root
+        folder.mkdir()
+        info, notes = collect_cluster(o, folder)
+        archive(folder, out, root)
+    got = info["collected"]
+    click.echo(f"wrote {out} ({got['pods']} pods, {got['events']} events; {'; '.join(notes)})")

@@ -34,9 +34,8 @@ from runner.spec_schema import COMMAND_LINE, RunSpec
 def apps_text(rendered: Rendered, flags: list[str] | tuple[str, ...] = ()) -> str:
     """The apps/ file: a header naming the source, the flags and the totals, then manifests."""
     spec = rendered.plan.spec
-    return gitops.header(spec.origin, rendered.plan.totals(), list(flags)) + gitops.dump(
-        rendered.manifests
-    )
+    head = gitops.header(spec.origin, rendered.summary(), list(flags), rendered.notices)
+    return head + gitops.dump(rendered.manifests)
 
 
 def render_to_apps(spec: RunSpec, flags: list[str]) -> tuple[Rendered, Path, str]:
@@ -55,6 +54,7 @@ class Planned:
     origin: str
     totals: str
     text: str
+    notices: tuple[str, ...] = ()
 
 
 def experiment_files(data: dict, origin: str, check_names: bool = True) -> dict[Path, Planned]:
@@ -67,9 +67,10 @@ def experiment_files(data: dict, origin: str, check_names: bool = True) -> dict[
             gitops.check_unique(cluster, exp.namespace, exp.name, origin)
         totals = experiment.cluster_totals(parts)
         manifests = [m for part in parts for m in part.manifests]
-        text = gitops.header(origin, totals, []) + gitops.dump(manifests)
+        notices = tuple(n for part in parts for n in part.notices)
+        text = gitops.header(origin, totals, [], notices) + gitops.dump(manifests)
         path = gitops.apps_path(cluster, exp.namespace, exp.name)
-        files[path] = Planned(exp.name, origin, totals, text)
+        files[path] = Planned(exp.name, origin, totals, text, notices)
     return files
 
 
@@ -90,7 +91,14 @@ def source_files(
         gitops.check_unique(spec.cluster, spec.namespace, spec.name, spec.origin)
     text = apps_text(rendered, flag_words(overrides, typed))
     target = gitops.apps_path(spec.cluster, spec.namespace, spec.name)
-    return {target: Planned(spec.name, spec.origin, rendered.plan.totals(), text)}
+    planned = Planned(spec.name, spec.origin, rendered.summary(), text, rendered.notices)
+    return {target: planned}
+
+
+def warn(notices) -> None:
+    """Each notice (runner.unbuilt) on one line of stderr."""
+    for line in dict.fromkeys(notices):
+        click.echo(f"warning: {line}", err=True)
 
 
 def _relative(path: Path) -> str:
@@ -160,6 +168,7 @@ def render_command(ctx: click.Context, runs, output, dry_run, check, **options) 
         for planned in texts:
             click.echo(planned.text, nl=False)
             click.echo(f"{planned.name}: {planned.totals}", err=True)
+            warn(planned.notices)
         return
     plan: dict[Path, Planned] = {}
     for run in runs:  # every run renders before anything is written: all or nothing
@@ -173,6 +182,7 @@ def render_command(ctx: click.Context, runs, output, dry_run, check, **options) 
     for path, planned in plan.items():
         verb = "would write" if dry_run else ("wrote" if changed[path] else "unchanged")
         click.echo(f"{verb} {_relative(path)}: {planned.totals}")
+    warn(n for planned in plan.values() for n in planned.notices)
 
 
 render_command.name = "render"
@@ -191,12 +201,14 @@ def validate(runs, **options) -> None:
             for path, planned in source_files(run, overrides, typed).items():
                 kinds = kinds_of(planned.text)
                 click.echo(f"ok {run} in {path.parts[-3]}: {kinds}; {planned.totals}")
+                warn(planned.notices)
             continue
         spec = load_with_flags(run, overrides, typed)
         rendered = render_spec(spec)
         gitops.check_unique(spec.cluster, spec.namespace, spec.name, spec.origin)
         kinds = ", ".join(m["kind"] for m in rendered.manifests)
-        click.echo(f"ok {run}: {kinds}; {rendered.plan.totals()}")
+        click.echo(f"ok {run}: {kinds}; {rendered.summary()}")
+        warn(rendered.notices)
 
 
 def kinds_of(text: str) -> str:

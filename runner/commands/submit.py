@@ -25,7 +25,7 @@ from catalog.errors import InputError
 from catalog.loader import repo_root
 from runner import gitops, gitstage
 from runner.commands._run_flags import load_with_flags, overrides_from, run_options
-from runner.commands.render import apps_text
+from runner.commands.render import apps_text, warn
 from runner.render import render as render_spec
 from runner.spec import build_spec, display_path, dump_spec
 from runner.spec_schema import COMMAND_LINE, RunSpec
@@ -122,7 +122,7 @@ def gitops_files(spec: RunSpec) -> tuple[RunSpec, dict[str, str], str]:
     gitops.check_unique(spec.cluster, spec.namespace, spec.name, spec.origin)
     apps = gitops.apps_path(spec.cluster, spec.namespace, spec.name)
     files[gitops.relative_to_root(apps)] = apps_text(rendered)
-    return spec, files, rendered.plan.totals()
+    return spec, files, rendered.summary()
 
 
 def stage_or_write(spec: RunSpec, files: dict[str, str], totals: str, no_stage: bool) -> None:
@@ -187,8 +187,11 @@ def submit(
         raise InputError(COMMAND_LINE, "NAME", "give NAME TYPE and flags, or -f RUN.yaml")
     spec = build(name, kind, file, options)
     rendered = render_spec(spec)
-    totals = rendered.plan.totals()
+    totals = rendered.summary()
     click.echo(f"{spec.name}: {totals}")
+    if apply_ and rendered.notices:  # its pods could not start: refuse, saying why
+        raise InputError(COMMAND_LINE, "--apply", f"refused: {rendered.notices[0]}")
+    warn(rendered.notices)
     if dry_run:
         click.echo("dry run: nothing written or applied")
         return

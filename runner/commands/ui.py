@@ -12,6 +12,8 @@ from pathlib import Path
 import click
 
 from catalog.errors import InputError
+from runner.commands._store_flags import credential_options
+from runner.commands._types import PathArg
 
 
 def parse_run(text: str | None) -> tuple[str, str] | None:
@@ -46,7 +48,7 @@ def cluster_source(url: str, cluster: str | None, namespace: str | None, user_en
 @click.command("ui")
 @click.option(
     "--outputs",
-    type=click.Path(path_type=Path),
+    type=PathArg(path_type=Path),
     default=Path("outputs"),
     show_default=True,
     help="Local mode: the folder of run outputs (<team>/<name>/).",
@@ -58,18 +60,7 @@ def cluster_source(url: str, cluster: str | None, namespace: str | None, user_en
     metavar="URL",
     help="Cluster mode: the ClickHouse HTTP URL (credentials from the environment).",
 )
-@click.option(
-    "--user-env",
-    default="CLICKHOUSE_USER",
-    show_default=True,
-    help="Environment variable holding the ClickHouse user.",
-)
-@click.option(
-    "--password-env",
-    default="CLICKHOUSE_PASSWORD",
-    show_default=True,
-    help="Environment variable holding the ClickHouse password.",
-)
+@credential_options
 @click.option("--cluster", default=None, help="Cluster mode: the kubeconfig context's cluster.")
 @click.option("--namespace", "-n", default=None, help="Cluster mode: the team namespace.")
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind.")

@@ -7,34 +7,17 @@ OOM kills and hung tasks, parsed from `dmesg` or `journalctl -k` lines.
 from __future__ import annotations
 
 import re
-import shutil
-import subprocess
 import sys
 from dataclasses import dataclass
 
+from catalog.xid import XIDS
+from observability import kernel_log
 from runner.preflight.rows import FAIL, PASS, SKIP, WARN, Row, worst
 
-# Xid code -> (category, severity, meaning). Unlisted codes are WARN under "xid".
-# Meanings follow NVIDIA's "Xid Errors" table and GPU memory error management guide.
+# Xid code -> (category, severity, meaning), from the platform's one Xid catalog
+# (catalog/xid.py, NVIDIA's meanings and resolution buckets). Unlisted codes are WARN under "xid".
 XID: dict[int, tuple[str, str, str]] = {
-    13: ("xid", WARN, "graphics engine exception"),
-    31: ("xid", WARN, "GPU memory page fault"),
-    43: ("xid", WARN, "GPU stopped processing"),
-    45: ("xid", WARN, "preemptive cleanup"),
-    48: ("xid-ecc", FAIL, "double-bit ECC error (DBE)"),
-    61: ("xid", FAIL, "internal micro-controller breakpoint"),
-    62: ("xid", FAIL, "internal micro-controller halt"),
-    63: ("xid-row-remap", WARN, "row remapping pending, GPU reset needed"),
-    64: ("xid-row-remap", FAIL, "row remapping failure"),
-    74: ("nvlink", FAIL, "NVLink error"),
-    79: ("xid", FAIL, "GPU has fallen off the bus"),
-    92: ("xid-ecc", WARN, "high single-bit ECC error rate"),
-    94: ("xid-ecc", WARN, "contained ECC error"),
-    95: ("xid-ecc", FAIL, "uncontained ECC error"),
-    119: ("xid", FAIL, "GSP RPC timeout"),
-    120: ("xid", FAIL, "GSP error"),
-    140: ("xid-ecc", FAIL, "unrecovered ECC error"),
-    154: ("xid", FAIL, "GPU recovery action: reset or reboot required"),
+    code: (x.kind, FAIL if x.fatal else WARN, x.meaning) for code, x in XIDS.items()
 }
 CATEGORIES = ["xid", "xid-ecc", "xid-row-remap", "nvlink", "sxid", "pcie-aer", "oom", "hung-task"]
 
@@ -118,25 +101,9 @@ def rows(findings: list[Finding]) -> list[Row]:
     return out
 
 
-SOURCES = [["dmesg", "--nopager"], ["journalctl", "-k", "-b", "--no-pager", "-q"]]
-
-
 def read_log() -> tuple[str | None, str]:
     """The kernel log and where it came from; (None, reason) when it cannot be read."""
-    reasons = []
-    for command in SOURCES:
-        if not shutil.which(command[0]):
-            reasons.append(f"{command[0]} not installed")
-            continue
-        try:
-            done = subprocess.run(command, capture_output=True, text=True, timeout=60)
-        except (OSError, subprocess.TimeoutExpired) as err:
-            reasons.append(f"{command[0]}: {err}")
-            continue
-        if done.returncode == 0 and done.stdout.strip():
-            return done.stdout, command[0]
-        reasons.append(f"{command[0]}: {(done.stderr.strip() or 'empty').splitlines()[0]}")
-    return None, "; ".join(reasons)
+    return kernel_log.read()
 
 
 def check(text: str | None = None) -> list[Row]:

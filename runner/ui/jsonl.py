@@ -47,6 +47,22 @@ def last_step(path: Path) -> int | None:
     return None
 
 
+def learner(path: Path) -> str:
+    """The `learner` label of a metrics file's first row ("" for a run of no experiment)."""
+    try:
+        with path.open("rb") as f:
+            head = f.read(8192).decode(errors="replace").splitlines()
+    except OSError:
+        return ""
+    for line in head:
+        try:
+            value = json.loads(line).get("learner")
+        except (ValueError, AttributeError):
+            continue
+        return value if isinstance(value, str) else ""
+    return ""
+
+
 def bucketed(rows: list[dict], points: int, key: str) -> tuple[list[int], list]:
     """Mean of `key` per bucket of steps, at most `points` buckets (as queries.SERIES)."""
     top = max((r["step"] for r in rows), default=0)

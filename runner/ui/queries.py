@@ -24,11 +24,21 @@ def latest(where: str) -> str:
     GROUP BY learner, service, worker, rank, step, name)"""
 
 
+# Runs with metrics or log lines in the last `days` (a run that failed before its first
+# step has only log lines; finished and failed runs stay listed after their pods are gone).
 RUNS = """
-SELECT team, run, max(step) AS last_step, uniqExact(rank) AS ranks, max(attempt) AS attempt,
-       toUnixTimestamp64Milli(max(ts)) / 1000 AS last_time
-FROM platform.run_metrics
-WHERE ts > now() - INTERVAL {days:UInt32} DAY
+SELECT team, run, max(last_step) AS last_step, max(ranks) AS ranks, max(attempt) AS attempt,
+       max(last_time) AS last_time, max(learner) AS learner, sum(errors) AS errors
+FROM (
+    SELECT team, run, max(step) AS last_step, uniqExact(rank) AS ranks, max(attempt) AS attempt,
+           toUnixTimestamp64Milli(max(ts)) / 1000 AS last_time,
+           anyIf(learner, learner != '') AS learner, toUInt64(0) AS errors
+    FROM platform.run_metrics WHERE ts > now() - INTERVAL {days:UInt32} DAY GROUP BY team, run
+    UNION ALL
+    SELECT team, run, toUInt64(0), toUInt64(0), max(attempt),
+           toUnixTimestamp64Milli(max(ts)) / 1000, anyIf(learner, learner != ''),
+           countIf(level IN ('ERROR', 'CRITICAL'))
+    FROM platform.run_logs WHERE ts > now() - INTERVAL {days:UInt32} DAY GROUP BY team, run)
 GROUP BY team, run ORDER BY last_time DESC LIMIT 500"""
 
 MEMBERS = f"""

@@ -4,7 +4,10 @@
 summary.json, and `chdb/`, the run's store). With a store, the sections come from its SQL
 (read through runner.ui.reader); without one, from metrics.jsonl (rank 0's rows).
 `ClusterSource`: the same SQL on the cluster's ClickHouse, and membership from the
-Kubernetes API (runner.kube's adapter). Both answer `runs()` and `run(team, name, opts)`.
+Kubernetes API (runner.kube's adapter). Both answer `runs()`, `run(team, name, opts)` and
+`logs(team, name, log_options)` (runner.ui.logview); a local source also `verdict(team,
+name)` (runner.diagnose). Finished and failed runs stay listed with their crash bundles; a
+DiLoCo learner's run names its experiment (`experiment`, `learner`).
 """
 
 from __future__ import annotations
@@ -72,10 +75,13 @@ class LocalSource:
             state = "failed"
         else:
             state = "running" if time.time() - changed < LIVE_S else "stopped"
+        learner = jsonl.learner(folder / "metrics.jsonl")
         return {"team": team, "run": name, "state": state, "updated": changed,
                 "store": (folder / "chdb").is_dir(),
                 "last_step": jsonl.last_step(folder / "metrics.jsonl"),
-                "world_size": (summary or {}).get("world_size")}  # fmt: skip
+                "world_size": (summary or {}).get("world_size"),
+                "bundles": sorted(p.name for p in folder.glob("crash-*") if p.is_dir()),
+                "learner": learner, "experiment": experiment_of(name, learner)}  # fmt: skip
 
     def run(self, team: str, name: str, opts: Options) -> dict | None:
         folder = self.folders().get((team, name))
@@ -89,6 +95,20 @@ class LocalSource:
         rows = jsonl.read(folder / "metrics.jsonl")
         return {**head, **jsonl.sections(rows, head["summary"], opts.points), "source": "jsonl"}
 
+    def logs(self, team: str, name: str, opts) -> dict | None:
+        from runner.ui import logview
+
+        folder = self.folders().get((team, name))
+        if folder is None:
+            return None
+        return logview.local_logs(self.reader, folder, team, name, opts)
+
+    def verdict(self, team: str, name: str) -> dict | None:
+        from runner.ui import logview
+
+        folder = self.folders().get((team, name))
+        return None if folder is None else logview.local_verdict(folder)
+
     def close(self) -> None:
         self.reader.close()
 
@@ -98,7 +118,8 @@ class ClusterSource:
         self.store, self.kube, self.namespace = store, kube, namespace
 
     def runs(self) -> list[dict]:
-        found = {(r["team"], r["run"]): {**r, "state": "-", "updated": r["last_time"]}
+        found = {(r["team"], r["run"]): {**r, "state": "-", "updated": r["last_time"],
+                                         "experiment": experiment_of(r["run"], r["learner"])}
                  for r in queries.runs(self.store.query)}  # fmt: skip
         if self.kube is not None:
             from runner.commands.list import collect
@@ -122,6 +143,14 @@ class ClusterSource:
         return {"run": {"team": team, "run": name, "state": "-"}, "summary": {}, **body,
                 "source": "clickhouse"}  # fmt: skip
 
+    def logs(self, team: str, name: str, opts) -> dict | None:
+        from runner.ui import logview
+
+        return logview.cluster_logs(self.store, team, name, opts)
+
+    def verdict(self, team: str, name: str) -> dict | None:
+        return None  # a cluster run's analysis: `runner diagnose RUN --analyze`
+
     def close(self) -> None:
         pass
 
@@ -141,6 +170,12 @@ def merge_pods(ranks: list[dict], pods: list[dict]) -> list[dict]:
             out.append({"rank": None, "pod": p["pod"], "node": p["node"], "phase": p["phase"],
                         "role": p["role"], "last_step": None, "last_time": None})  # fmt: skip
     return out
+
+
+def experiment_of(run: str, learner: str) -> str:
+    """A DiLoCo learner's experiment: its run is `<experiment>-<learner>` (runner.experiment)."""
+    suffix = f"-{learner}"
+    return run[: -len(suffix)] if learner and run.endswith(suffix) else ""
 
 
 def last_change(folder: Path) -> float:

@@ -6,6 +6,7 @@ the flag). `check_spec(spec)` runs them all; `load_env(spec)` reads the env file
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -54,10 +55,14 @@ def check_name(spec: RunSpec, key: str, value: str, limit: int = 63) -> None:
 
 
 def check_image(spec: RunSpec) -> None:
+    """A valid reference, pinned by digest (or a tag the run allows, or an image of the
+    catalog not built yet: runner.unbuilt)."""
+    from runner.unbuilt import unbuilt_image
+
     image = spec.image
     if not IMAGE.match(image):
         raise spec.error("image", f"{shown(image)} is not an image reference")
-    if DIGEST.search(image) or spec.allow_mutable_tag:
+    if DIGEST.search(image) or spec.allow_mutable_tag or unbuilt_image(spec):
         return
     raise spec.error(
         "image",
@@ -88,8 +93,8 @@ def check_combinations(spec: RunSpec) -> None:
     for key in ("train_config", "env_file", "working_dir", "cmd"):
         if "\x00" in (getattr(spec, key) or ""):
             raise spec.error(key, "contains a NUL character")
-    if spec.train_config and not is_regular_file(repo_root() / spec.train_config):
-        raise spec.error("train_config", f"{shown(spec.train_config)} does not exist")
+    if spec.train_config:
+        check_train_config(spec)
     if spec.working_dir and "://" in spec.working_dir:
         if spec.type != "rayjob":
             raise spec.error("working_dir", "a URI working_dir needs a rayjob")
@@ -99,6 +104,28 @@ def check_combinations(spec: RunSpec) -> None:
         raise spec.error(
             "resume", f"{shown(spec.resume)} is not a URI (gs://bucket/team/run/step-N)"
         )
+
+
+def check_train_config(spec: RunSpec) -> None:
+    """`train_config` is a YAML file of the repository, named relative to its root (what
+    the pod's working directory holds): never an absolute path, a path that leaves the
+    repository (`..`, a symlink) or anything but a regular file (/proc, a FIFO, a folder)."""
+    text = spec.train_config or ""
+    if Path(text).is_absolute():
+        raise spec.error("train_config", f"{shown(text)} must be relative to the repository root")
+    if Path(text).suffix not in (".yaml", ".yml"):
+        raise spec.error("train_config", f"{shown(text)} is not a YAML file (.yaml)")
+    root = repo_root()
+    try:
+        inside = (root / text).resolve().is_relative_to(root.resolve())
+    except (OSError, RuntimeError, ValueError):  # a symlink loop
+        inside = False
+    if not inside:
+        raise spec.error("train_config", f"{shown(text)} is outside the repository")
+    if not is_regular_file(root / text):
+        missing = not os.path.lexists(root / text)
+        raise spec.error("train_config", f"{shown(text)} " + (
+            "does not exist" if missing else "is not a regular file"))  # fmt: skip
 
 
 def check_spec(spec: RunSpec) -> None:

@@ -20,7 +20,9 @@ def svc(gpus=1.0, cpus=1.0, placement="SPREAD", **kw) -> AuxServiceConfig:
 @pytest.mark.parametrize(
     ("case", "service", "replicas", "gpu", "multi", "bundles", "worker_bundle", "resources"),
     [
-        ("cpu run: one CPU bundle per worker", svc(1.0, 0.5), 2, False, False,
+        ("cpu run: a GPU service's GPU stands for a CPU slot", svc(1.0, 8), 2, False, False,
+         [{"CPU": 1.0}, {"CPU": 1.0}], [0, 1], {"CPU": 1.0}),
+        ("cpu run: a CPU service takes its CPUs", svc(0.0, 0.5), 2, False, False,
          [{"CPU": 0.5}, {"CPU": 0.5}], [0, 1], {"CPU": 0.5}),
         ("one node: fractions reserved as they are (may share a GPU with others)",
          svc(0.5, 2), 3, True, False,

@@ -153,3 +153,28 @@ def test_two_clients_of_one_process_never_share_a_token():
     finally:
         for seg in (first, second):
             seg.close()
+
+
+def test_a_segment_is_checked_before_it_is_mapped(monkeypatch):
+    seg = shm.Segment(1 << 20, 1)
+    attached = Attached(max_segment=1 << 19)  # smaller than the segment
+    mapped = []
+    monkeypatch.setattr("driver.aux.shm_worker.mmap.mmap", lambda *a, **k: mapped.append(a))
+    with pytest.raises(ValueError, match="limit"):
+        attached.segment(seg.ref(0))
+    assert mapped == []  # refused before any page of it was mapped (and so allocated)
+    seg.close()
+
+
+def test_a_segment_that_could_shrink_under_a_mapping_is_refused():
+    fd = os.memfd_create(f"{shm.PREFIX}unsealed", os.MFD_CLOEXEC)  # a peer's, unsealed
+    os.ftruncate(fd, 1 << 20)
+    try:
+        with pytest.raises(ValueError, match="sealed"):
+            Attached().segment(["u", os.getpid(), fd, os.fstat(fd).st_ino, 0])
+    finally:
+        os.close(fd)
+    seg = shm.Segment(1 << 20, 2)
+    with pytest.raises(OSError):
+        os.ftruncate(seg.fd, 4096)  # ours are sealed against it
+    seg.close()

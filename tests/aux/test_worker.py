@@ -200,3 +200,68 @@ def test_bad_messages_get_protocol_errors(served):
 def test_unknown_policy_is_refused(tmp_path):
     with pytest.raises(ValueError, match="policy 'drop'"):
         WorkerServer(Gate(), f"ipc://{tmp_path}/w.sock", full_policy="drop")
+
+
+class Exits:
+    """A handler that ends its thread the way a bad one might (SystemExit), then serves."""
+
+    def __init__(self):
+        self.calls = 0
+
+    def setup(self):
+        pass
+
+    def ready(self):
+        return {}
+
+    def handle(self, method, payload, ctx):
+        self.calls += 1
+        if self.calls == 1:
+            raise SystemExit(1)
+        return payload
+
+
+def test_a_handler_that_exits_is_the_callers_error_and_the_worker_serves_on(tmp_path):
+    server = WorkerServer(Exits(), f"ipc://{tmp_path}/w.sock")
+    sock = zmq.Context.instance().socket(zmq.DEALER)
+    sock.linger, sock.rcvtimeo = 0, 5000
+    sock.connect(server.start())
+    try:
+        send(sock, 0, 1)
+        reply = receive(sock)
+        assert (reply.kind, reply.code) == ("err", "remote") and "SystemExit" in reply.error
+        send(sock, 0, 2)
+        assert receive(sock).kind == "rep" and server.threads[0].is_alive()
+    finally:
+        sock.close(0)
+        server.stop()
+
+
+def test_a_message_over_the_limit_in_all_frames_is_refused(served):
+    gate, server, sock = served
+    gate.open.set()
+    limit = server.max_bytes
+    sock.send_multipart([b"c", envelope(1, 3, sizes=(limit // 2,) * 3), *[bytes(limit // 2)] * 3])
+    reply = receive(sock)
+    assert (reply.id, reply.code) == (3, "protocol") and "oversized" in reply.error
+    assert server.stats()["refused_oversized"] == 1
+    send(sock, 0, 4)
+    assert receive(sock).id == 4
+
+
+def test_a_loop_that_fails_is_run_again_and_counted(served, monkeypatch):
+    gate, server, sock = served
+    gate.open.set()
+    failing = {"left": 1}
+    real = server._next
+
+    def next_once():
+        if failing["left"]:
+            failing["left"] -= 1
+            raise RuntimeError("a bug in the loop")
+        return real()
+
+    monkeypatch.setattr(server, "_next", next_once)
+    send(sock, 0, 9)
+    assert receive(sock).id == 9
+    assert server.stats()["restarts"] == 1 and server.threads[0].is_alive()

@@ -88,9 +88,12 @@ def test_local_learners_get_the_rendered_learner_settings(tmp_path):
         assert (here.compression, here.fragments, here.barrier_timeout_s) == ("int8", 2, 33.0)
 
 
-CLUSTER_ONLY = ("checkpoint.root=", "logging.clickhouse_url=", "logging.store=", "diloco.address=")
-"""The rendered driver's words that name the cluster's services (`runner.spec.entrypoint`;
-the synchronizer's address: the local run adds its own)."""
+CLUSTER_ONLY = ("checkpoint.root=", "logging.clickhouse_url=", "logging.store=",
+                "logging.otel_endpoint=", "logging.bundle_root=", "shape.",
+                "checkpoint.preemption_budget_s=", "diloco.address=")  # fmt: skip
+"""The rendered driver's words that name the cluster's services and the shape it was
+rendered for (`runner.spec.entrypoint`); the synchronizer's address: the local run adds
+its own."""
 
 
 def test_a_local_learner_runs_its_rayjob_driver_command():

@@ -35,10 +35,12 @@ COMMANDS = {
     ".venv/bin/runner submit -f runs/examples/tiny-lm.yaml": RUN,
     ".venv/bin/runner submit my-run rayjob --cluster ultra-usc1 --namespace research --pods 2"
     " --gpus 8 --accelerators H200 --cmd 'python train.py' --docker-image "
-    "us-docker.pkg.dev/reve-train-ultra/training/trainer@sha256:"
-    "4f5c0e7d1a9b3c2e8f6a7b0d9c1e2f3a4b5c6d7e8f9a0b1c2d3e4f5a6b7c8d9e": RUN,
+    "us-docker.pkg.dev/reve-train-ultra/training/trainer:2026.11.0": RUN,
     "runner list / status RUN / logs RUN [--rank N|--pod P] [-f] / describe / shell / cp /"
     " port-forward / diagnose / delete": "cluster: a summary of the day-2 commands (tests/day2)",
+    "runner diagnose RUN --analyze [--json] [--propose|--approve]": "cluster: the run's "
+    "evidence from the Kubernetes API (tests/diagnose/test_cli.py runs the same analysis)",
+    ".venv/bin/runner diagnose --analyze --local tests/fixtures/failures/xid79-fell-off-bus": RUN,
     "runner preflight RUN [--wait 900]": "cluster: a placed run's pods (tests/preflight)",
     "runner preflight --local": RUN,
     "runner check NODE --cluster C": "cluster: a Job pinned to a node (tests/preflight)",

@@ -247,7 +247,30 @@ def test_sigterm_saves_a_final_checkpoint_and_exits(tmp_path):
             ["  newest committed checkpoint: u",
              "  stopped by SIGTERM after step 9 (a save takes ~0.1s, 24.9s left)"],
         ),
+        (
+            {"steps": 9, "ckpt_committed_step": 9, "ckpt_uri": "u", "preempted_at": 9,
+             "preempt_reason": "r", "preempt_lost_steps": 0},
+            ["  newest committed checkpoint: u", "  stopped by SIGTERM after step 9 (r)",
+             "  the stop cost no steps: the final checkpoint holds the last"],
+        ),
+        (
+            {"steps": 9, "ckpt_committed_step": 6, "ckpt_uri": "u", "preempted_at": 9,
+             "preempt_reason": "a save takes ~40.0s, only 24.9s left", "preempt_lost_steps": 3},
+            ["  newest committed checkpoint: u",
+             "  stopped by SIGTERM after step 9 (a save takes ~40.0s, only 24.9s left)",
+             "  the stop cost 3 steps (trained again on resume)"],
+        ),
     ],
 )  # fmt: skip
 def test_summary_checkpoint_lines(summary, want):
     assert checkpoint_lines(summary) == want
+
+
+@pytest.mark.parametrize(
+    ("stopped", "committed", "start", "lost"),
+    [(9, 9, 0, 0), (9, 6, 0, 3), (9, None, 0, 9), (9, None, 4, 5), (4, 6, 6, 0)],
+)
+def test_what_a_stop_cost(stopped, committed, start, lost):
+    from driver.checkpoint.session import lost_steps
+
+    assert lost_steps(stopped, committed, start) == lost

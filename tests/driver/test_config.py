@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from catalog.errors import InputError
@@ -16,9 +18,12 @@ def test_tiny_lm_composes_groups_and_run_values():
     assert isinstance(cfg.model, LMModelConfig)
     assert cfg.data.kind == "text" and cfg.data.seq_len == 64
     assert cfg.optimizer.name == "adamw" and cfg.optimizer.warmup_steps == 15
-    assert cfg.run.name == "tiny-lm" and cfg.run.output_dir == "outputs/default/tiny-lm"
-    assert cfg.checkpoint.root == "outputs/checkpoints" and cfg.checkpoint.resume == "auto"
-    assert cfg.parallelism.workers == 2 and cfg.parallelism.replica_group_size == 1
+    here = Path.cwd()  # relative paths are the working directory's, made absolute
+    assert cfg.run.name == "tiny-lm" and cfg.run.output_dir == str(here / "outputs/default/tiny-lm")
+    assert cfg.checkpoint.root == str(here / "outputs/checkpoints")
+    assert cfg.checkpoint.resume == "auto"
+    assert cfg.parallelism.workers is None and cfg.parallelism.replica_group_size == 1
+    assert cfg.parallelism.fsdp_size == 1 and cfg.data.loader == "inprocess"
     assert "run:\n  name: tiny-lm" in text
 
 
@@ -40,7 +45,7 @@ def test_runner_keys_override():
             "train.steps=7",
         ],
     )
-    assert cfg.run.output_dir == "outputs/research/exp1"
+    assert cfg.run.output_dir == str(Path.cwd() / "outputs/research/exp1")
     assert cfg.checkpoint.root == "gs://bucket"
     assert cfg.checkpoint.resume == "gs://bucket/research/exp1/step-20"
     assert cfg.train.steps == 7
@@ -68,9 +73,9 @@ def test_group_swap_changes_schema():
         ("run.name=[a", "run.name", "cannot parse override 'run.name=[a'"),
         ("optimizer.betas=3", "optimizer.betas", "not a ListConfig"),
         (
-            "data.size=20",
+            "data.size=10",
             "data.size",
-            "must hold one global batch (32 examples: train.micro_batch_size 16 x 2 workers)",
+            "must hold one global batch (16 examples: train.micro_batch_size 16 x 1 workers)",
         ),
         ("model=tiny_dit", "data", "dit model needs shapes"),
         ("checkpoint.async_mode=later", "checkpoint.async_mode", "must be one of"),
@@ -128,12 +133,21 @@ def test_main_without_arguments_prints_usage(capsys):
     assert "usage:" in capsys.readouterr().err
 
 
-def test_cluster_groups_compose():
-    cfg, _ = compose(TINY_LM, ["parallelism=cluster", "aux=encode_eval", "checkpoint=periodic"])
-    assert cfg.parallelism.workers is None and cfg.parallelism.fsdp_size == 8
+def test_a_shape_composes_the_cluster_layout():
+    shape = ["shape.nodes=2", "shape.gpus_per_node=8", "shape.accelerator=H200",
+             "shape.cpus_per_gpu=26"]  # fmt: skip
+    cfg, _ = compose(TINY_LM, [*shape, "aux=encode_eval", "checkpoint=periodic"])
+    par = cfg.parallelism
+    assert par.workers is None and par.fsdp_size == 8 and par.replica_group_size == 8
+    assert par.device == "gpu" and par.backend == "nccl" and par.cpus_per_worker == 26
+    assert cfg.data.loader == "pipeline"
     assert cfg.aux.services["encoder"].train_workers_per_worker == 16
-    assert cfg.aux.services["evaluator"].singleton
     assert cfg.checkpoint.interval_steps == 200 and cfg.checkpoint.resume == "auto"
+    stand_in, _ = compose(TINY_LM, ["shape.nodes=2", "shape.gpus_per_node=2",
+                                    "shape.accelerator=cpu"])  # fmt: skip
+    assert stand_in.parallelism.backend == "gloo" and stand_in.parallelism.fsdp_size == 2
+    ft, _ = compose(TINY_LM, [*shape, "ft=on"])  # replica groups of one worker under ft
+    assert ft.parallelism.fsdp_size == 1 and ft.parallelism.replica_group_size == 1
 
 
 @pytest.mark.parametrize(
@@ -175,3 +189,30 @@ def test_launch_time_input_errors_name_the_config_file(tmp_path, capsys, monkeyp
     assert main([TINY_LM, f"run.output_dir={tmp_path}"]) == 2
     err = capsys.readouterr().err
     assert err == f"error: {TINY_LM}: parallelism: needs 8 GPUs, the cluster has 4\n"
+
+
+@pytest.mark.parametrize(
+    ("given", "made"),
+    [
+        ((None, "outputs/checkpoints", "auto"),
+         ("/home/u/work/outputs/t/r", "/home/u/work/outputs/checkpoints", "auto")),
+        (("../out", "ck", "ck/t/r/step-3"), ("/home/u/out", "/home/u/work/ck",
+                                              "/home/u/work/ck/t/r/step-3")),
+        (("/o", "gs://b", "gs://b/t/r/step-4"), ("/o", "gs://b", "gs://b/t/r/step-4")),
+        (("o", "/abs/ck", None), ("/home/u/work/o", "/abs/ck", None)),
+    ],
+)  # fmt: skip
+def test_local_paths_are_made_absolute_against_the_working_directory(given, made):
+    """Ray runs the workers in folders of its own: a relative path must mean the folder the
+    user ran from, in the driver and in every worker."""
+    from types import SimpleNamespace as Box
+
+    from driver.config.compose import fill_defaults
+
+    output_dir, root, resume = given
+    cfg = Box(run=Box(output_dir=output_dir, team="t", name="r"),
+              checkpoint=Box(root=root, resume=resume),
+              parallelism=Box(replica_group_size=1, fsdp_size=1, cpus_per_worker=1.0),
+              shape=Box(nodes=0), ft=Box(enabled=False), data=Box(loader="auto"))  # fmt: skip
+    fill_defaults(cfg, cwd=Path("/home/u/work"))
+    assert (cfg.run.output_dir, cfg.checkpoint.root, cfg.checkpoint.resume) == made

@@ -105,6 +105,7 @@ def test_a_signal_to_the_process_group_saves_a_final_checkpoint(tmp_path, signum
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())
     stopped = summary["preempted_at"]
     assert 5 <= stopped < 3000 and summary["stopped_by"] == signal.Signals(signum).name
+    assert summary["preempt_lost_steps"] == 0  # the final checkpoint holds the last step
     step = tmp_path / "ckpt" / "t" / "r" / f"step-{stopped}"
     assert summary["ckpt_uri"] == str(step) and (step / MARKER).exists()
     assert f"stopped by {signal.Signals(signum).name} after step {stopped}" in text

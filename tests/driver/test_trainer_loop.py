@@ -16,6 +16,7 @@ import pytest
 
 from driver.ft.replica import FtStopped
 from driver.trainer import hooks as h
+from driver.trainer.faults import Faults
 from driver.trainer.loop import RunFinished, Trainer
 
 LOG = logging.getLogger("test")
@@ -41,7 +42,11 @@ class Stepper:
         return {"step": self.step, "loss": 1.0 / self.step}
 
     def writer(self):
-        return self.writers.pop(0) if self.writers else True
+        self.last = self.writers.pop(0) if self.writers else True
+        return self.last
+
+    def in_writer_copy(self):
+        return self.last
 
     def rows(self, row, writer):
         return [(row, writer)]
@@ -79,7 +84,7 @@ class Aux:
     def __init__(self):
         self.asked, self.refreshed, self.closed = [], [], None
 
-    def after_step(self, step, model, writer=True):
+    def after_step(self, step, model, writer=True, gathers=None):
         self.refreshed.append((step, writer))
 
     def metrics(self, final=False):
@@ -116,8 +121,9 @@ class Session:
 
 
 def cfg(steps, fail_at=None):
-    return SimpleNamespace(train=SimpleNamespace(steps=steps),
-                           debug=SimpleNamespace(fail_at_step=fail_at, fail_rank=0))  # fmt: skip
+    debug = SimpleNamespace(fail_at_step=fail_at, fail_rank=0, kill_at_step=None, kill_rank=0,
+                            kill_phase="after", stop_at_step=None)  # fmt: skip
+    return SimpleNamespace(train=SimpleNamespace(steps=steps), debug=debug)
 
 
 def trainer(steps, stepper, reporter, aux=None, session=None, fail_at=None, rank=0):
@@ -125,7 +131,7 @@ def trainer(steps, stepper, reporter, aux=None, session=None, fail_at=None, rank
         h.CheckpointHook(session) if session else None,
         h.AuxHook(aux, None) if aux else None,
         h.ReportHook(),
-        h.FaultHook(cfg(steps, fail_at).debug, rank),
+        h.FaultHook(Faults(cfg(steps, fail_at).debug, rank)),
     ]
     return Trainer(cfg(steps, fail_at), stepper, [o for o in order if o], reporter, LOG)
 

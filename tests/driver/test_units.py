@@ -55,7 +55,7 @@ def test_write_bundle(tmp_path, monkeypatch):
     names = sorted(p.name for p in folder.iterdir())
     assert names == sorted(
         ["config.yaml", "error.txt", "rank-1.txt", "driver.log", "environment.json",
-         "versions.json", "git.txt", "summary.json"]
+         "versions.json", "git.txt", "summary.json", "ranks.json", "nodes"]
     )  # fmt: skip
     assert "boom" in (folder / "error.txt").read_text()
     assert "step 1 loss 3.0" in (folder / "rank-1.txt").read_text()

@@ -3,13 +3,13 @@ and an image the runs use must be pinned by the same digest in the image list.""
 
 from __future__ import annotations
 
-import re
 import shutil
 
 import pytest
 
 from catalog import load_cluster
-from catalog.images import digest_problems, load_entries
+from catalog.errors import InputError
+from catalog.images import cluster_images, digest_problems, load_entries, unbuilt_entry
 from kustomize.tooling import pin_images, validate
 from tests.kustomize.conftest import ROOT
 
@@ -45,9 +45,13 @@ def test_write_pins_the_list_and_every_run(tree, capsys):
     after = (tree / "kustomize/images.yaml").read_text()
     assert f'"{{registry}}/trainer:2026.12.0@{A}"' in after
     assert f'"{{registry}}/preflight:2026.12.0@{B}"' in after
-    # only the two image lines changed: comments and order are kept
-    pairs = zip(before.splitlines(), after.splitlines(), strict=True)
+    # only the two image lines changed, and their `unbuilt: true` went: comments and order
+    # are kept
+    kept = [line for line in before.splitlines() if line.strip() != "unbuilt: true"]
+    pairs = zip(kept, after.splitlines(), strict=True)
     assert len([a for a, b in pairs if a != b]) == 2
+    assert "unbuilt" not in after.split("images:", 1)[1]
+    assert all(not e.get("unbuilt") for e in load_entries(tree))
     entries = load_entries(tree)
     for name in ("ultra-usc1", "mega-euw4"):
         refs = [line.split("image: ", 1)[1] for run in (tree / "runs/examples").glob("*.yaml")
@@ -80,16 +84,35 @@ def test_the_cached_trainer_and_the_runs_use_one_digest():
             assert digest_problems(load_cluster(name), entries, refs) == [], rel
 
 
-def test_an_unpinned_list_image_that_runs_use_fails(tree):
+def test_an_image_built_here_is_pinned_by_digest_or_marked_unbuilt(tree):
     images = tree / "kustomize/images.yaml"
-    images.write_text(re.sub(r"(trainer:2026\.11\.0)@sha256:[0-9a-f]+", r"\1", images.read_text()))
-    run = "us-docker.pkg.dev/reve-train-ultra/training/trainer@" + "sha256:" + "4" * 64
-    [problem] = digest_problems(load_cluster("ultra-usc1", tree), load_entries(tree), [run])
-    assert "trainer: 'us-docker.pkg.dev/reve-train-ultra/training/trainer:2026.11.0' is not " \
-           "pinned by digest, but runs use it" in problem  # fmt: skip
+    text = images.read_text()
+    images.write_text(text.replace("    unbuilt: true\n", "", 1))  # the trainer's
+    with pytest.raises(InputError, match=r"images\[0\].image: '\{registry\}/trainer:2026.11.0' "
+                       "is built here but not pinned by digest"):  # fmt: skip
+        load_entries(tree)
+    images.write_text(text.replace('trainer:2026.11.0"', f'trainer:2026.11.0@{A}"'))
+    with pytest.raises(InputError, match="is marked unbuilt: only an image built here, without"):
+        load_entries(tree)
 
 
-def test_a_run_with_another_digest_fails():
+def test_a_run_with_another_digest_than_the_pinned_one_fails(tree):
+    assert pin_images.main(["write", "--digest", f"trainer={A}"]) == 0
     run = "us-docker.pkg.dev/reve-train-ultra/training/trainer@" + B
-    [problem] = digest_problems(load_cluster("ultra-usc1"), load_entries(ROOT), [run])
+    [problem] = digest_problems(load_cluster("ultra-usc1", tree), load_entries(tree), [run])
     assert "differs from the cached trainer image" in problem
+
+
+def test_an_image_not_built_yet_is_not_cached_nor_held_against_runs():
+    """Until the images workflow pushed the trainer, no GPU node pulls it, and a run's
+    trainer reference is said to be unbuilt by runner render instead (runner.unbuilt)."""
+    entries = load_entries(ROOT)
+    cluster = load_cluster("ultra-usc1")
+    [trainer] = [i for i in cluster_images(cluster, entries) if i.name == "trainer"]
+    assert trainer.unbuilt and "@sha256:" not in trainer.image
+    tag = "us-docker.pkg.dev/reve-train-ultra/training/trainer:2026.11.0"
+    assert unbuilt_entry(cluster, entries, tag) == "trainer"
+    assert unbuilt_entry(cluster, entries, tag.replace(":2026.11.0", "@" + A)) is None
+    assert digest_problems(cluster, entries, [tag]) == []
+    cache = (ROOT / "kustomize/overlays/ultra-usc1/generated/image-cache.yaml").read_text()
+    assert "/trainer:" not in cache and "/preflight:" not in cache

@@ -1,8 +1,9 @@
 """Warden's RBAC covers every Kubernetes API call its adapter makes.
 
-The calls are read from `warden/kube_rest.py` itself (every `self._call(METHOD, PATH)` and
-`self._create(PATH)` of the real adapter), turned into (API group, resource, verb) and
-checked against the ClusterRole and Role the overlay grants the `warden` service account.
+The calls are read from `warden/kube_rest.py` itself (every `self._call(METHOD, PATH)`,
+`self._create(PATH)` and `self._stream(PATH)` (a watch) of the real adapter), turned into
+(API group, resource, verb) and checked against the ClusterRole and Role the overlay grants
+the `warden` service account.
 """
 
 from __future__ import annotations
@@ -52,6 +53,8 @@ def adapter_calls() -> list[tuple[str, str]]:
                 method, path = node.args[0].value, node.args[1]
             elif node.func.attr == "_create" and func.name != "_create":
                 method, path = "POST", node.args[0]
+            elif node.func.attr == "_stream" and func.name != "_stream":
+                method, path = "WATCH", node.args[0]
             else:
                 continue
             calls += [(method, t) for t in template(path, assigned)]
@@ -71,6 +74,8 @@ def permission(method: str, path: str) -> tuple[str, str, str]:
     resource = match["resource"] + (f"/{match['sub']}" if match["sub"] else "")
     if method == "GET":
         verb = "get" if match["name"] and not match["sub"] else "list"
+    elif method == "WATCH":  # a GET with ?watch=1 (RealKube._stream)
+        verb = "watch"
     else:
         verb = VERBS[method]
     return match["group"] or "", resource, verb
@@ -105,6 +110,8 @@ def test_adapter_calls_are_found():
             ("ray.io", "rayclusters", "patch"),
         ),
         ("GET", "/api/v1/pods?fieldSelector=x", ("", "pods", "list")),
+        ("WATCH", "/api/v1/nodes?watch=1&{}", ("", "nodes", "watch")),
+        ("WATCH", "/api/v1/events?{}&watch=1", ("", "events", "watch")),
     ],
 )
 def test_permission_of_a_request(method, path, expected):

@@ -164,7 +164,7 @@ def test_default_image(cluster, image):
     ("text", "message"),
     [
         (
-            "images:\n  - {name: trainer, image: '{registry}/trainer:1.0'}\n",
+            "images:\n  - {name: trainer, image: '{registry}/trainer:1.0', unbuilt: true}\n",
             "kustomize/images.yaml: images: no 'preflight' entry for cluster ultra-usc1; "
             "pass --image",
         ),

@@ -1,16 +1,26 @@
-"""Generators of hostile run definitions and flags, and the rule every one must keep.
+"""Generators of hostile run definitions, DiLoCo experiment files, paths and flags, and the
+rule every one must keep.
 
 Shared by the property tests (tests/runner/test_properties.py, a few thousand examples in
-the default suite) and `scripts/fuzz-runs` (as long as asked). The rule (`check_cli`):
-`runner render|validate RUN FLAGS` ends with exit 0, or exit 2 and exactly one line on
-stderr starting `error: `; never a traceback, never another exception.
+the default suite), `scripts/fuzz-runs` (as many as asked) and scripts/bench/hostile_http_bench.py
+(the 10,000-case figure). The rule (`check_cli`): `runner render|validate|submit|run RUN
+FLAGS` ends with exit 0, or exit 2 and exactly one line on stderr starting `error: `; never
+a traceback, never another exception, never a hang.
+
+    case = cases().example()                 # one generated case (hypothesis strategy)
+    code, stderr = check_case(folder, case)  # AssertionError: a traceback; Hang: no answer
+
+A file's text may name `{loop}` (a symlink loop) or `{fifo}` (a FIFO) in `folder`: paths that
+must be refused on one line like any other, as the run file itself or as its `env_file`.
 """
 
 from __future__ import annotations
 
 import contextlib
 import io
+import os
 import signal
+import traceback
 from pathlib import Path
 
 import yaml
@@ -37,6 +47,10 @@ VALID = {
 }
 KEYS = [*VALID, "gpus", "cpus", "memory", "shm", "cmd", "keep_nodes", "resume", "team", "colour"]
 NASTY = ["\udcff", "\x00", "\x07", "\ufeff", "é", "😀", "\u2028", "'", '"', "\\", "\t", "\n"]
+# Paths a file or flag may name: outside the repository, kernel files, a symlink loop and a
+# FIFO in the case's folder (`{loop}`, `{fifo}`: see check_case).
+PATHS = ["/proc/self/status", "../../../../proc/self/environ", "runs/train/../../pyproject.toml",
+         "/dev/zero", "{loop}", "{fifo}", "runs/train", "runs/train/tiny-lm.yaml"]  # fmt: skip
 YAML_BITS = [":", "- ", "[", "]", "{", "}", "&a ", "*a", "!!python/name:os.system ", "|", ">",
              "? ", "%YAML 1.1\n", "---\n", "...\n", "<<: ", "#", ",", "@", "`"]  # fmt: skip
 
@@ -47,6 +61,7 @@ scalars = st.one_of(
     st.floats(),
     st.text(max_size=40),
     st.sampled_from(["8", "500m", "512Gi", "0", "-1", "1e309", "nan", "H100", "job", "30m"]),
+    st.sampled_from(PATHS),
 )
 values = st.recursive(
     scalars,
@@ -83,7 +98,14 @@ def big(draw) -> str:
 @st.composite
 def run_files(draw) -> bytes:
     """The bytes of a run definition: a generated mapping as YAML, then mutated."""
-    text = yaml.safe_dump(draw(definitions), sort_keys=False, allow_unicode=True)
+    return draw(mutated(draw(definitions)))
+
+
+@st.composite
+def mutated(draw, mapping: dict) -> bytes:
+    """`mapping` as YAML, then its lines mutated (duplicated, dropped, YAML syntax, nasty
+    characters, a limit pushed, indented) and bytes inserted."""
+    text = yaml.safe_dump(mapping, sort_keys=False, allow_unicode=True)
     lines = text.split("\n")
     for _ in range(draw(st.integers(0, 4))):
         op = draw(st.sampled_from(["dup", "drop", "bits", "nasty", "big", "indent"]))
@@ -120,6 +142,7 @@ FLAGS = [
 flag_values = st.one_of(
     st.text(max_size=24),
     st.sampled_from(NASTY + ["/dev/zero", "/dev/stdin", ".", "runs", "a=b", "=x", "9" * 50]),
+    st.sampled_from(PATHS + ["a=b\x00", "\x00", "x\x00y", "true", "false", "1.0"]),
     st.integers(0, 6000).map(lambda n: "x" * n),
     st.integers(1, 5000).map(lambda n: "9" * n),
     st.text(st.characters(codec="utf-8"), max_size=8).map(lambda t: t + "\udcff"),
@@ -159,6 +182,10 @@ def check_cli(argv: list[str]) -> tuple[int, str]:
                 code = None
             except SystemExit as end:
                 code = end.code
+            except Hang:
+                raise
+            except Exception:  # noqa: BLE001 (what escaped main is the finding)
+                raise AssertionError(f"Traceback: {traceback.format_exc()[-2000:]}") from None
     finally:
         signal.alarm(0)
         signal.signal(signal.SIGALRM, previous)
@@ -171,10 +198,34 @@ def check_cli(argv: list[str]) -> tuple[int, str]:
     return code, text
 
 
+def prepare(folder: Path) -> dict[str, str]:
+    """The special files of `folder` (a symlink loop, a FIFO), made once; their paths by
+    placeholder name."""
+    loop, other, fifo = folder / "loop-a.yaml", folder / "loop-b.yaml", folder / "fifo.yaml"
+    if not os.path.lexists(loop):
+        os.symlink(other, loop)
+        os.symlink(loop, other)
+    if not os.path.lexists(fifo):
+        os.mkfifo(fifo)
+    return {"{loop}": str(loop), "{fifo}": str(fifo)}
+
+
+def expand(text, places: dict[str, str]):
+    """`text` (str or bytes) with the placeholders of `prepare` replaced by their paths."""
+    for name, path in places.items():
+        if isinstance(text, bytes):
+            text = text.replace(name.encode(), path.encode())
+        else:
+            text = text.replace(name, path)
+    return text
+
+
 def check_file(folder: Path, data: bytes, pairs: list[tuple[str, str]], command: str) -> int:
     """Write `data` as a run definition in `folder` and check `runner COMMAND` on it."""
+    places = prepare(folder)
     path = folder / "generated.yaml"
-    path.write_bytes(data)
+    path.write_bytes(expand(data, places))
     extra = ["--dry-run"] if command == "render" else []
-    code, _ = check_cli([command, str(path), *extra, *_argv(pairs)])
+    argv = [expand(word, places) for word in _argv(pairs)]
+    code, _ = check_cli([command, str(path), *extra, *argv])
     return code

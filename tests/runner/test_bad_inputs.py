@@ -285,6 +285,35 @@ CASES = [
         ["--env", "runs/env/none.yaml"],
         "command line: --env: 'runs/env/none.yaml' does not exist",
     ),
+    # the final save must fit the grace period (catalog/saving.py)
+    (
+        {"preemptible": True, "model_params": "2B"},
+        [],
+        "runs/bad.yaml: model_params: a final save of 24 GB a pod takes ~39 s on H200, "
+        "over the 15 s GKE gives a pod on a spot node it reclaims",
+    ),
+    (
+        {"model_params": "70B"},
+        [],
+        "runs/bad.yaml: model_params: a final save of 840 GB a pod takes ~1312 s on H200, "
+        "over the longest grace period, 900 s",
+    ),
+    (
+        {},
+        ["--model-params", "7Q"],
+        "command line: --model-params: '7Q' is not a parameter count (7e9, 7B, 350M)",
+    ),
+    ({"model_shards": 3}, [], "runs/bad.yaml: model_shards: 3 is more than the run's pods (1)"),
+    (
+        {
+            "cmd": None,
+            "train_config": "runs/train/tiny-lm.yaml",
+            "train_overrides": ["checkpoint.preemption_budget_s=60"],
+        },
+        [],
+        "runs/bad.yaml: train_overrides: checkpoint.preemption_budget_s is the runner's (the "
+        "pods' grace period): set model_params (and model_shards) instead",
+    ),  # fmt: skip
     # the command line itself
     ({}, ["-o", "out.yaml"], "command line: --output: 'out.yaml': only '-' (stdout) is supported"),
     ({}, ["--check"], "command line: --check: takes no RUN files"),

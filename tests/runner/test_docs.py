@@ -47,8 +47,8 @@ def test_every_flag_is_documented(command):
 
 
 def test_every_field_but_name_and_env_has_a_render_flag():
-    from runner.commands._run_flags import _BOOL_FIELDS, _VALUE_FIELDS
+    from runner.commands._run_flags import _BOOL_FIELDS, _LIST_FIELDS, _VALUE_FIELDS
 
-    flagged = {*_VALUE_FIELDS, *_BOOL_FIELDS, "train_overrides"}
+    flagged = {*_VALUE_FIELDS, *_BOOL_FIELDS, *_LIST_FIELDS}
     assert flagged | {"name", "env"} == set(RunSpec.model_fields)
-    assert len(flagged) == len(_VALUE_FIELDS) + len(_BOOL_FIELDS) + 1
+    assert len(flagged) == len(_VALUE_FIELDS) + len(_BOOL_FIELDS) + len(_LIST_FIELDS)

@@ -1,7 +1,7 @@
 """Property tests: no generated run definition or flag ends in a traceback or a hang.
 
 Only success or an InputError (exit 2, one line). The hostile generators live in
-tests/runner/hostile.py; `scripts/fuzz-runs --seconds N` runs them for longer.
+tests/runner/hostile.py (whole cases: hostile_cases.py); `scripts/fuzz-runs` runs 10,000.
 """
 
 from __future__ import annotations

@@ -91,6 +91,9 @@ def test_missing_and_malformed_files(tmp_path):
                 # a cluster run's rows go to the cluster's ClickHouse, not a chDB store
                 "logging.clickhouse_url=http://clickhouse.observability.svc:8123",
                 "logging.store=false",
+                # metrics and log lines over OTLP to the collector; bundles kept in the bucket
+                "logging.otel_endpoint=http://otel-collector.observability.svc:4318",
+                "logging.bundle_root=gs://reve-ultra-usc1-bundles",
                 "checkpoint.resume=gs://b/lm/t-run/step-5",
                 "optim.lr=1e-3",
             ],

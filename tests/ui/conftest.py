@@ -56,7 +56,9 @@ class ClickHouseStandIn(BaseHTTPRequestHandler):
         pass
 
     def do_POST(self) -> None:  # noqa: N802
-        query = urllib.parse.parse_qs(urllib.parse.urlsplit(self.path).query)
+        query = urllib.parse.parse_qs(
+            urllib.parse.urlsplit(self.path).query, keep_blank_values=True
+        )
         body = self.rfile.read(int(self.headers["Content-Length"])).decode()
         params = {
             k.removeprefix("param_"): v[0] for k, v in query.items() if k.startswith("param_")

@@ -31,8 +31,12 @@ KUBE_CALLS = {
     "create_job": lambda k: k.create_job(JOB),
     "get_job": lambda k: k.get_job("warden", "j"),
     "get_raycluster": lambda k: k.get_raycluster("research", "lm"),
-    "set_worker_replicas": lambda k: k.set_worker_replicas("research", "lm", 0, 6),
+    "list_rayclusters": lambda k: k.list_rayclusters(),
+    "scale_worker_group": lambda k: k.scale_worker_group("research", "lm", 0, {"replicas": 6}),
     "review_token": lambda k: k.review_token("t", ["warden"]),
+    # a watch's read timeout outlasts the request's own length (here 1 s) by timeout_s
+    "watch_nodes": lambda k: list(k.watch_nodes("0", 1)),
+    "watch_node_events": lambda k: list(k.watch_node_events("0", 1)),
 }
 GCP_CALLS = {
     "reset": lambda g: g.reset(VM, "rid"),

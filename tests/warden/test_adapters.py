@@ -138,7 +138,7 @@ def test_real_kube_requests(kube_server):
     )
     assert kube.evict_pod("research", "gone") is False
     assert kube.evict_pod("research", "guarded") is False  # a PodDisruptionBudget says no
-    kube.set_worker_replicas("research", "lm", 0, 6)
+    kube.scale_worker_group("research", "lm", 0, {"replicas": 6}, {"a": "1"}, "9")
     assert kube.list_nodes() == []
     seen = [(m, p) for m, p, _, _ in kube_server.requests]
     assert seen[0] == ("PATCH", "/api/v1/nodes/n1")
@@ -158,9 +158,11 @@ def test_real_kube_requests(kube_server):
     assert seen[-1] == ("GET", "/api/v1/nodes?resourceVersion=0")
     patch = kube_server.requests[-2]
     assert patch[0] == "PATCH" and patch[2]["Content-Type"] == "application/json-patch+json"
-    assert patch[3] == [
-        {"op": "replace", "path": "/spec/workerGroupSpecs/0/replicas", "value": 6},
-        {"op": "replace", "path": "/spec/workerGroupSpecs/0/minReplicas", "value": 6},
+    assert patch[1] == "/apis/ray.io/v1/namespaces/research/rayclusters/lm"
+    assert patch[3] == [  # the RayCluster as read (409 otherwise), its group, its annotations
+        {"op": "replace", "path": "/metadata/resourceVersion", "value": "9"},
+        {"op": "add", "path": "/spec/workerGroupSpecs/0/replicas", "value": 6},
+        {"op": "add", "path": "/metadata/annotations", "value": {"a": "1"}},
     ]
 
 

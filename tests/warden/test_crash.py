@@ -59,6 +59,7 @@ def write_config(tmp_path, address: str, queue: str) -> str:
         "jobs": {"check_image": "us-docker.pkg.dev/reve-train-ultra/training/runner:test"},
         "telemetry_path": str(tmp_path / "actions.jsonl"),
         "timings": vars(TIMINGS),
+        "watch": False,  # the test starts the node workflows itself (and --no-sweep)
     }
     path = tmp_path / "warden.yaml"
     path.write_text(yaml.safe_dump(config))

@@ -227,12 +227,39 @@ def test_kubernetes_trouble_and_a_flood_are_refused_not_queued(gate):
     fleet, gateway, url, token_file = gate
     fleet.inject("kube", "review_token", 503)
     assert shrink_status(url, token_file())[0] == 503
-    fleet.inject("kube", "get_raycluster", "timeout")
+    fleet.inject("kube", "get_raycluster", "timeout")  # no answer in time: 504
     status, reason = shrink_status(url, token_file())
-    assert status == 503 and reason.startswith("kubernetes: "), reason
+    assert status == 504 and reason.startswith("kubernetes: "), reason
     for _ in range(MAX_IN_FLIGHT):
         gateway._slots.acquire()
     status, reason = shrink_status(url, token_file())
     assert status == 429 and reason.startswith(f"more than {MAX_IN_FLIGHT} requests in flight")
-    assert gateway.counts[("/v1/shrink", 503)] == 2 and gateway.counts[("/v1/shrink", 429)] == 1
+    assert gateway.counts[("/v1/shrink", 503)] == 1 and gateway.counts[("/v1/shrink", 504)] == 1
+    assert gateway.counts[("/v1/shrink", 429)] == 1
     assert fleet.counts("shrink") == {}
+
+
+def test_node_checks_need_the_teams_pod_or_a_node_kept_for_it(gate):
+    """POST /v1/nodechecks (runner diagnose --approve): a node that runs a pod of the
+    caller's namespace, or is kept for it after the run, is taken; another is refused;
+    cordoned and recently cleared nodes are skipped as for stragglers."""
+    from runner.keepnodes import KEPT_FOR
+    from warden.client import request_node_checks_sync
+
+    fleet, gateway, url, token_file = gate
+    kept, theirs = fleet.node_name(0), fleet.node_name(1)
+    fleet.add_pod("other-worker-0", "other", theirs)
+    with pytest.raises(GatewayError) as err:
+        request_node_checks_sync(url, [kept], "Xid 79", "lm-x7", token_file())
+    assert err.value.status == 403 and "is not kept for it" in err.value.reason
+    fleet.kube.set_node_keep(kept, {KEPT_FOR: NS}, {}, [])
+    fleet.kube.patch_node(kept, True, {})  # cordoned: skipped, nothing reaches Temporal
+    reply = request_node_checks_sync(url, [kept], "Xid 79", "lm-x7", token_file())
+    assert reply == {"started": {}, "skipped": {kept: "cordoned"}}
+    with pytest.raises(GatewayError) as err:
+        post("/v1/nodechecks", {"nodes": ["Bad Node"], "reason": "x"}, url, token_file())
+    assert err.value.status == 400
+    with pytest.raises(GatewayError) as err:
+        post("/v1/nodechecks", {"nodes": [kept], "reason": "a\nb"}, url, token_file())
+    assert err.value.status == 400
+    assert gateway.counts[("/v1/nodechecks", 200)] == 1

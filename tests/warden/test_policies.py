@@ -12,6 +12,7 @@ from tests.warden.conftest import FAST, Harness
 from tests.warden.test_workflows import remediate
 from warden.model import (
     AMBIGUOUS,
+    GrowInput,
     KeepInput,
     ShrinkInput,
     StragglerInput,
@@ -22,9 +23,9 @@ from warden.model import (
     stress_workflow_id,
 )
 from warden.worker import activity_functions, request_shrink
-from warden.workflows import KeepWorkflow, StragglerWorkflow, SweepWorkflow
+from warden.workflows import GrowWorkflow, KeepWorkflow, StragglerWorkflow, SweepWorkflow
 
-LONG = {"detect", "dispatch", "inspect", "drain", "keep_nodes", "sweep_stragglers"}
+LONG = {"detect", "dispatch", "inspect", "drain", "keep_nodes", "sweep_stragglers", "grow"}
 """activities that may take long (many nodes, many pods): they heartbeat."""
 
 
@@ -62,6 +63,10 @@ def test_every_activity_has_a_timeout_and_bounded_retries(temporal_address, flee
             task_queue=h.queue,
         )  # fmt: skip
         await request_shrink(h.client, h.queue, ShrinkInput("research", "lm", "gpu-workers", 4, 3))
+        grow = f"grow-{h.queue}"  # after the shrink: one round that finds the group to raise
+        await h.client.execute_workflow(
+            GrowWorkflow.run, GrowInput(timings, 1), id=grow, task_queue=h.queue
+        )
         await asyncio.gather(
             remediate(h, n[0]),
             remediate(h, n[1], AMBIGUOUS, "NVLink"),
@@ -70,7 +75,7 @@ def test_every_activity_has_a_timeout_and_bounded_retries(temporal_address, flee
         )
         ids = [node_workflow_id(x) for x in n] + [stress_workflow_id(x) for x in (n[0], n[2])]
         return await scheduled(
-            h.client, [*ids, sweep, keep, stragglers, "shrink-research-lm-gpu-workers-3"]
+            h.client, [*ids, sweep, keep, stragglers, grow, "shrink-research-lm-gpu-workers-3"]
         )
 
     found = harness.run(body)

@@ -1,6 +1,7 @@
-"""The messages of the sweep, shrink, kept-nodes and straggler workflows (`warden.loops`)
-and of their activities (detection's `Finding`, dispatch, `shrink`, `keep_nodes`,
-`sweep_stragglers`), and the periodic workflows' IDs. Pure dataclasses."""
+"""The messages of the sweep, shrink, grow, kept-nodes and straggler workflows
+(`warden.loops`) and of their activities (detection's `Finding`, dispatch, `shrink`,
+`grow`, `keep_nodes`, `sweep_stragglers`), and the periodic workflows' IDs. Pure
+dataclasses."""
 
 from dataclasses import dataclass, field
 
@@ -75,6 +76,9 @@ class ShrinkInput:
     replicas_from: int
     """replicas the run had when it dropped the group; a retry never shrinks twice."""
     replicas_to: int
+    pods: list[str] = field(default_factory=list)
+    """The lost replica group's pods: KubeRay deletes these (`workersToDelete`) and no
+    other (warden.kuberay). Empty: Warden names pods that are not running members."""
 
 
 @dataclass
@@ -82,6 +86,29 @@ class ShrinkResult:
     replicas_before: int
     replicas_after: int
     changed: bool
+    deleted: list[str] = field(default_factory=list)
+    """The pods written into `workersToDelete` (KubeRay deletes them)."""
+
+
+@dataclass
+class GrowInput:
+    """The grow workflow: a round every `timings.grow_period_s`; `rounds` > 0 stops after
+    that many (tests)."""
+
+    timings: Timings
+    rounds: int = 0
+
+
+@dataclass
+class GrowResult:
+    """Worker groups Warden shrank and raised again (a round, or a whole workflow run)."""
+
+    rounds: int = 0
+    grown: int = 0
+    """worker groups raised."""
+    pods: int = 0
+    """replicas added, over all groups."""
+    failed: int = 0
 
 
 @dataclass
@@ -107,6 +134,10 @@ class KeepResult:
 
 def keep_workflow_id(cluster: str) -> str:
     return f"warden-keep-{cluster}"
+
+
+def grow_workflow_id(cluster: str) -> str:
+    return f"warden-grow-{cluster}"
 
 
 @dataclass

@@ -54,6 +54,9 @@ class Timings:
     keep_period_s: float = 30.0
     """period of the kept-nodes round (`keep_nodes` of a RayJob): a node is kept, or released
     when its time is up, up to this long late."""
+    grow_period_s: float = 30.0
+    """period of the grow round: a worker group Warden shrank is raised again up to this
+    long after capacity for it returns (a repaired, released or new node)."""
     straggler_period_s: float = 300.0
     """period of the straggler sweep (`stragglers` in the config): persistent NCCL stragglers
     in ClickHouse start their node's check up to this long after they qualify."""

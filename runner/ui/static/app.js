@@ -28,16 +28,34 @@ function pickFromHash() {
   return m ? {team: decodeURIComponent(m[1]), run: decodeURIComponent(m[2])} : null;
 }
 
+function runRow(r, indent) {
+  const bundles = (r.bundles || []).length;
+  const name = indent ? `↳ ${r.learner || r.run}` : `${r.team}/${r.run}`;
+  const tr = el("tr", {"data-run": `${r.team}/${r.run}`, class: indent ? "learner" : ""},
+    el("td", {title: `${r.team}/${r.run}`}, name), el("td", {class: `state-${r.state}`}, r.state),
+    el("td", {}, fmt(r.last_step)),
+    el("td", {class: "bundle", title: (r.bundles || []).join(", ")}, bundles ? `${bundles} bundle${bundles > 1 ? "s" : ""}` : ""));
+  if (selected && selected.team === r.team && selected.run === r.run) tr.classList.add("selected");
+  tr.onclick = () => { location.hash = `${encodeURIComponent(r.team)}/${encodeURIComponent(r.run)}`; };
+  return tr;
+}
+
 function renderRuns(runs) {
+  // DiLoCo learners appear under their experiment; every other run on its own row.
   const body = document.querySelector("#runs tbody");
-  body.replaceChildren(...runs.map((r) => {
-    const tr = el("tr", {"data-run": `${r.team}/${r.run}`},
-      el("td", {}, `${r.team}/${r.run}`), el("td", {class: `state-${r.state}`}, r.state),
-      el("td", {}, fmt(r.last_step)));
-    if (selected && selected.team === r.team && selected.run === r.run) tr.classList.add("selected");
-    tr.onclick = () => { location.hash = `${encodeURIComponent(r.team)}/${encodeURIComponent(r.run)}`; };
-    return tr;
-  }));
+  const rows = [], groups = new Map();
+  for (const r of runs) {
+    if (!r.experiment) { rows.push(runRow(r, false)); continue; }
+    const key = `${r.team}/${r.experiment}`;
+    if (!groups.has(key)) {
+      groups.set(key, []);
+      rows.push(el("tr", {class: "experiment", "data-experiment": key},
+        el("td", {colspan: "4"}, `${key} (experiment)`)));
+    }
+    groups.get(key).push(r);
+    rows.push(runRow(r, true));
+  }
+  body.replaceChildren(...rows);
   if (!selected && runs.length) {
     location.hash = `${encodeURIComponent(runs[0].team)}/${encodeURIComponent(runs[0].run)}`;
   }
@@ -146,6 +164,7 @@ function renderRun(d) {
     plot("queue-plot", d.aux_queues.steps, services.map((s) => ({label: s, values: d.aux_queues.services[s]})));
   }
   renderMembers(d.members);
+  if (window.runShown) window.runShown(d);
 }
 
 async function refresh() {

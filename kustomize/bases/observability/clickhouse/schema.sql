@@ -223,3 +223,120 @@ SELECT
     JSONExtractFloat(log, 'coll_perf', 'coll_busbw_gbs') AS busbw_gbs
 FROM platform.nccl_inspector_raw
 WHERE JSONHas(log, 'coll_perf');
+
+-- One log line of a run's process: the driver, a training rank, an aux-service worker, the
+-- DiLoCo synchronizer; with catalog/labels.py's label set (`rank` -1 where there is none:
+-- the driver, a service, a pod's container output). `source` says how it came: `logging`
+-- (the process's own log records: a local run's log files, observability/logs.py, or
+-- OpenTelemetry logs through the collector, the view below) or `stdout`/`stderr` (a run
+-- pod's container output, Fluent Bit, the second view below). `logger` is the Python
+-- logger (or the container), `level` the record's level. Ordered for the questions a
+-- post-mortem asks: a run's lines, one rank's lines around a time.
+CREATE TABLE IF NOT EXISTS platform.run_logs
+(
+    ts        DateTime64(6, 'UTC') CODEC(Delta, ZSTD),
+    cluster   LowCardinality(String),
+    team      LowCardinality(String),
+    run       LowCardinality(String),
+    learner   LowCardinality(String) DEFAULT '',
+    attempt   UInt32 DEFAULT 0,
+    rank      Int32 DEFAULT -1,
+    pod       String,
+    node      LowCardinality(String),
+    worker    LowCardinality(String) DEFAULT '',
+    service   LowCardinality(String) DEFAULT '',
+    source    LowCardinality(String) DEFAULT 'logging',
+    logger    LowCardinality(String) DEFAULT '',
+    level     LowCardinality(String) DEFAULT '',
+    line      String CODEC(ZSTD)
+)
+ENGINE = MergeTree
+PARTITION BY toYYYYMMDD(ts)
+ORDER BY (team, run, rank, ts)
+TTL toDateTime(ts) + INTERVAL 90 DAY;
+
+-- OpenTelemetry log records of run processes, as the collector's ClickHouse exporter
+-- (opentelemetry-collector-contrib clickhouseexporter, the image's release) inserts them
+-- (its logs table's columns; `create_schema: false` in kustomize/bases/observability/
+-- otel-collector/config.yaml). A Null table keeps nothing: the view maps each record into
+-- run_logs, its resource attributes (catalog.labels.OTEL_ATTRIBUTES) into the label set.
+CREATE TABLE IF NOT EXISTS platform.otel_run_logs
+(
+    Timestamp          DateTime64(9),
+    TraceId            String,
+    SpanId             String,
+    TraceFlags         UInt8,
+    SeverityText       LowCardinality(String),
+    SeverityNumber     UInt8,
+    ServiceName        LowCardinality(String),
+    Body               String,
+    ResourceSchemaUrl  LowCardinality(String),
+    ResourceAttributes Map(LowCardinality(String), String),
+    ScopeSchemaUrl     LowCardinality(String),
+    ScopeName          String,
+    ScopeVersion       LowCardinality(String),
+    ScopeAttributes    Map(LowCardinality(String), String),
+    LogAttributes      Map(LowCardinality(String), String)
+)
+ENGINE = Null;
+
+CREATE MATERIALIZED VIEW IF NOT EXISTS platform.run_logs_from_otel
+TO platform.run_logs
+AS SELECT
+    Timestamp AS ts,
+    ResourceAttributes['k8s.cluster.name'] AS cluster,
+    ResourceAttributes['k8s.namespace.name'] AS team,
+    ResourceAttributes['reve.run'] AS run,
+    ResourceAttributes['reve.learner'] AS learner,
+    toUInt32OrZero(ResourceAttributes['reve.attempt']) AS attempt,
+    toInt32OrDefault(ResourceAttributes['reve.rank'], toInt32(-1)) AS rank,
+    ResourceAttributes['k8s.pod.name'] AS pod,
+    ResourceAttributes['k8s.node.name'] AS node,
+    ResourceAttributes['service.instance.id'] AS worker,
+    ServiceName AS service,
+    'logging' AS source,
+    ScopeName AS logger,
+    multiIf(SeverityText = 'WARN', 'WARNING', SeverityText = 'FATAL', 'CRITICAL',
+            SeverityText) AS level,
+    Body AS line
+FROM platform.otel_run_logs
+WHERE ResourceAttributes['reve.run'] != '';
+
+-- Run pods' container output as Fluent Bit ships it (kustomize/bases/observability/
+-- fluent-bit: the CRI log files of pods labelled with a run, the kubernetes filter's pod
+-- metadata), kept a week; the view maps each line into run_logs. A line a training rank
+-- wrote carries `rank=<n>` (driver/output/logs.py's format), which becomes its rank.
+CREATE TABLE IF NOT EXISTS platform.container_logs_raw
+(
+    date        Float64,
+    node        LowCardinality(String),
+    stream      LowCardinality(String) DEFAULT '',
+    log         String,
+    kubernetes  String DEFAULT '{}'
+)
+ENGINE = MergeTree
+ORDER BY (node, date)
+TTL toDateTime(toUInt32(date)) + INTERVAL 7 DAY;
+
+CREATE MATERIALIZED VIEW IF NOT EXISTS platform.run_logs_from_containers
+TO platform.run_logs
+AS SELECT
+    fromUnixTimestamp64Micro(toInt64(date * 1000000), 'UTC') AS ts,
+    JSONExtractString(kubernetes, 'labels', 'platform.reve.dev/cluster') AS cluster,
+    if(JSONExtractString(kubernetes, 'labels', 'platform.reve.dev/team') != '',
+       JSONExtractString(kubernetes, 'labels', 'platform.reve.dev/team'),
+       JSONExtractString(kubernetes, 'namespace_name')) AS team,
+    JSONExtractString(kubernetes, 'labels', 'platform.reve.dev/run') AS run,
+    JSONExtractString(kubernetes, 'labels', 'platform.reve.dev/learner') AS learner,
+    toUInt32OrZero(extract(log, '\\battempt=(\\d+)')) AS attempt,
+    toInt32OrDefault(extract(log, '\\brank=(\\d+)'), toInt32(-1)) AS rank,
+    JSONExtractString(kubernetes, 'pod_name') AS pod,
+    if(node != '', node, JSONExtractString(kubernetes, 'host')) AS node,
+    '' AS worker,
+    if(learner = 'synchronizer', 'synchronizer', '') AS service,
+    if(stream = 'stderr', 'stderr', 'stdout') AS source,
+    JSONExtractString(kubernetes, 'container_name') AS logger,
+    extract(log, '\\b(DEBUG|INFO|WARNING|ERROR|CRITICAL)\\b') AS level,
+    log AS line
+FROM platform.container_logs_raw
+WHERE run != '';
