@@ -126,7 +126,6 @@ OTEL_ATTRIBUTES = {
     WORKER_LABEL: "service.instance.id",
     SERVICE_LABEL: "service.name",
 }
-LEARNER_ENV = "REVE_DILOCO_LEARNER"  # a DiLoCo learner's name (driver.config.diloco's field)
 TRAIN_SERVICE = "train"  # the `service` of training ranks and the driver
 
 

@@ -67,7 +67,7 @@ def main(argv: list[str] | None = None, supervised: bool = False) -> int:
         cfg, config_yaml = compose(args[0], args[1:])
         check_resume(cfg, args[0])
         check_key(cfg, args[0])
-        check_diloco()
+        check_diloco(cfg)
         output_dir = prepare_output(cfg, config_yaml, args[0])
     except InputError as err:
         print(f"error: {err.line()}", file=sys.stderr)
@@ -129,17 +129,12 @@ def config_text(cfg, config_yaml: str, output_dir: Path, fmt: str, show: bool) -
     return f"config: {output_dir / 'config.yaml'} ({SHOW_CONFIG} prints it)\n"
 
 
-def check_diloco() -> None:
-    """Bad `REVE_DILOCO_*` settings (a DiLoCo learner's) fail here, on one line. Without any
-    such setting there is nothing to check, and the check's module (it imports torch, a
-    second before Ray starts) is not loaded."""
-    from driver.diloco.keys import ENV
-
-    if not any(key.startswith(ENV) for key in os.environ):
-        return
-    from driver.diloco.hook import check_env
-
-    check_env()
+def check_diloco(cfg) -> None:
+    """A DiLoCo learner (`diloco.address` set) must find its Curve keys, in the `diloco.keys`
+    folder or the environment variables `diloco.keys_env_prefix` names: else one line here,
+    before Ray starts (InputError)."""
+    if cfg.diloco.address:
+        cfg.diloco.curve()
 
 
 def check_key(cfg, source: str) -> None:

@@ -24,7 +24,14 @@ local run); this module puts the parts together per cluster.
 from __future__ import annotations
 
 from runner.experiment_local import local_command, run_local
-from runner.experiment_render import Part, add_identity, learner_data, learner_env, render_learner
+from runner.experiment_render import (
+    Part,
+    add_identity,
+    learner_data,
+    learner_env,
+    learner_overrides,
+    render_learner,
+)
 from runner.experiment_spec import (
     EXPERIMENT_LABEL,
     INTERNAL_LB,
@@ -56,8 +63,8 @@ __all__ = [
     "EXPERIMENT_LABEL", "INTERNAL_LB", "KEY_ENV", "LEARNER_LABEL", "SYNC_ROLE", "Diloco",
     "Experiment", "Learner", "Part", "Synchronizer", "add_identity", "build_experiment",
     "by_cluster", "check_cross_region", "cluster_totals", "is_experiment",
-    "is_experiment_file", "learner_data", "learner_env", "load_experiment", "local_command",
-    "outer_options", "render_experiment", "render_learner", "render_parts",
+    "is_experiment_file", "learner_data", "learner_env", "learner_overrides", "load_experiment",
+    "local_command", "outer_options", "render_experiment", "render_learner", "render_parts",
     "render_synchronizer", "run_local", "secret_name", "shared_fields", "sync_address",
     "sync_command", "sync_data", "sync_name",
 ]  # fmt: skip

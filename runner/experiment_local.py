@@ -1,13 +1,15 @@
 """A DiLoCo experiment on this machine: `runner run --local EXPERIMENT.yaml`.
 
 Each learner runs what its RayJob runs, the driver with its composed run config
-(`python -m driver.train CONFIG run.name=<name>-<learner> ...`, from `learner_spec`, the
-same run definition `runner render` renders) and its `REVE_DILOCO_*` settings, with one
+(`python -m driver.train CONFIG run.name=<name>-<learner> ... diloco.learner=<learner>
+...`, from `learner_spec`, the same run definition `runner render` renders), with one
 training worker (`parallelism.workers=1`: two embedded Rays fit a small machine) and
-`--steps` as `train.steps`. The synchronizer gets the experiment's outer settings
-(`outer_options`, as its rendered Job). Both go into a plan file,
-`outputs/<team>/<name>/plan.json`, which `python -m driver.diloco.local --plan` runs on
-loopback with keys it generates (docs/diloco.md, "Run it locally").
+`--steps` as `train.steps`; the cluster's synchronizer address is left out. The
+synchronizer gets the experiment's outer settings (`outer_options`, as its rendered Job).
+Both go into a plan file, `outputs/<team>/<name>/plan.json`, which
+`python -m driver.diloco.local --plan` runs on loopback with keys it generates, adding
+`diloco.address=` (its synchronizer) and `diloco.keys=` (the keys folder) to each
+learner's command (docs/diloco.md, "Run it locally").
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from typing import Any
 
 from catalog.errors import InputError
 from runner.experiment_render import learner_spec
-from runner.experiment_spec import KEY_ENV, Experiment, build_experiment, is_experiment
+from runner.experiment_spec import DRIVER_SECTION, Experiment, build_experiment, is_experiment
 from runner.experiment_sync import outer_options
 
 LOCAL_WORKERS = 1
@@ -32,13 +34,15 @@ def local_out(exp: Experiment) -> str:
     return f"outputs/{exp.team or exp.namespace}/{exp.name}"
 
 
+ADDRESS = f"{DRIVER_SECTION}.address="
+"""The rendered learner's synchronizer address (a cluster's): `driver.diloco.local` gives
+each local learner its loopback synchronizer's instead."""
+
+
 def plain_env(env: dict[str, Any]) -> dict[str, str]:
-    """A learner's plain environment values (Secret references stay in the cluster; the
-    synchronizer's address is the local one, set by `driver.diloco.local`)."""
+    """A learner's plain environment values (Secret references stay in the cluster)."""
     return {
-        key: str(value)
-        for key, value in env.items()
-        if isinstance(value, str | int | float | bool) and key != KEY_ENV + "ADDRESS"
+        key: str(value) for key, value in env.items() if isinstance(value, str | int | float | bool)
     }
 
 
@@ -51,8 +55,9 @@ def learner_runs(exp: Experiment, steps: int | None = None) -> list[dict[str, An
     runs = []
     for index, learner in enumerate(exp.learners):
         spec = learner_spec(exp, index, extra)
-        command = with_this_python(entrypoint(spec, local=True))
-        runs.append({"name": learner.name, "command": command, "env": plain_env(spec.env)})
+        words = [w for w in entrypoint(spec, local=True) if not w.startswith(ADDRESS)]
+        runs.append({"name": learner.name, "command": with_this_python(words),
+                     "env": plain_env(spec.env)})  # fmt: skip
     return runs
 
 
@@ -72,7 +77,7 @@ def local_command(exp: Experiment) -> list[str]:
 
 
 def shown_learner(run: dict[str, Any]) -> str:
-    """One learner of the plan as a shell line (its settings, then its command)."""
+    """One learner of the plan as a shell line (its environment, then its command)."""
     settings = [f"{key}={value}" for key, value in sorted(run["env"].items())]
     return f"  learner {run['name']}: {shlex.join([*settings, *run['command']])}"
 

@@ -1,7 +1,8 @@
 """A DiLoCo experiment's learners rendered: each learner's RayJob (`runner.render`, checked
-like every run) with its `REVE_DILOCO_*` settings, carrying the experiment and learner
-labels; and the pieces the synchronizer's rendering shares (`Part`, `add_identity`,
-`secret_refs`, `relabel`). Curve keys reach pods as `secretKeyRef`s, never as values.
+like every run) with its `diloco.*` settings as overrides of its driver command (so they
+are in the run's config.yaml), carrying the experiment and learner labels; and the pieces
+the synchronizer's rendering shares (`Part`, `add_identity`, `secret_refs`, `relabel`).
+Curve keys reach pods as `secretKeyRef`s in `REVE_DILOCO_*` variables, never as values.
 The synchronizer: `runner.experiment_sync`; the public face: `runner.experiment`
 (docs/diloco.md).
 """
@@ -14,6 +15,7 @@ from typing import Any
 from catalog import labels
 from catalog.errors import InputError
 from runner.experiment_spec import (
+    DRIVER_SECTION,
     EXPERIMENT_LABEL,
     KEY_ENV,
     LEARNER_LABEL,
@@ -35,28 +37,35 @@ def secret_refs(exp: Experiment, owner: str, keys: tuple[str, ...]) -> dict[str,
     }
 
 
-def learner_env(exp: Experiment, learner: Learner) -> dict[str, Any]:
-    """The REVE_DILOCO_* entries of a learner (read by LearnerConfig.from_env)."""
+def learner_overrides(exp: Experiment, learner: Learner) -> list[str]:
+    """The learner's `diloco.*` driver overrides (the driver's `diloco` section:
+    driver/config/diloco.py); its keys stay out, in `learner_env`'s Secret references."""
     d = exp.diloco
-    env = {
-        "ADDRESS": sync_address(exp, learner.cluster),
-        "LEARNER": learner.name,
-        "SYNC_EVERY": d.sync_every,
-        "MODE": d.mode,
-        "MERGE": d.merge,
-        "COMPRESSION": d.compression,
-        "BARRIER_TIMEOUT_S": d.barrier_timeout_s,
-        "FRAGMENTS": d.fragments,
-        "INDEX": exp.learners.index(learner),  # its data shard of the experiment's learners
-        "LEARNERS": len(exp.learners),
+    values = {
+        "address": sync_address(exp, learner.cluster),
+        "learner": learner.name,
+        "index": exp.learners.index(learner),  # its data shard of the experiment's learners
+        "learners": len(exp.learners),
+        "sync_every": d.sync_every,
+        "mode": d.mode,
+        "merge": d.merge,
+        "compression": d.compression,
+        "barrier_timeout_s": d.barrier_timeout_s,
+        "fragments": d.fragments,
     }
-    values = {KEY_ENV + k: str(v) for k, v in env.items()}
-    return {**values, **secret_refs(exp, learner.name, ("public-key", "secret-key", "server-key"))}
+    return [f"{DRIVER_SECTION}.{key}={value}" for key, value in values.items()]
+
+
+def learner_env(exp: Experiment, learner: Learner) -> dict[str, Any]:
+    """The learner's Curve keys, as references to its Secret (`REVE_DILOCO_PUBLIC_KEY`,
+    `_SECRET_KEY`, `_SERVER_KEY`: the names the driver's `diloco.keys_env_prefix` reads)."""
+    return secret_refs(exp, learner.name, ("public-key", "secret-key", "server-key"))
 
 
 def learner_data(exp: Experiment, learner: Learner) -> dict[str, Any]:
-    """The run definition of one learner: shared fields, its own on top, DiLoCo env added.
-    Its `train_overrides` follow the shared ones and its `env` entries win over them; either
+    """The run definition of one learner: shared fields, its own on top, its `diloco.*`
+    overrides last (the experiment's block decides them) and its key references. Its
+    `train_overrides` follow the shared ones and its `env` entries win over them; either
     of another kind than a list or a mapping is an InputError naming where it is."""
     base, own = shared_fields(exp), dict(learner.model_extra or {})
     data = {
@@ -69,6 +78,7 @@ def learner_data(exp: Experiment, learner: Learner) -> dict[str, Any]:
     mine = f"learners[{exp.learners.index(learner)}]"
     overrides = [_part(exp, base, "train_overrides", list, ""),
                  _part(exp, own, "train_overrides", list, mine)]  # fmt: skip
+    overrides.append(learner_overrides(exp, learner))
     data["train_overrides"] = [item for part in overrides for item in part]
     env = (_part(exp, base, "env", dict, ""), _part(exp, own, "env", dict, mine))
     data["env"] = {**env[0], **env[1], **learner_env(exp, learner)}

@@ -20,6 +20,10 @@ from runner.spec_schema import no_bool
 EXPERIMENT_LABEL, LEARNER_LABEL = labels.EXPERIMENT, labels.LEARNER
 SYNC_ROLE = labels.SYNCHRONIZER
 KEY_ENV = "REVE_DILOCO_"
+"""Prefix of the variables holding a learner's (and the synchronizer's) Curve keys, filled
+from Secrets (the driver's default `diloco.keys_env_prefix`)."""
+DRIVER_SECTION = "diloco"
+"""The driver config's section a learner's settings go to (`diloco.<key>=...` overrides)."""
 INTERNAL_LB = {
     "networking.gke.io/load-balancer-type": "Internal",
     "networking.gke.io/internal-load-balancer-allow-global-access": "true",
@@ -40,7 +44,7 @@ class Strict(BaseModel):
 
 
 class Diloco(Strict):
-    """How learners sync (driver.diloco.learner.LearnerConfig, synchronizer.OuterConfig)."""
+    """How learners sync (the driver's `diloco` section, synchronizer.OuterConfig)."""
 
     sync_every: int = Field(default=50, ge=1, description="H: local steps between syncs")
     mode: Literal["barrier", "decoupled"] = "barrier"

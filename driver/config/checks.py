@@ -4,14 +4,12 @@
 starts, so a bad value is exit 2 with one line naming the file and the key, never a crash
 bundle a minute later. The rules are tables: counts that must be at least 1, floats that
 must be finite and within a range, names that travel as labels and path parts, and the
-`module:Class` of the batch source. A DiLoCo learner (its `REVE_DILOCO_ADDRESS` set, as in
-a rendered learner RayJob) must not shard its parameters (`parallelism.fsdp_size` 1).
+`module:Class` of the batch source.
 """
 
 from __future__ import annotations
 
 import math
-import os
 import re
 from pathlib import Path
 
@@ -61,23 +59,6 @@ def check_values(cfg: object, source: str | Path | None) -> None:
         if problem:
             raise InputError(source, key, problem)
     check_betas(_get(cfg, "optimizer.betas"), source)
-    check_diloco_layout(cfg, source)
-
-
-def check_diloco_layout(cfg: object, source: str | Path | None, environ=None) -> None:
-    """A DiLoCo learner reads and writes whole parameters (its pseudo-gradient, the merged
-    weights): FSDP-sharded learners are refused; DDP replicas (fsdp_size 1) are the layout."""
-    from driver.diloco import ENV
-
-    env = os.environ if environ is None else environ
-    size = _get(cfg, "parallelism.fsdp_size")
-    if env.get(ENV + "ADDRESS") and size is not _MISSING and size > 1:
-        raise InputError(
-            source,
-            "parallelism.fsdp_size",
-            f"{size}: a DiLoCo learner syncs whole parameters; use 1 (DDP replicas), see "
-            "docs/diloco.md",
-        )
 
 
 def check_name(key: str, value: str, source: str | Path | None) -> None:

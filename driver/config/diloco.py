@@ -1,28 +1,55 @@
-"""A DiLoCo learner's settings: `LearnerConfig`, from code or from `REVE_DILOCO_*`.
+"""The `diloco` section of the driver config: a DiLoCo learner's settings (`LearnerConfig`).
 
-cfg = LearnerConfig.from_env()     # None unless REVE_DILOCO_ADDRESS is set
-cfg = LearnerConfig("tcp://sync:5555", "a", keys="KEYS", sync_every=50, mode="decoupled")
+    diloco:                        # in a run's YAML, or as overrides: diloco.address=...
+      address: tcp://sync:5555     # null (the default): the run is not a learner
+      learner: us                  # its name (its Curve key's owner)
+      sync_every: 50               # H; mode, merge, compression, fragments ...
+
+`runner render` writes each learner of an experiment as overrides of its driver command
+(`diloco.address=... diloco.learner=us diloco.index=0 diloco.learners=2 ...`), so the
+settings land in the run's `config.yaml`. The Curve keys never do: `keys` names a keys
+folder (local runs, `python -m driver.diloco.keys`), else the environment variables
+`<keys_env_prefix>PUBLIC_KEY`, `_SECRET_KEY` and `_SERVER_KEY` hold them (a Kubernetes
+Secret fills them; the rendered manifests hold `secretKeyRef`s only).
+
+    cfg = LearnerConfig("tcp://sync:5555", "a", keys="KEYS", sync_every=50, mode="decoupled")
+    cfg.curve()                          # (public, secret, server public) keys
+    data_shard(rank, world, cfg)         # the data shard a learner's rank reads
+
+A bad value is a one-line InputError naming `diloco.<key>` (the file is added at
+composition). Importing this module imports neither torch nor zmq.
 """
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, fields
+import re
+from dataclasses import dataclass
 
-from driver.diloco import keys
-from driver.diloco.keys import ENV as ENV_PREFIX
+from catalog.errors import InputError
+from driver.diloco import ENV
+
+MODES = ("barrier", "decoupled")
+"""`mode`'s choices (driver.diloco.outer keeps its own copy, with the maths)."""
+MERGE_RULES = ("delta", "replace")
+COMPRESSIONS = ("bf16", "fp16", "fp32", "int8")
+KEY_NAMES = ("PUBLIC_KEY", "SECRET_KEY", "SERVER_KEY")
+"""A learner's keys in the environment: `<keys_env_prefix><name>`."""
+_ENV_NAME = re.compile(r"^[A-Z_][A-Z0-9_]*$")
+_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 
 
 @dataclass
 class LearnerConfig:
-    """How a learner syncs; `from_env` reads `REVE_DILOCO_<FIELD>` (upper case)."""
+    """How a DiLoCo learner syncs with its experiment's synchronizer (docs/diloco.md)."""
 
-    address: str
-    """The synchronizer's endpoint (tcp://host:port)."""
-    learner: str
-    """This learner's name (its label; its key is `<keys>/<learner>.key_secret`)."""
-    keys: str = ""
-    """Keys folder (driver.diloco.keys layout), or empty: the three keys below."""
+    address: str | None = None
+    """The synchronizer's endpoint (tcp://host:port); null: this run is not a learner."""
+    learner: str = ""
+    """This learner's name (its key is `<keys>/<learner>.key_secret`)."""
+    keys: str | None = None
+    """A keys folder (driver.diloco.keys layout; local runs), or null: the keys are in the
+    environment variables named by `keys_env_prefix` (a Secret in a cluster)."""
     sync_every: int = 50
     """H: local steps between syncs."""
     mode: str = "barrier"
@@ -30,19 +57,17 @@ class LearnerConfig:
     merge: str = "delta"
     """Decoupled merge rule: `delta` (keep steps taken in flight) or `replace`."""
     compression: str = "bf16"
-    """Precision of the pseudo-gradients on the wire: `bf16`, `fp16` or `fp32`."""
+    """Precision of the pseudo-gradients on the wire: `bf16`, `fp16`, `int8` or `fp32`."""
     barrier_timeout_s: float = 120.0
     """Barrier mode: longest wait for the merged weights before training on."""
     join_timeout_s: float = 60.0
     """Longest wait for the shared weights at start (then train on from our own)."""
     retry_s: float = 120.0
-    """Decoupled mode: a push unanswered this long is sent again at the next sync point."""
-    public_key: str = ""
-    """This learner's Curve public key (Z85), when `keys` is empty (a Secret in a cluster)."""
-    secret_key: str = ""
-    """This learner's Curve secret key (Z85), when `keys` is empty."""
-    server_key: str = ""
-    """The synchronizer's Curve public key (Z85), when `keys` is empty."""
+    """Decoupled mode: a push unanswered this long is sent again at the next sync point
+    (0: at every one)."""
+    keys_env_prefix: str = ENV
+    """Without `keys`: the keys are in `<prefix>PUBLIC_KEY`, `<prefix>SECRET_KEY` and
+    `<prefix>SERVER_KEY` (names only: key values never appear in the config)."""
     index: int = 0
     """This learner's position among the experiment's learners: its ranks read data shard
     `index` of `learners` (learners never train on the same samples)."""
@@ -53,66 +78,58 @@ class LearnerConfig:
     schedule (fragment f after H*f/fragments steps), so a sync point moves 1/fragments of
     the weights."""
 
-    def curve(self) -> tuple[bytes, bytes, bytes]:
-        """(public, secret, server public) keys: from the folder, else from the fields."""
-        if self.keys:
-            return keys.client_keys(self.keys, self.learner)
-        triple = (self.public_key, self.secret_key, self.server_key)
-        if any(len(k) != 40 for k in triple):
-            raise ValueError(
-                f"{ENV_PREFIX}KEYS or {ENV_PREFIX}PUBLIC_KEY, _SECRET_KEY and "
-                "_SERVER_KEY (40 Z85 characters each) must be set"
-            )
-        return tuple(k.encode() for k in triple)
-
     def __post_init__(self) -> None:
-        from driver.diloco import outer  # torch: only once a learner's settings are read
+        self.check()
 
+    def check(self, source: str | None = None) -> None:
+        """Raise InputError (one line naming `diloco.<key>`) for the first bad value."""
+        positive = ("barrier_timeout_s", "join_timeout_s")
         checks = [
             (self.sync_every >= 1, "sync_every", "at least 1"),
-            (self.mode in outer.MODES, "mode", f"one of {outer.MODES}"),
-            (self.merge in outer.MERGE_RULES, "merge", f"one of {outer.MERGE_RULES}"),
-            (
-                self.compression in outer.COMPRESSIONS,
-                "compression",
-                str(sorted(outer.COMPRESSIONS)),
-            ),
-            (self.address.startswith("tcp://"), "address", "tcp://host:port"),
+            (self.mode in MODES, "mode", f"one of {MODES}"),
+            (self.merge in MERGE_RULES, "merge", f"one of {MERGE_RULES}"),
+            (self.compression in COMPRESSIONS, "compression", f"one of {COMPRESSIONS}"),
             (1 <= self.fragments <= min(64, self.sync_every), "fragments", "1 to min(64, H)"),
             (self.learners >= 1, "learners", "at least 1"),
             (0 <= self.index < self.learners, "index", f"0 to {self.learners - 1}"),
+            (bool(_ENV_NAME.match(self.keys_env_prefix)), "keys_env_prefix", "A-Z, 0-9, _"),
+            *[(getattr(self, name) > 0, name, "greater than 0") for name in positive],
+            (self.retry_s >= 0, "retry_s", "0 or more (0: again at every sync point)"),
         ]
+        if self.address is not None:
+            checks += [
+                (self.address.startswith("tcp://"), "address", "tcp://host:port"),
+                (bool(_LABEL.match(self.learner)), "learner", "a DNS label (a-z, 0-9, -)"),
+            ]
         for ok, name, want in checks:
             if not ok:
-                raise ValueError(
-                    f"{ENV_PREFIX}{name.upper()}: {getattr(self, name)!r}: expected {want}"
-                )
+                message = f"{getattr(self, name)!r}: expected {want}"
+                raise InputError(source, f"diloco.{name}", message)
 
-    @classmethod
-    def from_env(cls, environ: dict | None = None) -> LearnerConfig | None:
-        """The config from `REVE_DILOCO_*`, or None when `REVE_DILOCO_ADDRESS` is unset."""
+    def curve(self, environ: dict | None = None) -> tuple[bytes, bytes, bytes]:
+        """(public, secret, server public) keys: from the `keys` folder, else from the
+        environment (`keys_env_prefix`). InputError when they are missing or malformed."""
+        if self.keys:
+            from driver.diloco import keys
+
+            try:
+                return keys.client_keys(self.keys, self.learner)
+            except (OSError, ValueError) as err:
+                raise InputError(None, "diloco.keys", f"{self.keys}: {err}") from None
         env = os.environ if environ is None else environ
-        if not env.get(ENV_PREFIX + "ADDRESS"):
-            return None
-        values = {}
-        for f in fields(cls):
-            raw = env.get(ENV_PREFIX + f.name.upper())
-            if raw is not None:
-                kind = {"int": int, "float": float}.get(str(f.type), str)
-                try:
-                    values[f.name] = kind(raw)
-                except ValueError:
-                    raise ValueError(
-                        f"{ENV_PREFIX}{f.name.upper()}: {raw!r} is not {f.type}"
-                    ) from None
-        return cls(**values)
+        names = [self.keys_env_prefix + name for name in KEY_NAMES]
+        for name in names:
+            if len(env.get(name, "")) != 40:
+                raise InputError("environment", name, "not a Curve key (40 Z85 characters): "
+                                 "set diloco.keys to a keys folder, or the variables named "
+                                 "by diloco.keys_env_prefix")  # fmt: skip
+        return tuple(env[name].encode() for name in names)
 
 
-def data_shard(rank: int, world: int, environ: dict | None = None) -> tuple[int, int]:
+def data_shard(rank: int, world: int, cfg: LearnerConfig | None) -> tuple[int, int]:
     """The (rank, world) a rank's batch source reads with: a DiLoCo learner's ranks read
     their learner's slice of the global order (learner `index` of `learners`), so learners
     never see the same samples; outside an experiment, the rank's own (rank, world)."""
-    cfg = LearnerConfig.from_env(environ)
-    if cfg is None:
+    if cfg is None or not cfg.address:
         return rank, world
     return cfg.index * world + rank, cfg.learners * world

@@ -15,6 +15,7 @@ from typing import Any
 from omegaconf import MISSING
 
 from driver.config.checkpoint import CheckpointConfig
+from driver.config.diloco import LearnerConfig
 from driver.config.ft import FtConfig
 
 
@@ -358,6 +359,9 @@ class TrainConfig:
     """Fault injection for tests and drills."""
     ft: FtConfig = field(default_factory=FtConfig)
     """Live fault tolerance with torchft (`driver.config.ft`)."""
+    diloco: LearnerConfig = field(default_factory=LearnerConfig)
+    """A DiLoCo learner's settings; `diloco.address` null: not a learner
+    (`driver.config.diloco`)."""
 
 
 def register() -> None:

@@ -6,9 +6,12 @@
 - `link`: the authenticated, encrypted ZeroMQ link; messages in `driver.messaging.wire`'s format.
 - `state`: the synchronizer's outer state on disk (raw tensor frames + JSON, no pickle).
 - `synchronizer`: the server (`python -m driver.diloco.synchronizer --help`).
-- `config`: a learner's settings (`LearnerConfig`, also from `REVE_DILOCO_*`).
+- `driver.config.diloco`: a learner's settings (`LearnerConfig`, the driver config's
+  `diloco` section).
 - `learner`: the component a training loop calls after every optimizer step (`make`:
-  a `Learner`, or `streaming.Streaming` for a model synced in fragments).
+  a `Learner`, or `streaming.Streaming` for a model synced in fragments); `weights`: the
+  full weights of a whole or FSDP-sharded model, read and merged back per rank;
+  `replicas`: a learner that is a torchft run (`FtLearner`).
 - `resume`: a learner's sync state in its training checkpoint (`LearnerState`).
 - `hook`: what the driver's loop calls (`prepare`, `checkpoint_state`, `start`, ...).
 - `local`: an experiment on this machine (`python -m driver.diloco.local --plan`, what
@@ -22,5 +25,5 @@ How it works and how to run it: docs/diloco.md.
 """
 
 ENV = "REVE_DILOCO_"
-"""Prefix of a learner's settings in the environment (`REVE_DILOCO_ADDRESS` makes the
-driver's loop a learner; config.LearnerConfig.from_env)."""
+"""Prefix of the environment variables that hold Curve keys from a Secret: the
+synchronizer's (`keys.from_env`) and, by default, a learner's (`diloco.keys_env_prefix`)."""

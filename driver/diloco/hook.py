@@ -1,46 +1,29 @@
-"""The training loop's DiLoCo hook: a learner when `REVE_DILOCO_ADDRESS` is set, else nothing.
+"""The training loop's DiLoCo learner: a learner when `diloco.address` is set, else nothing.
 
-    check_env()                          # the driver, before launch: bad settings, one line
-    diloco = prepare(model)              # every rank, once the model is built
+    diloco = prepare(model, cfg.diloco)  # every rank, once the model is built (DDP or FSDP)
     TrainState(..., extra=diloco.checkpoint_state())  # its sync state goes into checkpoints
     ...restore the checkpoint...
     diloco.start(model)                  # join (a restored learner resumes its rounds)
     diloco.after_step(step, model)       # after each optimizer and scheduler step
     diloco.end(model, finished=True)     # the last round's merge, then close the link
 
-`attach(model)` is prepare and start in one (a loop that does not checkpoint the learner:
-after a restart it takes the shared weights and starts its schedule again).
+Under torchft (`ft.enabled`) a learner is the whole fault-tolerant run:
+`prepare_ft(model, cfg.diloco, group, groups)` gives the hook of one replica group, whose learner
+(driver.diloco.replicas.FtLearner) also rides on each step's commit vote and heals with
+the group's state (driver.ft.replica).
 
-`runner` renders the `REVE_DILOCO_*` settings of each learner of an experiment
-(runner.experiment.learner_env); docs/diloco.md.
+`attach(model, cfg)` is prepare and start in one (a loop that does not checkpoint the
+learner: after a restart it takes the shared weights and starts its schedule again).
+`runner` renders each learner of an experiment as `diloco.*` overrides; docs/diloco.md.
 """
 
 from __future__ import annotations
 
 import logging
-import os
 
-from catalog.errors import InputError
 from driver.config.diloco import LearnerConfig
 
 log = logging.getLogger("driver.diloco.hook")
-SOURCE = "environment"
-
-
-def config(environ: dict | None = None) -> LearnerConfig | None:
-    """The learner's settings, or None without REVE_DILOCO_ADDRESS; bad ones: InputError."""
-    try:
-        cfg = LearnerConfig.from_env(environ)
-        if cfg:
-            cfg.curve()  # the keys are there and well formed
-        return cfg
-    except ValueError as err:
-        raise InputError(SOURCE, None, str(err)) from None
-
-
-def check_env(environ: dict | None = None) -> None:
-    """Fail early, on one line, on bad `REVE_DILOCO_*` settings."""
-    config(os.environ if environ is None else environ)
 
 
 class Hook:
@@ -65,12 +48,21 @@ class Hook:
         if self.learner is not None:
             self.learner.start(model)
             cfg = self.cfg
-            log.info("DiLoCo learner %s joined %s (H=%d, %s)", cfg.learner, cfg.address,
+            log.info("DiLoCo learner %s of %s (H=%d, %s)", cfg.learner, cfg.address,
                      cfg.sync_every, cfg.mode)  # fmt: skip
 
     def after_step(self, step: int, model) -> None:
         if self.learner is not None:
             self.learner.after_step(step, model)
+
+    def metrics(self) -> dict:
+        """The learner's fields of a step's metrics row: its round, merges applied so far,
+        seconds spent waiting for the synchronizer."""
+        if self.learner is None:
+            return {}
+        learner = self.learner
+        return {"diloco_round": learner.round, "diloco_merges": len(learner.merges),
+                "diloco_wait_s": learner.wait_s}  # fmt: skip
 
     def end(self, model, finished: bool = True) -> None:
         """Wait for the last round's merge when training finished; always close the link."""
@@ -83,22 +75,28 @@ class Hook:
             self.learner.close()
 
 
-def prepare(model, environ: dict | None = None) -> Hook:
-    """The learner when DiLoCo is configured (every rank; rank 0 talks to the synchronizer),
-    not joined yet: restore its checkpoint state, then `start`."""
-    cfg = config(environ)
-    if cfg is None:
+def prepare(model, cfg: LearnerConfig | None) -> Hook:
+    """The learner when `cfg.address` is set (every rank; rank 0 talks to the
+    synchronizer), not joined yet: restore its checkpoint state, then `start`."""
+    if cfg is None or not cfg.address:
         return Hook()
-    if any(type(p).__name__ == "DTensor" for p in model.parameters()):
-        raise InputError(SOURCE, "parallelism.fsdp_size", "a DiLoCo learner syncs whole "
-                         "parameters: FSDP-sharded ones are not supported")  # fmt: skip
     from driver.diloco.learner import make
 
     return Hook(make(cfg, model), model, cfg)
 
 
-def attach(model, environ: dict | None = None) -> Hook:
+def prepare_ft(model, cfg: LearnerConfig | None, group: int, groups: int) -> Hook:
+    """The learner of torchft replica group `group` of `groups`, when `cfg.address` is
+    set: its `learner` (an FtLearner) goes into the group's FtReplica (`state`, `outer`)."""
+    if cfg is None or not cfg.address:
+        return Hook()
+    from driver.diloco.replicas import FtLearner
+
+    return Hook(FtLearner(cfg, model, group, groups), model, cfg)
+
+
+def attach(model, cfg: LearnerConfig | None) -> Hook:
     """Prepare and join at once (no checkpointed sync state)."""
-    hook = prepare(model, environ)
+    hook = prepare(model, cfg)
     hook.start(model)
     return hook

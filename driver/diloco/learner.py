@@ -1,6 +1,6 @@
 """The learner side of DiLoCo: a component the training loop calls after every step.
 
-    learner = make(cfg, model)              # cfg: LearnerConfig (or LearnerConfig.from_env())
+    learner = make(cfg, model)              # cfg: LearnerConfig (the config's `diloco`)
     learner.start(model)                    # join: take the shared weights (or offer ours)
     for step in ...:
         ...; optimizer.step()
@@ -19,8 +19,13 @@ returning learner gets the shared weights whole and continues from them.
 With `fragments` > 1 (streaming) `make` returns `streaming.Streaming`: one Learner per
 fragment of the parameters, each on its own staggered schedule (docs/diloco.md).
 
-In a multi-process learner (torch.distributed initialised, several ranks) rank 0 talks to
-the synchronizer and broadcasts each merge to the other ranks; every rank calls after_step.
+In a multi-process learner (torch.distributed initialised, several ranks: DDP replicas or
+FSDP shards) rank 0 talks to the synchronizer and every rank holds the same sync state:
+every rank reads the full weights at a sync point (`weights.read`: a gather per parameter
+when FSDP shards them) and computes the same pseudo-gradient; rank 0 alone sends it and
+receives the reply; at the next point every rank passes (`_share`) it broadcasts the new
+shared weights and every rank merges them into its own parameters, or its own shards
+(`weights.merge_into`). Every rank calls after_step.
 
 A learner never sends or applies anything non-finite: a pseudo-gradient with a NaN or an
 infinity (its training diverged) is not pushed; the learner asks for the shared weights
@@ -34,38 +39,65 @@ from __future__ import annotations
 
 import logging
 import time
+from dataclasses import dataclass
 
 import torch
 
-from driver.config.diloco import ENV_PREFIX, LearnerConfig
-from driver.diloco import outer
+from driver.config.diloco import LearnerConfig
+from driver.diloco import outer, weights
 from driver.diloco.link import Client
 from driver.messaging import wire
 
 log = logging.getLogger("driver.diloco.learner")
-__all__ = ["ENV_PREFIX", "Learner", "LearnerConfig", "make"]
+__all__ = ["Learner", "LearnerConfig", "Update", "make"]
+KINDS = ("same", "full", "delta")
+"""The replies that change a learner's state, as `_share` numbers them (1, 2, 3)."""
+
+
+@dataclass
+class Update:
+    """A reply of the synchronizer, received by the rank that talks to it and not yet
+    applied on every rank: its kind (`KINDS`), round and new shared weights (None for
+    `same`); `offered`: it answers our `init` (the weights we offered are the snapshot)."""
+
+    kind: str
+    round: int
+    base: outer.Params | None = None
+    offered: bool = False
 
 
 class Learner:
     """One learner's sync state: the shared weights it started from, its push in flight."""
 
-    def __init__(self, cfg: LearnerConfig, fragment: int = 0, names: list[str] | None = None):
-        """`fragment` and `names`: this learner syncs only these parameters (streaming)."""
+    def __init__(
+        self,
+        cfg: LearnerConfig,
+        fragment: int = 0,
+        names: list[str] | None = None,
+        talks: bool | None = None,
+    ):
+        """`fragment` and `names`: this learner syncs only these parameters (streaming).
+        `talks`: whether this process talks to the synchronizer (default: rank 0)."""
         self.cfg, self.fragment = cfg, fragment
         self.names = set(names) if names is not None else None
         self.offset = fragment * cfg.sync_every // cfg.fragments
         self.rank = torch.distributed.get_rank() if _distributed() else 0
-        self.client = Client(cfg.address, cfg.curve()) if self.rank == 0 else None
+        talks = self.rank == 0 if talks is None else talks
+        self.client = Client(cfg.address, cfg.curve()) if talks else None
         self.base: outer.Params = {}
         self.round = -1
         self.local_steps = 0
         self.pending: tuple[int, float] | None = None  # (request id, sent at)
         self.snapshot: outer.Params = {}
+        self.latest: outer.Params = {}  # the weights read last (offered when none are shared)
         self.residual: outer.Params = {}  # what compression left out of the last push
+        self.outbox: dict | None = None  # the packed pseudo-gradient of the push in flight
+        self.in_flight = False  # a push whose merge has not been applied yet
+        self.update: Update | None = None  # received, not applied on every rank yet
+        self.offering = False  # our weights were offered (`init`), the answer is pending
         self.merges: list[dict] = []  # one record per merge (round, kind, step)
         self.pushes: list[dict] = []  # one record per push (step, bytes)
         self.wait_s = 0.0  # time spent blocked on the synchronizer
-        self.dirty = False  # merged since the last broadcast to the other ranks
         self.resumed = False  # base, round, steps and residual came from a checkpoint
         self.refused_pushes = 0  # sync points whose pseudo-gradient was not finite
         self.refused_updates = 0  # updates from the synchronizer that were not finite
@@ -76,11 +108,13 @@ class Learner:
         A learner restored from its checkpoint (resume.LearnerState) joins with the shared
         weights it held: when the synchronizer is still at that round it keeps its weights
         and schedule and pushes at its next sync point as if it never stopped; else it gets
-        the new shared weights and (merge `delta`) keeps its progress on top of them."""
+        the new shared weights and (merge `delta`) keeps its progress on top of them.
+        Every rank calls it."""
+        self.latest = self._read(model)
         if not self.resumed:
-            self.base = outer.clone(self._mine(model))
+            self.base = self.latest
             self.snapshot = self.base
-        if self.rank == 0:
+        if self.client is not None:
             join = {
                 "learner": self.cfg.learner,
                 "digest": outer.digest(self.base),
@@ -88,31 +122,39 @@ class Learner:
             }
             self.pending = (self.client.request("join", join), time.time())
             self._wait(model, self.cfg.join_timeout_s, step=-1)
-        self._share(model)
+        self._share(model, -1)
 
     def after_step(self, step: int, model: torch.nn.Module) -> None:
         """Call after every optimizer step (every rank)."""
+        sync = self._tick()
+        if self.client is not None and self.pending:  # decoupled, or a barrier wait that
+            self._poll(model, step, 0.0)  # timed out: a reply is applied at the next share
+        push = False
+        if sync or self.cfg.mode == "decoupled" or not several_ranks():
+            push = self._share(model, step, push=sync and self._due())
+        if push:
+            self._sync_point(model, step)
+            self._share(model, step)
+
+    def _tick(self) -> bool:
+        """Count a local step; whether it is this learner's (fragment's) sync point."""
         self.local_steps += 1
-        sync = (self.local_steps + self.offset) % self.cfg.sync_every == 0
-        if self.rank == 0:
-            if self.pending:  # decoupled, or a barrier wait that timed out: merge on arrival
-                self._poll(model, step, 0.0)
-            if sync:
-                self._sync_point(model, step)
-        if sync or self.cfg.mode == "decoupled":
-            self._share(model)
+        return (self.local_steps + self.offset) % self.cfg.sync_every == 0
+
+    def _due(self) -> bool:
+        """Whether this sync point pushes (decided by the rank that talks): not while the
+        previous round is still in flight in decoupled mode (unless waited `retry_s`)."""
+        fresh = self.pending and time.time() - self.pending[1] < self.cfg.retry_s
+        return not (self.cfg.mode == "decoupled" and fresh)
 
     def _sync_point(self, model: torch.nn.Module, step: int) -> None:
-        fresh = self.pending and time.time() - self.pending[1] < self.cfg.retry_s
-        if self.cfg.mode == "decoupled" and fresh:
-            return  # the previous round is still in flight
-        self.snapshot = outer.clone(self._mine(model))
-        grad = outer.pseudo_gradient(self.base, self.snapshot)
-        try:
-            outer.check_update(grad, f"{self.cfg.learner}'s pseudo-gradient at step {step}")
-        except outer.Refused as err:
-            return self._diverged(model, step, err)
-        grad, self.residual = outer.with_feedback(grad, self.residual, self.cfg.compression)
+        """Every rank: the snapshot and the pseudo-gradient; rank 0 sends it (or, when it is
+        not finite, asks for the shared weights instead)."""
+        grad = self._next_push(model, step)
+        if self.client is None:
+            return
+        if grad is None:
+            return self._diverged(model, step)
         before = self.client.sent_bytes
         request = self.client.request(
             "push",
@@ -129,29 +171,45 @@ class Learner:
         if self.cfg.mode == "barrier":
             self._wait(model, self.cfg.barrier_timeout_s, step)
 
-    def _diverged(self, model: torch.nn.Module, step: int, err: outer.Refused) -> None:
+    def _next_push(self, model: torch.nn.Module, step: int) -> dict | None:
+        """Every rank: the snapshot, and the packed pseudo-gradient against `base` with the
+        error feedback of the last push (kept as `outbox` until the round merges); None when
+        it is not finite (then the next shared weights replace ours: `reset`)."""
+        self.snapshot = self.latest = self._read(model)
+        grad = outer.pseudo_gradient(self.base, self.snapshot)
+        try:
+            outer.check_update(grad, f"{self.cfg.learner}'s pseudo-gradient at step {step}")
+        except outer.Refused as err:
+            self.refused_pushes += 1
+            log.error("%s: not pushed (%s); taking the shared weights instead", self.cfg.learner,
+                      err)  # fmt: skip
+            self.reset, self.residual = True, {}
+            return None
+        grad, self.residual = outer.with_feedback(grad, self.residual, self.cfg.compression)
+        self.outbox, self.in_flight = grad, True
+        return grad
+
+    def _diverged(self, model: torch.nn.Module, step: int) -> None:
         """Our weights are not finite: push nothing, fetch the shared weights to replace
         ours (a join without a digest is answered with them whole)."""
-        self.refused_pushes += 1
-        log.error("%s: not pushed (%s); taking the shared weights instead", self.cfg.learner, err)
-        self.reset, self.residual = True, {}
         join = {"learner": self.cfg.learner, "digest": "", "fragment": self.fragment}
         self.pending = (self.client.request("join", join), time.time())
         if self.cfg.mode == "barrier":
             self._wait(model, self.cfg.barrier_timeout_s, step)
 
     def _offer(self, model: torch.nn.Module) -> None:
-        self.snapshot = outer.clone(self._mine(model))
+        """No shared weights yet: offer the weights read last (every rank holds them)."""
         try:
-            outer.check_update(self.snapshot, f"{self.cfg.learner}'s weights")
+            outer.check_update(self.latest, f"{self.cfg.learner}'s weights")
         except outer.Refused as err:  # never the shared weights' first value
             log.error("%s: weights not offered: %s", self.cfg.learner, err)
             return
+        self.offering = True
         request = self.client.request(
             "init",
             {
                 "learner": self.cfg.learner,
-                "weights": {"t": self.snapshot},
+                "weights": {"t": self.latest},
                 "fragment": self.fragment,
             },
         )
@@ -187,49 +245,66 @@ class Learner:
             log.warning("%s: bad reply from the synchronizer: %s", self.cfg.learner, err)
 
     def _apply(self, model: torch.nn.Module, reply: dict, step: int) -> None:
-        kind, weights = reply["kind"], reply.get("weights")
+        """A reply: kept as `self.update` until every rank applies it (`_share`)."""
+        kind, packed = reply["kind"], reply.get("weights")
         if kind == "empty":  # no shared weights yet: offer ours (the answer comes as full)
             return self._offer(model)
+        offered, self.offering = self.offering, False
         if kind == "same":  # we hold the shared weights already: our weights stay as they are
-            self.round = int(reply["round"])
-            self.merges.append({"round": self.round, "kind": kind, "step": step,
-                                "fragment": self.fragment})  # fmt: skip
+            self.update = Update(kind, int(reply["round"]))
             return
         if kind == "delta":
-            new_base = outer.apply_delta(self.base, outer.unpack(weights, self.base, "delta"))
+            new_base = outer.apply_delta(self.base, outer.unpack(packed, self.base, "delta"))
         else:
-            new_base = outer.unpack(weights, self.base, "shared weights")
+            new_base = outer.unpack(packed, self.base, "shared weights")
         outer.check_update(new_base, f"round {reply['round']} {kind} from the synchronizer")
-        now = self._mine(model)  # on the model's device; the merge is done on CPU copies
-        rule = "replace" if self.reset else self.cfg.merge  # ours were not finite: theirs
-        local = outer.merge(rule, outer.clone(now), self.snapshot, new_base)
-        self.reset = False
-        with torch.no_grad():
-            for name, tensor in now.items():
-                tensor.copy_(local[name])
-        self.base, self.round = new_base, int(reply["round"])
-        self.merges.append(
-            {"round": self.round, "kind": kind, "step": step, "fragment": self.fragment}
-        )
-        self.dirty = True
+        self.update = Update(kind, int(reply["round"]), new_base, offered)
 
-    def _share(self, model: torch.nn.Module) -> None:
-        """Multi-rank learners: rank 0's merges reach every rank (a no-op on one process)."""
-        if not _distributed() or torch.distributed.get_world_size() == 1:
-            self.dirty = False
-            return
-        flag = torch.tensor([int(self.dirty)])
-        torch.distributed.broadcast(flag, 0)
-        if flag.item():
-            for tensor in self._mine(model).values():
-                torch.distributed.broadcast(tensor.data, 0)
-        self.dirty = False
+    def _share(self, model: torch.nn.Module, step: int, push: bool = False) -> bool:
+        """Every rank: the reply rank 0 received, if any, applied on every rank (the new
+        shared weights broadcast, each rank merging them into its own parameters); returns
+        rank 0's `push` (whether the sync point pushes)."""
+        update = self.update
+        if several_ranks():
+            mine = self._mine(model)
+            device = next(iter(mine.values())).device
+            head = (
+                [KINDS.index(update.kind) + 1, update.round, int(update.offered)]
+                if update
+                else [0, 0, 0]
+            )
+            code = torch.tensor([*head, int(push)], dtype=torch.int64, device=device)
+            torch.distributed.broadcast(code, 0)
+            kind, round_, offered, push = code.tolist()
+            if kind:
+                base = update.base if update else None
+                if KINDS[kind - 1] != "same":
+                    base = weights.broadcast(base, mine, 0)
+                update = Update(KINDS[kind - 1], round_, base, bool(offered))
+        self.update = None
+        if update is not None:
+            self._adopt(model, update, step)
+        return bool(push)
+
+    def _adopt(self, model: torch.nn.Module, update: Update, step: int) -> None:
+        """Every rank: the new shared weights merged into its weights by `merge`."""
+        if update.kind != "same":
+            if update.offered:  # our offered weights became the shared ones
+                self.snapshot = self.latest
+            rule = "replace" if self.reset else self.cfg.merge  # ours were not finite: theirs
+            weights.merge_into(self._mine(model), rule, self.snapshot, update.base)
+            self.base, self.in_flight, self.outbox = update.base, False, None
+            self.reset = False
+        self.round = update.round
+        self.merges.append(
+            {"round": self.round, "kind": update.kind, "step": step, "fragment": self.fragment}
+        )
 
     def finish(self, model: torch.nn.Module) -> None:
         """At the end of training: wait for the update of a round still in flight."""
-        if self.rank == 0 and self.pending:
+        if self.client is not None and self.pending:
             self._wait(model, self.cfg.barrier_timeout_s, step=self.local_steps - 1)
-        self._share(model)
+        self._share(model, self.local_steps - 1)
 
     def close(self) -> None:
         if self.client:
@@ -237,7 +312,12 @@ class Learner:
 
     def _mine(self, model: torch.nn.Module) -> outer.Params:
         """The parameters this learner syncs (all, or its fragment's)."""
-        return {k: v for k, v in model.named_parameters() if self.names is None or k in self.names}
+        params = weights.named(model)
+        return {k: v for k, v in params.items() if self.names is None or k in self.names}
+
+    def _read(self, model: torch.nn.Module) -> outer.Params:
+        """Every rank: the full weights this learner syncs, as fp32 CPU copies."""
+        return weights.read(self._mine(model))
 
     @property
     def sent_bytes(self) -> int:
@@ -256,3 +336,8 @@ def make(cfg: LearnerConfig, model: torch.nn.Module):
 
 def _distributed() -> bool:
     return torch.distributed.is_available() and torch.distributed.is_initialized()
+
+
+def several_ranks() -> bool:
+    """Whether the learner has several ranks (torch.distributed, world > 1)."""
+    return _distributed() and torch.distributed.get_world_size() > 1

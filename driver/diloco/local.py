@@ -4,13 +4,14 @@
 
 runs an experiment's plan, written by `runner run --local EXPERIMENT.yaml`
 (`runner.experiment_local`): its `out` folder, the synchronizer's options and each
-learner's process, the driver (`python -m driver.train ...`) with its `REVE_DILOCO_*`
-settings, to which the local synchronizer's address and keys are added. Keys are generated
-into `<out>/keys` (`driver.diloco.keys`); the synchronizer (`start_synchronizer`) binds a
-free loopback port and keeps its state in `<out>/state`. Every process's lines are shown
-with its name in front (`[us] `, `[sync] `); Ctrl-C stops them all
-(`driver.diloco.children`); exit 0 when every learner finished, 1 with one line naming
-each learner that failed, 130 when stopped, 2 on a bad plan.
+learner's process, the driver (`python -m driver.train ... diloco.learner=...`), to which
+the local synchronizer's address and the keys folder are added as overrides
+(`diloco.address=... diloco.keys=...`). Keys are generated into `<out>/keys`
+(`driver.diloco.keys`); the synchronizer (`start_synchronizer`) binds a free loopback port
+and keeps its state in `<out>/state`. Every process's lines are shown with its name in
+front (`[us] `, `[sync] `); Ctrl-C stops them all (`driver.diloco.children`); exit 0 when
+every learner finished, 1 with one line naming each learner that failed, 130 when stopped,
+2 on a bad plan.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import sys
 import time
 from pathlib import Path
 
-from driver.diloco import ENV, keys, state
+from driver.diloco import keys, state
 from driver.diloco.children import Children
 
 
@@ -68,9 +69,10 @@ def plan_sync_options(plan: dict) -> list[str]:
     return [*plan["synchronizer"], "--expect", ",".join(run["name"] for run in plan["learners"])]
 
 
-def plan_learner_env(run: dict, address: str, keys_dir: Path) -> dict[str, str]:
-    """A learner's settings of a plan, with the local synchronizer's address and keys."""
-    return {**run["env"], f"{ENV}ADDRESS": address, f"{ENV}KEYS": str(keys_dir.resolve())}
+def plan_learner_command(run: dict, address: str, keys_dir: Path) -> list[str]:
+    """A learner's driver command of a plan, with the local synchronizer's address and the
+    keys folder as overrides of its `diloco` section."""
+    return [*run["command"], f"diloco.address={address}", f"diloco.keys={keys_dir.resolve()}"]
 
 
 def run_plan(path: str) -> int:
@@ -88,8 +90,8 @@ def run_plan(path: str) -> int:
     children.say(f"synchronizer on {address}; learners {', '.join(names)}; outputs in {out}")
     try:
         for run in plan["learners"]:
-            env = {**os.environ, **plan_learner_env(run, address, out / "keys")}
-            children.start(run["name"], run["command"], env)
+            command = plan_learner_command(run, address, out / "keys")
+            children.start(run["name"], command, {**os.environ, **run["env"]})
         codes = children.wait(names)
     finally:
         children.close("sync")

@@ -9,8 +9,8 @@ started its round from (`base`), what compression left out of its last push (`re
 error feedback), the weights of a push still in flight (`snapshot`) as tensors, and its
 bookkeeping (learner, fragment, round, local steps, whether a push was in flight) as JSON
 bytes (`driver.checkpoint.plain`): the checkpoint layer stores tensors and loads the other
-entries weights-only, so nothing in it can run code on load. Rank 0's state is the one that
-counts (it talks to the synchronizer); every rank loads it.
+entries weights-only, so nothing in it can run code on load. Every rank holds the same
+state (driver.diloco.learner) and loads it.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from __future__ import annotations
 import torch
 
 from driver.checkpoint.plain import decode_state, encode_state
-from driver.diloco import outer
+from driver.diloco import outer, weights
 
 
 def parts(learner) -> list:
@@ -36,9 +36,9 @@ class LearnerState:
         """Live tensors of the right shapes even before the learner started (load targets)."""
         out = {}
         for part in parts(self.learner):
-            shapes = outer.clone(part._mine(self.model))
+            shapes = weights.zeros(part._mine(self.model))
             base = part.base or shapes
-            in_flight = part.pending is not None and part.round >= 0
+            in_flight = part.in_flight
             out[f"fragment{part.fragment}"] = {
                 "meta": encode_state(
                     {
@@ -76,4 +76,4 @@ def restore(part, meta: dict, saved: dict) -> None:
     part.residual = outer.clone(saved["residual"])
     part.snapshot = outer.clone(saved["snapshot"]) if meta["in_flight"] else part.base
     part.round, part.local_steps = int(meta["round"]), int(meta["local_steps"])
-    part.resumed = True
+    part.resumed = True  # it joins first: the answer settles a push that was in flight

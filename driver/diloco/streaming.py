@@ -13,31 +13,22 @@ from __future__ import annotations
 import torch
 
 from driver.config.diloco import LearnerConfig
-from driver.diloco import outer
+from driver.diloco import outer, weights
 from driver.diloco.learner import Learner
 
 
-class Streaming:
-    """Streaming sync: the model in `cfg.fragments` fragments (contiguous, of about equal
-    size), each a `Learner` with its own connection, round and staggered schedule. Same
-    methods as Learner."""
+def fragment_names(cfg: LearnerConfig, model: torch.nn.Module) -> list[list[str] | None]:
+    """The parameter names of each part: [None] (all) unless the learner streams."""
+    if cfg.fragments == 1:
+        return [None]
+    sizes = [(k, p.numel()) for k, p in weights.named(model).items()]
+    return outer.partition(sizes, cfg.fragments)
 
-    def __init__(self, cfg: LearnerConfig, model: torch.nn.Module):
-        sizes = [(k, p.numel()) for k, p in model.named_parameters()]
-        parts = outer.partition(sizes, cfg.fragments)
-        self.parts = [Learner(cfg, f, names) for f, names in enumerate(parts)]
 
-    def start(self, model: torch.nn.Module) -> None:
-        for part in self.parts:
-            part.start(model)
+class Parts:
+    """What a learner made of parts (`self.parts`, one `Learner` per fragment) reports."""
 
-    def after_step(self, step: int, model: torch.nn.Module) -> None:
-        for part in self.parts:
-            part.after_step(step, model)
-
-    def finish(self, model: torch.nn.Module) -> None:
-        for part in self.parts:
-            part.finish(model)
+    parts: list[Learner]
 
     def close(self) -> None:
         for part in self.parts:
@@ -62,3 +53,25 @@ class Streaming:
     @property
     def sent_bytes(self) -> int:
         return sum(part.sent_bytes for part in self.parts)
+
+
+class Streaming(Parts):
+    """Streaming sync: the model in `cfg.fragments` fragments (contiguous, of about equal
+    size), each a `Learner` with its own connection, round and staggered schedule. Same
+    methods as Learner."""
+
+    def __init__(self, cfg: LearnerConfig, model: torch.nn.Module):
+        names = fragment_names(cfg, model)
+        self.parts = [Learner(cfg, f, n) for f, n in enumerate(names)]
+
+    def start(self, model: torch.nn.Module) -> None:
+        for part in self.parts:
+            part.start(model)
+
+    def after_step(self, step: int, model: torch.nn.Module) -> None:
+        for part in self.parts:
+            part.after_step(step, model)
+
+    def finish(self, model: torch.nn.Module) -> None:
+        for part in self.parts:
+            part.finish(model)

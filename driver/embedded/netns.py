@@ -19,7 +19,7 @@ loopback. When that cannot be done, the run keeps the host's network, with one w
 A run that needs the network keeps the host's (`network_reason`): one whose config names a
 network location (`scheme://` other than file, memory, ipc: a ClickHouse or OTLP endpoint,
 a bucket for checkpoints or data), one with Ray's dashboard (`run.local_dashboard`, opened
-from a browser), a DiLoCo learner (`REVE_DILOCO_ADDRESS`: it reaches its synchronizer), or
+from a browser), a DiLoCo learner (`diloco.address`: it reaches its synchronizer), or
 `REVE_LOCAL_NETWORK=host`. The run reads and writes only files (its output folder, which
 `runner ui` reads), so nothing else needs the network.
 """
@@ -48,8 +48,8 @@ def network_reason(config: dict, environ: dict[str, str]) -> str | None:
     composed config as plain data."""
     if environ.get(NETWORK_ENV) == "host":
         return f"{NETWORK_ENV}=host"
-    if environ.get("REVE_DILOCO_ADDRESS"):
-        return "a DiLoCo learner reaches its synchronizer (REVE_DILOCO_ADDRESS)"
+    if (config.get("diloco") or {}).get("address"):
+        return "a DiLoCo learner reaches its synchronizer (diloco.address)"
     if (config.get("run") or {}).get("local_dashboard"):
         return "run.local_dashboard is on"
     for key, value in _strings(config):

@@ -92,6 +92,10 @@ class FtReplica:
         if gate:
             pass_gate(gate, cfg.start_timeout_s)
         self.plan: StepPlan | None = None
+        self.outer = None
+        """A DiLoCo learner's exchange (driver.diloco.replicas.FtLearner): `exchange(manager,
+        plan)` inside each step before the vote, `voted(ok)` after it, so a merge is applied
+        by every group or by none."""
         self.restore: Callable[[], int] | None = None
         """Set on a group started again: reads the newest checkpoint, returns its step (0:
         none). Called at the first quorum only if no live group is ahead to heal from."""
@@ -205,7 +209,11 @@ class FtReplica:
         """The all-or-nothing vote: step the optimizer (and scheduler) only when every live
         group's step succeeded. Gradients are cleared either way."""
         started = time.perf_counter()
+        if self.outer is not None:
+            self.outer.exchange(self.manager, self.plan)
         ok = self.manager.should_commit()
+        if self.outer is not None:
+            self.outer.voted(ok)
         if ok:
             scale = self.plan.lr_scale if self.plan else 1.0
             saved = [g["lr"] for g in optimizer.param_groups]

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import sys
 import threading
 from collections import deque
@@ -61,6 +60,12 @@ def aux_postfix(row: dict) -> dict[str, str]:
     return out
 
 
+def learner_label(cfg) -> str:
+    """The run's DiLoCo learner name (`diloco.learner` of a learner), else empty."""
+    diloco = getattr(cfg, "diloco", None)
+    return diloco.learner if diloco is not None and diloco.address else ""
+
+
 POLL_S = 2.0
 """How often the progress thread drains the run's channel (one write to each writer):
 with the ranks' 1 s batches (driver.metrics.rank), a row reaches metrics.jsonl and the
@@ -78,7 +83,7 @@ class Progress:
         self.cfg, self.sink, self.fmt, self.interval_s = cfg, sink, fmt, interval_s
         log_cfg = cfg.logging
         self.identity = {"run": cfg.run.name, "team": cfg.run.team, "cluster": cfg.run.cluster,
-                         "learner": os.environ.get(labels.LEARNER_ENV, "")}  # fmt: skip
+                         "learner": learner_label(cfg)}  # fmt: skip
         self.labels = labels.telemetry_labels(**self.identity, **where_am_i(),
                                               service=labels.TRAIN_SERVICE)  # fmt: skip
         self.metrics = RunMetrics(

@@ -63,7 +63,7 @@ def plain_parts(cfg, work, feed, aux, device, rank, world, channel, args):
     accum = cfg.train.grad_accum_steps
     stepper = PlainStepper(core, rank, accum, slots=world * accum,
                            shard=cfg.parallelism.fsdp_size)  # fmt: skip
-    learner = prepare(model)  # a DiLoCo learner when configured, else a no-op
+    learner = prepare(model, cfg.diloco)  # a DiLoCo learner when configured, else a no-op
     session = checkpointing(cfg, model, optimizer, scheduler, feed, rank, world, channel,
                             learner.checkpoint_state())  # fmt: skip
     stepper.resume(session)
@@ -76,6 +76,7 @@ def ft_parts(cfg, work, feed, aux, device, rank, world, channel, args):
 
     from driver import optim
     from driver.checkpoint import TrainState
+    from driver.diloco.hook import prepare_ft
     from driver.ft.replica import FtReplica
     from driver.ft.stepper import FtStepper, gate_store
 
@@ -84,7 +85,10 @@ def ft_parts(cfg, work, feed, aux, device, rank, world, channel, args):
     # DDP or FSDP inside the replica group (Ray Train's process group is the group's)
     model = wrap(work.model.to(device), cfg, device, topo.group_size)
     optimizer, scheduler = optim.build(model, cfg.optimizer, cfg.train.steps)
+    learner = prepare_ft(model, cfg.diloco, group, topo.groups)  # the run is one learner
     state = {"model": model, "optimizer": optimizer, "scheduler": scheduler, "data": feed}
+    if learner:  # its sync state heals with the group's
+        state["diloco"] = learner.learner
     ft = FtReplica(
         cfg.ft,
         group=group,
@@ -100,6 +104,7 @@ def ft_parts(cfg, work, feed, aux, device, rank, world, channel, args):
         group_size=topo.group_size,
         device=device.type,
     )
+    ft.outer = learner.learner  # a merge rides on a step's commit vote (None: no learner)
     core = StepCore(cfg, model, work, optimizer, scheduler, device, feed, condition_of(aux),
                     offset=slot_offset(cfg, rank, world))  # fmt: skip
     from driver.ft.watchdog import Watchdog
@@ -112,11 +117,11 @@ def ft_parts(cfg, work, feed, aux, device, rank, world, channel, args):
         from driver.ft.session import FtCheckpointSession
 
         train_state = TrainState(model=model, optimizer=optimizer, lr_scheduler=scheduler,
-                                 dataloader=feed)  # fmt: skip
+                                 dataloader=feed, extra=learner.checkpoint_state())  # fmt: skip
         member = {"rank": rank, "group_rank": topo.group_rank(rank), "group_size": topo.group_size}
         session = FtCheckpointSession(cfg, train_state, group, channel, **member)
     stepper.resume(session)
-    return stepper, model, session, None
+    return stepper, model, session, learner
 
 
 def make_feed(cfg, dataset, rank: int, world: int, aux):
@@ -128,7 +133,7 @@ def make_feed(cfg, dataset, rank: int, world: int, aux):
     from driver.data.feed import Feed
 
     accum = cfg.train.grad_accum_steps
-    shard_rank, shard_world = data_shard(rank, world)
+    shard_rank, shard_world = data_shard(rank, world, cfg.diloco)
     stages = aux.stages() if aux and cfg.data.remote_stage else None
     return Feed(dataset, cfg.train.micro_batch_size, shard_world * accum, cfg.train.seed,
                 rank=shard_rank, grad_accum=accum, pipeline=pipeline_config(cfg),
@@ -139,7 +144,7 @@ def slot_offset(cfg, rank: int, world: int) -> int:
     """Where this run's slots start among the feed's: a DiLoCo learner's share (0 else)."""
     from driver.config.diloco import data_shard
 
-    return (data_shard(rank, world)[0] - rank) * cfg.train.grad_accum_steps
+    return (data_shard(rank, world, cfg.diloco)[0] - rank) * cfg.train.grad_accum_steps
 
 
 def pipeline_config(cfg):

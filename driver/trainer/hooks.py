@@ -100,6 +100,7 @@ class DilocoHook(Hook):
 
     def after_step(self, trainer, row: dict) -> None:
         self.learner.after_step(row["step"] - 1, self.model)
+        row.update(self.learner.metrics())  # its round, merges and waits
 
     def abandon(self, trainer) -> None:
         self.learner.end(self.model, finished=False)

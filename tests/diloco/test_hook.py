@@ -1,5 +1,6 @@
-"""The training loop's DiLoCo hook (driver.diloco.hook): nothing without REVE_DILOCO_ADDRESS,
-bad settings on one line, and a rendered learner's settings syncing a real driver run."""
+"""The training loop's DiLoCo hook (driver.diloco.hook): nothing without `diloco.address`,
+bad settings on one line at composition and from `python -m driver.train`, and a rendered
+learner's `diloco.*` overrides syncing a learner and a real driver run."""
 
 from __future__ import annotations
 
@@ -11,20 +12,25 @@ from pathlib import Path
 
 import pytest
 import torch
+import yaml
 
 from catalog.errors import InputError
+from driver.config.compose import compose
 from driver.diloco import hook, local, state
 from runner import experiment
 from tests.diloco.conftest import linear
 
 ROOT = Path(__file__).resolve().parents[2]
 IMAGE = "us-docker.pkg.dev/reve-train-ultra/training/trainer@sha256:" + "ab" * 32
+CONFIG = "runs/train/tiny-lm.yaml"
 
 
-def plain_env(exp: experiment.Experiment, name: str) -> dict[str, str]:
-    """A rendered learner's REVE_DILOCO_* values (the Secret references left out)."""
+def overrides(exp: experiment.Experiment, name: str, address: str, keys: str) -> list[str]:
+    """A rendered learner's `diloco.*` overrides, with a local synchronizer and keys folder
+    (as driver.diloco.local runs a plan)."""
     learner = next(ln for ln in exp.learners if ln.name == name)
-    return {k: v for k, v in experiment.learner_env(exp, learner).items() if isinstance(v, str)}
+    words = experiment.learner_overrides(exp, learner)
+    return [*words, f"diloco.address={address}", f"diloco.keys={keys}"]
 
 
 def one_learner(sync_every: int = 3) -> experiment.Experiment:
@@ -32,7 +38,7 @@ def one_learner(sync_every: int = 3) -> experiment.Experiment:
         "name": "hooked",
         "namespace": "research",
         "image": IMAGE,
-        "train_config": "runs/train/tiny-lm.yaml",
+        "train_config": CONFIG,
         "diloco": {"sync_every": sync_every, "compression": "fp32", "barrier_timeout_s": 60},
         "synchronizer": {"cluster": "ultra-usc1"},
         "learners": [{"name": "a", "cluster": "ultra-usc1"}],
@@ -42,34 +48,45 @@ def one_learner(sync_every: int = 3) -> experiment.Experiment:
 
 def test_without_an_address_the_hook_does_nothing():
     model = linear()
-    diloco = hook.attach(model, environ={})
+    diloco = hook.attach(model, compose(CONFIG)[0].diloco)
     assert not diloco
     diloco.after_step(0, model)
     diloco.end(model)
 
 
+def test_the_settings_are_in_the_composed_config(tmp_path, keys_dir):
+    words = overrides(one_learner(), "a", "tcp://127.0.0.1:5555", keys_dir)
+    cfg, text = compose(CONFIG, words)
+    saved = yaml.safe_load(text)["diloco"]
+    assert saved["address"] == "tcp://127.0.0.1:5555" and saved["learner"] == "a"
+    assert saved["sync_every"] == 3 and saved["compression"] == "fp32"
+    assert saved["keys"] == keys_dir and saved["keys_env_prefix"] == "REVE_DILOCO_"
+    assert "KEY" not in text.replace("keys_env_prefix: REVE_DILOCO_", "")  # names, no values
+    assert cfg.diloco.curve()  # the keys are found
+
+
 @pytest.mark.parametrize(
-    "env, message",
+    ("word", "message"),
     [
-        ({"REVE_DILOCO_MODE": "lazy"}, "REVE_DILOCO_MODE: 'lazy': expected one of"),
-        ({"REVE_DILOCO_SYNC_EVERY": "ten"}, "REVE_DILOCO_SYNC_EVERY: 'ten' is not int"),
-        ({"REVE_DILOCO_KEYS": ""}, "REVE_DILOCO_KEYS or REVE_DILOCO_PUBLIC_KEY"),
+        ("diloco.mode=lazy", "diloco.mode: 'lazy': expected one of ('barrier', 'decoupled')"),
+        ("diloco.sync_every=ten", "diloco.sync_every: Value 'ten' of type 'str' could not"),
+        ("diloco.learner=A", "diloco.learner: 'A': expected a DNS label"),
+        ("diloco.public_key=abc", "diloco.public_key: unknown key"),
     ],
 )
-def test_bad_settings_are_one_line(env, message, keys_dir):
-    base = {**plain_env(one_learner(), "a"), "REVE_DILOCO_KEYS": keys_dir, **env}
+def test_bad_settings_are_one_line(word, message, keys_dir):
+    words = [*overrides(one_learner(), "a", "tcp://127.0.0.1:5555", keys_dir), word]
     with pytest.raises(InputError) as err:
-        hook.check_env(base)
-    assert err.value.line().startswith("environment: ") and message in err.value.line()
+        compose(CONFIG, words)
+    assert err.value.line().startswith(f"{CONFIG}: {message}"), err.value.line()
     assert "\n" not in err.value.line()
 
 
 def test_the_rendered_settings_make_a_learner_that_syncs(keys_dir, sync_thread):
     sync = sync_thread(compression="fp32", round_timeout_s=5.0, expect=("a",))
-    env = {**plain_env(one_learner(2), "a"), "REVE_DILOCO_KEYS": keys_dir}
-    env["REVE_DILOCO_ADDRESS"] = sync.address
+    cfg = compose(CONFIG, overrides(one_learner(2), "a", sync.address, keys_dir))[0]
     model = linear()
-    diloco = hook.attach(model, environ=env)
+    diloco = hook.attach(model, cfg.diloco)
     assert diloco
     for step in range(4):
         with torch.no_grad():
@@ -79,16 +96,29 @@ def test_the_rendered_settings_make_a_learner_that_syncs(keys_dir, sync_thread):
     assert diloco.learner.round == 2
 
 
-def test_driver_refuses_bad_settings_on_one_line(tmp_path):
-    env = {**os.environ, "REVE_DILOCO_ADDRESS": "tcp://127.0.0.1:1", "REVE_DILOCO_LEARNER": "a"}
-    env["REVE_DILOCO_MODE"] = "lazy"
-    args = ["runs/train/tiny-lm.yaml", f"run.output_dir={tmp_path / 'out'}"]
-    done = subprocess.run([sys.executable, "-m", "driver.train", *args], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=120)  # fmt: skip
+def run_driver(args: list[str], env: dict | None = None, timeout: int = 120):
+    return subprocess.run([sys.executable, "-m", "driver.train", *args], cwd=ROOT,
+                          env=env or dict(os.environ), capture_output=True, text=True,
+                          timeout=timeout)  # fmt: skip
+
+
+def test_driver_refuses_bad_settings_and_missing_keys_on_one_line(tmp_path):
+    learner = ["diloco.address=tcp://127.0.0.1:1", "diloco.learner=a"]
+    out = f"run.output_dir={tmp_path / 'out'}"
+    done = run_driver([CONFIG, out, *learner, "diloco.mode=lazy"])
     assert done.returncode == 2, done.stderr
     assert done.stderr.strip().splitlines() == [
-        "error: environment: REVE_DILOCO_MODE: 'lazy': expected one of ('barrier', 'decoupled')"
+        f"error: {CONFIG}: diloco.mode: 'lazy': expected one of ('barrier', 'decoupled')"
     ]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("REVE_DILOCO_")}
+    done = run_driver([CONFIG, out, *learner], env)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip().splitlines() == [
+        "error: environment: REVE_DILOCO_PUBLIC_KEY: not a Curve key (40 Z85 characters): "
+        "set diloco.keys to a keys folder, or the variables named by diloco.keys_env_prefix"
+    ]
+    done = run_driver([CONFIG, out, *learner, f"diloco.keys={tmp_path / 'none'}"], env)
+    assert done.returncode == 2 and "diloco.keys: " in done.stderr, done.stderr
 
 
 @pytest.mark.slow
@@ -101,14 +131,12 @@ def test_a_rendered_learner_syncs_a_driver_run(tmp_path):
     sync, address = local.start_synchronizer(
         tmp_path, ["--expect", "a", "--compression", "fp32", "--round-timeout", "30"]
     )
-    env = {**os.environ, **plain_env(one_learner(3), "a")}
-    env |= {"REVE_DILOCO_ADDRESS": address, "REVE_DILOCO_KEYS": str(tmp_path / "keys")}
     out = tmp_path / "out"
-    args = ["runs/train/tiny-lm.yaml", "train.steps=7", "optimizer.warmup_steps=2",
-            "data.size=1024", "parallelism.workers=1", f"run.output_dir={out}"]  # fmt: skip
+    args = [CONFIG, "train.steps=7", "optimizer.warmup_steps=2", "data.size=1024",
+            "parallelism.workers=1", f"run.output_dir={out}",
+            *overrides(one_learner(3), "a", address, str(tmp_path / "keys"))]  # fmt: skip
     try:
-        done = subprocess.run([sys.executable, "-m", "driver.train", *args], cwd=ROOT, env=env,
-                              capture_output=True, text=True, timeout=400)  # fmt: skip
+        done = run_driver(args, timeout=400)
     finally:
         sync.terminate()
         sync.wait(30)
@@ -116,3 +144,4 @@ def test_a_rendered_learner_syncs_a_driver_run(tmp_path):
     rounds = state.read_rounds(tmp_path / "state")
     assert len(rounds) >= 2 and all(r["contributors"] == ["a"] for r in rounds), rounds
     assert json.loads((out / "summary.json").read_text())["steps"] == 7
+    assert yaml.safe_load((out / "config.yaml").read_text())["diloco"]["learner"] == "a"

@@ -80,7 +80,7 @@ def test_malformed_message_gets_a_protocol_error(keys_dir):
         server.close(0)
 
 
-def test_keys_from_env_as_a_cluster_passes_them(keys_dir, tmp_path):
+def test_keys_from_env_as_a_cluster_passes_them(keys_dir, tmp_path, monkeypatch):
     from driver.diloco.learner import Learner, LearnerConfig
 
     k8s = keys.write_secret_files(keys_dir, ["a"])
@@ -89,8 +89,9 @@ def test_keys_from_env_as_a_cluster_passes_them(keys_dir, tmp_path):
     learner_env = {f"REVE_DILOCO_{k.upper().replace('-', '_')}": (k8s / "a" / k).read_text()
                    for k in ("public-key", "secret-key", "server-key")}  # fmt: skip
     server = Server("tcp://127.0.0.1:*", "env", environ=sync_env)
-    cfg = LearnerConfig.from_env({"REVE_DILOCO_ADDRESS": server.address,
-                                  "REVE_DILOCO_LEARNER": "a", **learner_env})  # fmt: skip
+    for name, value in learner_env.items():  # a Secret's keys: names in the config only
+        monkeypatch.setenv(name, value)
+    cfg = LearnerConfig(server.address, "a", keys_env_prefix="REVE_DILOCO_")
     ln = Learner(cfg)
     try:
         ln.client.request("join", {"learner": "a"})
@@ -103,9 +104,10 @@ def test_keys_from_env_as_a_cluster_passes_them(keys_dir, tmp_path):
 def test_missing_keys_are_one_line_errors():
     import pytest
 
+    from catalog.errors import InputError
     from driver.diloco.learner import LearnerConfig
 
-    with pytest.raises(ValueError, match="REVE_DILOCO_KEYS or REVE_DILOCO_PUBLIC_KEY"):
-        LearnerConfig("tcp://x:1", "a").curve()
+    with pytest.raises(InputError, match="REVE_DILOCO_PUBLIC_KEY: not a Curve key"):
+        LearnerConfig("tcp://x:1", "a").curve({})
     with pytest.raises(ValueError, match="REVE_DILOCO_ALLOWED"):
         keys.from_env({"REVE_DILOCO_PUBLIC_KEY": "x" * 40})

@@ -1,6 +1,7 @@
 """`python -m driver.diloco.local --plan` (what `runner run --local` runs on an experiment):
-each learner's lines shown with its name, its settings and the local synchronizer's address
-and keys in its environment, a failed learner named on one line, Ctrl-C stopping every
+each learner's lines shown with its name, its environment, the local synchronizer's
+address and the keys folder added to its command as `diloco.*` overrides, a failed
+learner named on one line, Ctrl-C stopping every
 process. The learners here are small Python programs (the driver's run is
 tests/runner/test_experiment_cli.py, slow)."""
 
@@ -19,9 +20,10 @@ from driver.diloco.children import Children
 ROOT = Path(__file__).resolve().parents[2]
 
 SHOW = (
-    "import os; print('address', os.environ['REVE_DILOCO_ADDRESS']); "
-    "print('keys', os.path.isdir(os.environ['REVE_DILOCO_KEYS'])); "
-    "print('learner', os.environ['REVE_DILOCO_LEARNER'])"
+    "import os, sys; words = dict(w.split('=', 1) for w in sys.argv[1:]); "
+    "print('address', words['diloco.address']); "
+    "print('keys', os.path.isdir(words['diloco.keys'])); "
+    "print('learner', os.environ['LEARNER_NAME'])"
 )
 
 
@@ -30,7 +32,7 @@ def write_plan(tmp_path: Path, programs: dict[str, str]) -> Path:
         "out": str(tmp_path / "out"),
         "synchronizer": ["--round-timeout", "5", "--compression", "fp32"],
         "learners": [
-            {"name": n, "command": [sys.executable, "-c", p], "env": {"REVE_DILOCO_LEARNER": n}}
+            {"name": n, "command": [sys.executable, "-c", p], "env": {"LEARNER_NAME": n}}
             for n, p in programs.items()
         ],
     }

@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from driver.diloco import keys, local, state
-from tests.diloco.test_hook import ROOT, one_learner, plain_env
+from tests.diloco.test_hook import ROOT, one_learner, overrides
 
 
 @pytest.mark.slow
@@ -20,12 +20,12 @@ def test_a_driver_learner_resumes_its_rounds(tmp_path):
     sync, address = local.start_synchronizer(
         tmp_path, ["--expect", "a", "--compression", "fp32", "--round-timeout", "30"]
     )
-    env = {**os.environ, **plain_env(one_learner(3), "a"), "XDG_CONFIG_HOME": str(tmp_path)}
-    env |= {"REVE_DILOCO_ADDRESS": address, "REVE_DILOCO_KEYS": str(tmp_path / "keys")}
+    env = {**os.environ, "XDG_CONFIG_HOME": str(tmp_path)}
     out = tmp_path / "out"
     args = ["runs/train/tiny-lm.yaml", "optimizer.warmup_steps=2", "data.size=1024",
             "parallelism.workers=1", f"run.output_dir={out}",
-            f"checkpoint.root={tmp_path / 'ckpt'}", "checkpoint.interval_steps=4"]  # fmt: skip
+            f"checkpoint.root={tmp_path / 'ckpt'}", "checkpoint.interval_steps=4",
+            *overrides(one_learner(3), "a", address, str(tmp_path / "keys"))]  # fmt: skip
     try:
         for steps in (5, 9):
             done = subprocess.run([sys.executable, "-m", "driver.train", *args,

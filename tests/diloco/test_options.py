@@ -64,23 +64,36 @@ def test_local_and_rendered_synchronizers_get_the_same_outer_settings(settings):
     assert here.compression == d.compression and here.expect == ("us", "eu")
 
 
+def composed(words: list[str]) -> LearnerConfig:
+    """The `diloco` section a driver command composes (`python -m driver.train ...`)."""
+    from driver.config.compose import compose
+
+    start = words.index("driver.train") + 1
+    return compose(words[start], words[start + 1 :])[0].diloco
+
+
 def test_local_learners_get_the_rendered_learner_settings(tmp_path):
     exp = experiment(mode="decoupled", merge="replace", fragments=2, **OUTER)
     _, runs = local_run(exp)
     assert [run["name"] for run in runs] == ["us", "eu"]
-    for run, learner in zip(runs, exp.learners, strict=True):
-        env = local.plan_learner_env(run, "tcp://127.0.0.1:5", tmp_path)
-        here = LearnerConfig.from_env(env)
-        plain = {k: v for k, v in ex.learner_env(exp, learner).items() if isinstance(v, str)}
-        rendered = LearnerConfig.from_env(plain)  # without its Secret references
+    for index, (run, learner) in enumerate(zip(runs, exp.learners, strict=True)):
+        here = composed(local.plan_learner_command(run, "tcp://127.0.0.1:5", tmp_path))
+        rayjob = next(m for m in ex.render_learner(exp, index).manifests if m["kind"] == "RayJob")
+        rendered = composed(shlex.split(rayjob["spec"]["entrypoint"]))
+        assert rendered.address == "tcp://lm-diloco-sync.research.svc.cluster.local:5555"
+        assert rendered.keys is None  # the keys: the Secret's variables, by name
         assert here == replace(rendered, address="tcp://127.0.0.1:5", keys=str(tmp_path.resolve()))
+        assert (here.learner, here.index, here.learners) == (learner.name, index, 2)
         assert (here.sync_every, here.mode, here.merge) == (10, "decoupled", "replace")
         assert (here.compression, here.fragments, here.barrier_timeout_s) == ("int8", 2, 33.0)
-        assert env["REVE_DILOCO_KEYS"] == str(tmp_path.resolve())
 
 
-CLUSTER_ONLY = ("checkpoint.root=", "logging.clickhouse_url=", "logging.store=")
-"""The rendered driver's words that name the cluster's services (`runner.spec.entrypoint`)."""
+CLUSTER_ONLY = ("checkpoint.root=", "logging.clickhouse_url=", "logging.store=",
+                "logging.otel_endpoint=", "logging.bundle_root=", "shape.",
+                "checkpoint.preemption_budget_s=", "diloco.address=")  # fmt: skip
+"""The rendered driver's words that name the cluster's services and the shape it was
+rendered for (`runner.spec.entrypoint`); the synchronizer's address: the local run adds
+its own."""
 
 
 def test_a_local_learner_runs_its_rayjob_driver_command():

@@ -120,14 +120,14 @@ def test_a_streaming_learner_saves_and_restores_every_fragment(sync_thread, keys
 
 
 def test_the_hook_gives_the_loop_the_learners_checkpoint_entry(sync_thread, keys_dir):
+    from driver.config.diloco import LearnerConfig
     from driver.diloco import hook
 
     assert hook.Hook().checkpoint_state() == {}
     sync = sync_thread("run", expect=("a",))
-    env = {"REVE_DILOCO_ADDRESS": sync.address, "REVE_DILOCO_LEARNER": "a",
-           "REVE_DILOCO_KEYS": keys_dir, "REVE_DILOCO_JOIN_TIMEOUT_S": "20"}  # fmt: skip
+    cfg = LearnerConfig(sync.address, "a", keys_dir, join_timeout_s=20.0)
     model, _ = model_and_optimizer(0)
-    diloco = hook.prepare(model, env)
+    diloco = hook.prepare(model, cfg)
     entry = diloco.checkpoint_state()["diloco"]
     assert isinstance(entry, LearnerState) and diloco.learner.round == -1  # not joined yet
     diloco.start(model)

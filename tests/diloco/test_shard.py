@@ -4,24 +4,28 @@ from __future__ import annotations
 
 import pytest
 
-from driver.config.diloco import data_shard
+from catalog.errors import InputError
+from driver.config.diloco import LearnerConfig, data_shard
 from driver.data.feed import Feed
 
-BASE = {"REVE_DILOCO_ADDRESS": "tcp://127.0.0.1:5555", "REVE_DILOCO_LEARNER": "a"}
+
+def learner(index: int = 0, learners: int = 1) -> LearnerConfig:
+    return LearnerConfig("tcp://127.0.0.1:5555", "a", index=index, learners=learners)
 
 
 @pytest.mark.parametrize(
-    ("env", "rank", "world", "expected"),
+    ("cfg", "rank", "world", "expected"),
     [
-        ({}, 1, 4, (1, 4)),  # not a learner: the rank's own place
-        (BASE, 1, 4, (1, 4)),  # a lone learner
-        ({**BASE, "REVE_DILOCO_INDEX": "0", "REVE_DILOCO_LEARNERS": "2"}, 1, 4, (1, 8)),
-        ({**BASE, "REVE_DILOCO_INDEX": "1", "REVE_DILOCO_LEARNERS": "2"}, 1, 4, (5, 8)),
-        ({**BASE, "REVE_DILOCO_INDEX": "2", "REVE_DILOCO_LEARNERS": "3"}, 0, 1, (2, 3)),
+        (None, 1, 4, (1, 4)),  # not a learner: the rank's own place
+        (LearnerConfig(index=1, learners=2), 1, 4, (1, 4)),  # no address: not a learner
+        (learner(), 1, 4, (1, 4)),  # a lone learner
+        (learner(0, 2), 1, 4, (1, 8)),
+        (learner(1, 2), 1, 4, (5, 8)),
+        (learner(2, 3), 0, 1, (2, 3)),
     ],
 )
-def test_data_shard(env, rank, world, expected):
-    assert data_shard(rank, world, env) == expected
+def test_data_shard(cfg, rank, world, expected):
+    assert data_shard(rank, world, cfg) == expected
 
 
 class Indexed:
@@ -35,13 +39,10 @@ class Indexed:
 
 
 def test_learners_never_share_a_sample():
-    env = {**BASE, "REVE_DILOCO_LEARNERS": "2"}
     seen = []
-    for learner in (0, 1):
+    for index in (0, 1):
         for rank in (0, 1):  # two ranks a learner, as driver.trainer.build makes their feeds
-            shard_rank, shard_world = data_shard(
-                rank, 2, {**env, "REVE_DILOCO_INDEX": str(learner)}
-            )
+            shard_rank, shard_world = data_shard(rank, 2, learner(index, 2))
             feed = Feed(Indexed(), micro_batch=8, slots=shard_world, seed=7, rank=shard_rank)
             steps = [feed.batch(step, shard_rank) for step in range(8)]  # one epoch
             seen.append({int(i) for batch in steps for i in batch[:, 0]})
@@ -49,8 +50,7 @@ def test_learners_never_share_a_sample():
     assert sum(map(len, seen)) == 256
 
 
-@pytest.mark.parametrize(("index", "learners"), [("2", "2"), ("-1", "2"), ("0", "0")])
+@pytest.mark.parametrize(("index", "learners"), [(2, 2), (-1, 2), (0, 0)])
 def test_a_bad_shard_is_one_line(index, learners):
-    env = {**BASE, "REVE_DILOCO_INDEX": index, "REVE_DILOCO_LEARNERS": learners}
-    with pytest.raises(ValueError, match="REVE_DILOCO_(INDEX|LEARNERS)"):
-        data_shard(0, 1, env)
+    with pytest.raises(InputError, match=r"diloco\.(index|learners)"):
+        learner(index, learners)

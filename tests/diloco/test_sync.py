@@ -160,23 +160,27 @@ def test_learner_waits_out_an_absent_synchronizer_and_trains_on(keys_dir):
 
 
 @pytest.mark.parametrize(
-    ("env", "error"),
+    ("values", "field"),
     [
         ({}, None),
-        ({"REVE_DILOCO_SYNC_EVERY": "0"}, "REVE_DILOCO_SYNC_EVERY"),
-        ({"REVE_DILOCO_SYNC_EVERY": "x"}, "REVE_DILOCO_SYNC_EVERY"),
-        ({"REVE_DILOCO_MODE": "async"}, "REVE_DILOCO_MODE"),
-        ({"REVE_DILOCO_MERGE": "mean"}, "REVE_DILOCO_MERGE"),
-        ({"REVE_DILOCO_COMPRESSION": "fp8"}, "REVE_DILOCO_COMPRESSION"),
-        ({"REVE_DILOCO_ADDRESS": "http://x"}, "REVE_DILOCO_ADDRESS"),
-        ({"REVE_DILOCO_FRAGMENTS": "26"}, "REVE_DILOCO_FRAGMENTS"),  # more than H = 25
+        ({"sync_every": 0}, "diloco.sync_every"),
+        ({"mode": "async"}, "diloco.mode"),
+        ({"merge": "mean"}, "diloco.merge"),
+        ({"compression": "fp8"}, "diloco.compression"),
+        ({"address": "http://x"}, "diloco.address"),
+        ({"learner": "A b"}, "diloco.learner"),
+        ({"fragments": 26}, "diloco.fragments"),  # more than H = 25
+        ({"index": 2, "learners": 2}, "diloco.index"),
+        ({"keys_env_prefix": "lower"}, "diloco.keys_env_prefix"),
+        ({"barrier_timeout_s": 0.0}, "diloco.barrier_timeout_s"),
     ],
 )
-def test_learner_config_from_env(env, error):
-    base = {"REVE_DILOCO_ADDRESS": "tcp://sync:5555", "REVE_DILOCO_LEARNER": "a",
-            "REVE_DILOCO_KEYS": "/keys", "REVE_DILOCO_SYNC_EVERY": "25"}  # fmt: skip
-    if error is None:
-        cfg = LearnerConfig.from_env({**base, **env})
+def test_learner_config_values(values, field):
+    from catalog.errors import InputError
+
+    base = {"address": "tcp://sync:5555", "learner": "a", "keys": "/keys", "sync_every": 25}
+    if field is None:
+        cfg = LearnerConfig(**{**base, **values})
         assert (cfg.sync_every, cfg.mode, cfg.merge, cfg.compression) == (
             25,
             "barrier",
@@ -184,12 +188,15 @@ def test_learner_config_from_env(env, error):
             "bf16",
         )
         return
-    with pytest.raises(ValueError, match=error):
-        LearnerConfig.from_env({**base, **env})
+    with pytest.raises(InputError) as err:
+        LearnerConfig(**{**base, **values})
+    assert err.value.field == field and "\n" not in err.value.line()
 
 
 def test_no_address_means_no_diloco():
-    assert LearnerConfig.from_env({"REVE_DILOCO_LEARNER": "a"}) is None
+    from driver.diloco import hook
+
+    assert not LearnerConfig().address and not hook.prepare(None, LearnerConfig())
 
 
 def test_a_push_of_the_wrong_shape_is_refused_and_the_round_unharmed(sync_thread, keys_dir):

@@ -23,7 +23,7 @@ from tests.driver.test_interrupt import descendants, output, start_driver, wait_
         ({"checkpoint": {"root": "gs://bucket/ckpt"}}, {}, "checkpoint.root names gs://"),
         ({"data": {"files": ["a", "s3://b/c"]}}, {}, "data.files.1 names s3://"),
         ({"run": {"local_dashboard": True}}, {}, "run.local_dashboard is on"),
-        ({}, {"REVE_DILOCO_ADDRESS": "tcp://127.0.0.1:5555"}, "a DiLoCo learner reaches"),
+        ({"diloco": {"address": "tcp://127.0.0.1:5555"}}, {}, "a DiLoCo learner reaches"),
         ({}, {NETWORK_ENV: "host"}, f"{NETWORK_ENV}=host"),
         ({"run": {"name": "a://b c"}}, {}, "run.name names a://"),
         ({"train": {"note": "see http docs: not a URL"}}, {}, None),

@@ -48,20 +48,25 @@ def test_runner_run_passes_show_config_to_the_driver(capsys):
     assert capsys.readouterr().err.strip().splitlines()[-1].endswith(f" {SHOW_CONFIG}")
 
 
-def test_the_checks_before_ray_load_no_torch_without_diloco_settings():
-    import os
+def test_the_checks_before_ray_load_no_torch_for_a_learner(tmp_path):
     import subprocess
     import sys
 
-    code = "import sys, driver.train as t; t.check_diloco(); print('torch' in sys.modules)"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("REVE_DILOCO_")}
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    from driver.diloco import keys
+
+    keys.generate(tmp_path / "keys", ["a"])
+    words = ["diloco.address=tcp://127.0.0.1:1", "diloco.learner=a", f"diloco.keys={tmp_path}/keys"]
+    code = (
+        "import sys, driver.train as t; from driver.config.compose import compose; "
+        f"cfg = compose({TINY_LM!r}, {words!r})[0]; t.check_diloco(cfg); "
+        "print('torch' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.stdout.strip() == "False", out.stderr
 
 
-def test_bad_diloco_settings_still_stop_the_driver(tmp_path, monkeypatch, capsys):
-    monkeypatch.setenv("REVE_DILOCO_ADDRESS", "tcp://127.0.0.1:1")
-    monkeypatch.setenv("REVE_DILOCO_SYNC_EVERY", "ten")
-    assert main([TINY_LM, f"run.output_dir={tmp_path / 'out'}"]) == 2
+def test_bad_diloco_settings_still_stop_the_driver(tmp_path, capsys):
+    learner = ["diloco.address=tcp://127.0.0.1:1", "diloco.learner=a", "diloco.sync_every=ten"]
+    assert main([TINY_LM, f"run.output_dir={tmp_path / 'out'}", *learner]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "REVE_DILOCO_SYNC_EVERY" in err, err
+    assert err.count("\n") == 1 and "diloco.sync_every" in err, err

@@ -4,6 +4,7 @@ synchronizer's Job and Service, validated like every run; bad input is one line.
 from __future__ import annotations
 
 import json
+import shlex
 import subprocess
 import sys
 
@@ -62,10 +63,9 @@ def test_learners_go_to_their_clusters_and_the_synchronizer_to_its_own(data):
     )
     eu = by_kind(out["mega-euw4"], "RayJob")
     assert "run.name=lm-diloco-eu" in eu["spec"]["entrypoint"]
-    assert eu["spec"]["entrypoint"].endswith("optimizer.lr=3e-4")
-    assert by_kind(out["ultra-usc1"], "RayJob")["spec"]["entrypoint"].endswith(
-        "optimizer.lr=3e-4 train.seed=1"
-    )
+    assert " optimizer.lr=3e-4 diloco.address=" in eu["spec"]["entrypoint"]
+    us = by_kind(out["ultra-usc1"], "RayJob")["spec"]["entrypoint"]
+    assert " optimizer.lr=3e-4 train.seed=1 diloco.address=" in us
 
 
 def test_every_object_and_pod_carries_the_experiment_and_learner_labels(data):
@@ -82,21 +82,29 @@ def test_every_object_and_pod_carries_the_experiment_and_learner_labels(data):
     assert pod["metadata"]["labels"][ex.LEARNER_LABEL] == "eu"
 
 
-def test_keys_are_secret_references_and_settings_plain_values(data):
+def settings(rayjob: dict) -> dict[str, str]:
+    """The `diloco.*` overrides of a learner's driver command."""
+    words = shlex.split(rayjob["spec"]["entrypoint"])
+    return dict(w.removeprefix("diloco.").split("=", 1) for w in words if w.startswith("diloco."))
+
+
+def test_settings_are_driver_overrides_and_keys_secret_references(data):
     out = render(data)
     eu = out["mega-euw4"]
     env = {e["name"]: e for e in container(by_kind(eu, "RayJob"))["env"]}
     for key in ("PUBLIC_KEY", "SECRET_KEY", "SERVER_KEY"):
         ref = env[f"REVE_DILOCO_{key}"]["valueFrom"]["secretKeyRef"]
         assert ref["name"] == "lm-diloco-eu-keys"
-    values = by_kind(eu, "ConfigMap")["data"]
-    assert values["REVE_DILOCO_ADDRESS"] == "tcp://sync.research.example:5555"
-    assert (values["REVE_DILOCO_LEARNER"], values["REVE_DILOCO_SYNC_EVERY"]) == ("eu", "40")
-    assert (values["REVE_DILOCO_MODE"], values["REVE_DILOCO_COMPRESSION"]) == ("decoupled", "int8")
-    assert values["REVE_DILOCO_FRAGMENTS"] == "1"
-    assert not any("KEY" in k for k in values)
-    us = by_kind(out["ultra-usc1"], "ConfigMap")["data"]  # same cluster: the Service's name
-    assert us["REVE_DILOCO_ADDRESS"] == "tcp://lm-diloco-sync.research.svc.cluster.local:5555"
+    assert not any("DILOCO" in k for k in by_kind(eu, "ConfigMap")["data"])  # settings: config
+    values = settings(by_kind(eu, "RayJob"))
+    assert values["address"] == "tcp://sync.research.example:5555"
+    assert (values["learner"], values["sync_every"]) == ("eu", "40")
+    assert (values["mode"], values["compression"]) == ("decoupled", "int8")
+    assert (values["fragments"], values["index"], values["learners"]) == ("1", "1", "2")
+    assert "keys" not in values and not any("KEY" in k for k in values)
+    us = settings(by_kind(out["ultra-usc1"], "RayJob"))  # same cluster: the Service's name
+    assert us["address"] == "tcp://lm-diloco-sync.research.svc.cluster.local:5555"
+    assert us["index"] == "0"
 
 
 def test_synchronizer_job_and_service(data):
@@ -171,14 +179,11 @@ def test_local_command(data):
     assert plan["out"] == "outputs/research/lm-diloco"
     us, eu = plan["learners"]
     assert us["command"][:4] == [sys.executable, "-m", "driver.train", "runs/train/tiny-lm.yaml"]
-    assert us["command"][-4:] == [
-        "optimizer.lr=3e-4",
-        "train.seed=1",
-        "parallelism.workers=1",
-        "train.steps=30",
-    ]
-    assert us["env"]["REVE_DILOCO_MODE"] == "decoupled" and us["env"]["WANDB_PROJECT"] == "diloco"
-    assert eu["env"]["REVE_DILOCO_LEARNER"] == "eu" and "REVE_DILOCO_ADDRESS" not in eu["env"]
+    assert us["command"][-2:] == ["parallelism.workers=1", "train.steps=30"]
+    assert us["command"][us["command"].index("optimizer.lr=3e-4") + 1] == "train.seed=1"
+    assert "diloco.mode=decoupled" in us["command"] and us["env"]["WANDB_PROJECT"] == "diloco"
+    assert "diloco.learner=eu" in eu["command"] and not any("DILOCO" in k for k in eu["env"])
+    assert not any(w.startswith("diloco.address=") for w in us["command"])  # the local one
 
 
 def test_renders_without_importing_torch_ray_or_zmq(data):

@@ -109,9 +109,10 @@ def test_validate_writes_nothing_and_bad_input_is_one_line(repo, exp, capsys):
     path = write_run(repo / "runs" / "exp", exp, "lm-diloco.yaml")
     code, out, _ = run_cli(["validate", str(path)], capsys)
     assert code == exitcodes.OK and not (repo / US).exists()
-    assert out.splitlines()[0].startswith(f"ok {path} in ultra-usc1: ConfigMap, RayJob, ")
+    # no env of their own: the learners' settings are driver overrides, no ConfigMap
+    assert out.splitlines()[0].startswith(f"ok {path} in ultra-usc1: RayJob, ")
     assert "Job, Service;" in out.splitlines()[0]
-    assert out.splitlines()[1].startswith(f"ok {path} in mega-euw4: ConfigMap, RayJob; learner eu")
+    assert out.splitlines()[1].startswith(f"ok {path} in mega-euw4: RayJob; learner eu")
     exp["learners"][1]["pods"] = 0
     write_run(repo / "runs" / "exp", exp, "lm-diloco.yaml")
     code, _, err = run_cli(["validate", str(path)], capsys)
@@ -142,8 +143,9 @@ def test_run_local_dry_run_prints_the_local_command(capsys):
     assert lines[1].startswith("  synchronizer: --outer-lr 0.7 ") and "--expect us,eu" in lines[1]
     learners = [("us", "ultra-usc1"), ("eu", "mega-euw4")]
     for line, (name, cluster) in zip(lines[2:], learners, strict=True):
-        assert line.startswith(f"  learner {name}: ") and f"REVE_DILOCO_LEARNER={name} " in line
-        assert "REVE_DILOCO_SYNC_EVERY=20 " in line and "REVE_DILOCO_ADDRESS" not in line
+        assert line.startswith(f"  learner {name}: ") and f" diloco.learner={name} " in line
+        assert " diloco.sync_every=20 " in line and "diloco.address" not in line
+        assert "REVE_DILOCO" not in line
         driver = (
             f"{sys.executable} -m driver.train runs/train/tiny-lm.yaml run.name=lm-diloco-{name}"
         )
