@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import json
 import queue
+import select
 import struct
 import time
 from typing import Any
@@ -35,6 +36,8 @@ from driver.data.errors import PipelineError
 from driver.messaging.limits import WireError
 from driver.messaging.limits import loads as bounded_loads
 
+PIPE_BUF = select.PIPE_BUF
+"""The longest message written at once, never in part (`try_put`)."""
 MAX_BYTES = 1 << 31
 """The longest message a reader takes (a sample or batch record that was not staged)."""
 _COUNT = struct.Struct("<I")
@@ -63,6 +66,23 @@ class FrameQueue:
             raise queue.Full
         with self.wlock:
             self.writer.send_bytes(data)
+
+    def try_put(self, head: Any) -> bool:
+        """Send a record of a head alone now if that cannot block: a free slot and room in
+        the pipe (a write of up to PIPE_BUF bytes is whole or waits); False otherwise. For
+        a queue with one writer (another could fill the pipe in between)."""
+        data = pack(head)
+        if len(data) + 4 > PIPE_BUF:
+            raise ValueError(f"a record of {len(data)} bytes is longer than PIPE_BUF")
+        if self.slots is not None and not self.slots.acquire(False):
+            return False
+        if not select.select([], [self.writer], [], 0)[1]:
+            if self.slots is not None:
+                self.slots.release()
+            return False
+        with self.wlock:
+            self.writer.send_bytes(data)
+        return True
 
     def get(self, timeout: float | None = None) -> tuple[Any, list]:
         """The next record, (head, values); queue.Empty if none comes in time, QueueCorrupt

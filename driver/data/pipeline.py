@@ -1,5 +1,8 @@
 """`DataPipeline`: one training rank's loader (feeder → producers → collators, shared memory).
 
+The feeder is this process's part (`driver.data.feeder`): each free batch slot gets the
+tasks of the next step; producers and collators are worker processes.
+
     cfg = PipelineConfig(batch_size=32, producers=4, seed=1)
     with DataPipeline(dataset, cfg, rank=rank, world_size=world) as data:
         data.load_state_dict(saved)          # optional: exact resume, any world size
@@ -29,6 +32,7 @@ from driver.config.data import PipelineConfig
 from driver.data import codec
 from driver.data.datasets import as_map_dataset
 from driver.data.errors import CorruptSample, PipelineError
+from driver.data.feeder import Feeder
 from driver.data.resume import Checkpointable
 from driver.data.runtime import Runtime, check_ready, describe, watchdog
 from driver.data.sampling import steps_in_epoch
@@ -63,6 +67,10 @@ class DataPipeline(Checkpointable):
         self._buffer: dict[tuple[int, int], tuple] = {}
         self._released: deque[int] = deque()
         self._leased: set[int] = set()
+        self._feeder: Feeder | None = None
+        self._free: deque[int] = deque()  # batch slots with no step yet
+        self._backlog: deque[list] = deque()  # tasks not queued yet (the queue was full)
+        self._fed = (-1, -1)  # (epoch, step) queued last
 
     # -- iteration ---------------------------------------------------------------------
     def steps_left(self) -> int:
@@ -94,8 +102,8 @@ class DataPipeline(Checkpointable):
             self._start()
         key = (self.epoch, self.consumed)
         waited_since = time.monotonic()
+        self._recycle()  # also when the batch is here: the freed slots get their next steps
         while key not in self._buffer:
-            self._recycle()
             if not self._receive():
                 self._check(key, waited_since)
         message = self._buffer.pop(key)
@@ -104,10 +112,15 @@ class DataPipeline(Checkpointable):
         return self._unpack(message)
 
     def _receive(self) -> bool:
+        wait = min(0.01, self.config.poll_interval_s) if self._backlog else None
         try:
-            head, values = self._runtime.shared.ready_q.get(timeout=self.config.poll_interval_s)
+            head, values = self._runtime.shared.ready_q.get(
+                timeout=wait or self.config.poll_interval_s
+            )
         except queue.Empty:
             return False
+        finally:
+            self._recycle()
         self._handle(head, values)
         return True
 
@@ -154,7 +167,24 @@ class DataPipeline(Checkpointable):
         while self._released:
             slot = self._released.popleft()
             self._leased.discard(slot)
-            self._runtime.shared.free_slots.put(slot)
+            self._free.append(slot)
+        self._feed()
+
+    def _feed(self) -> None:
+        """Queue the tasks of the next steps into the free slots, as far as the work queue
+        takes them now (the rest waits in the backlog: the training process never blocks
+        on a queue its workers may have stopped reading)."""
+        work_q = self._runtime.shared.work_q
+        while True:
+            while self._backlog:
+                if not work_q.try_put(self._backlog[0]):
+                    return
+                self._backlog.popleft()
+            step = self._feeder.next_step() if self._free else None
+            if step is None:  # no free slot, or an empty epoch: nothing more will come
+                return
+            self._fed = step[:2]
+            self._backlog.extend(self._feeder.tasks(step, self._free.popleft()))
 
     # -- liveness -----------------------------------------------------------------------
     def _check(self, key: tuple[int, int], waited_since: float) -> None:
@@ -172,7 +202,9 @@ class DataPipeline(Checkpointable):
         if time.monotonic() - waited_since > cfg.batch_timeout_s:
             raise PipelineError(
                 f"no batch for step {key[1]} of epoch {key[0]} within "
-                f"PipelineConfig.batch_timeout_s={cfg.batch_timeout_s}: {describe(runtime)}"
+                f"PipelineConfig.batch_timeout_s={cfg.batch_timeout_s}: feeder (this process):"
+                f" last queued step {self._fed[1]} of epoch {self._fed[0]}, "
+                f"{len(self._backlog)} tasks waiting; {describe(runtime)}"
             )
 
     # -- lifecycle ----------------------------------------------------------------------
@@ -182,7 +214,12 @@ class DataPipeline(Checkpointable):
         self._finalizer = weakref.finalize(self, runtime.shutdown)
         self._buffer, self._released, self._leased = {}, deque(), set()
         runtime.start(self.config, self.rank, self.world_size, self.dataset, self.stages,
-                      self.collate_fn, self.epoch, self.origin)  # fmt: skip
+                      self.collate_fn)  # fmt: skip
+        cfg = self.config
+        self._feeder = Feeder(cfg, self.rank, self.world_size, len(self.dataset), self.epoch,
+                              self.origin)  # fmt: skip
+        self._free, self._backlog = deque(range(cfg.prefetch_batches)), deque()
+        self._feed()
         ready: set[int] = set()
         deadline = time.monotonic() + self.config.startup_timeout_s
         while len(ready) < len(runtime.procs):
@@ -190,11 +227,12 @@ class DataPipeline(Checkpointable):
                 head, values = runtime.shared.ready_q.get(timeout=self.config.poll_interval_s)
             except queue.Empty:
                 check_ready(runtime, ready, deadline, self.config, self.rank)
-                continue
+                head, values = ["waiting"], []
             if head[0] == "ready":
                 ready.add(head[1])
-            else:  # workers run as soon as they start: a batch or an error can come first
-                self._handle(head, values)
+            elif head[0] != "waiting":  # workers run as soon as they start: a batch or an
+                self._handle(head, values)  # error can come first
+            self._feed()
         runtime.release_arena()
 
     def close(self) -> None:

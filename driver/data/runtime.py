@@ -1,9 +1,10 @@
 """The processes, queues and shared memory of one running pipeline, and their release.
 
 `Runtime.start` creates a shared-memory arena (batch slots, then as many staging slots, see
-`driver.data.staging`), starts the feeder, producers and collators, waits until every one
-reports ready, then unlinks the arena from /dev/shm (the processes keep their mappings), so
-from then on no exit path, even SIGKILL, can leak it.
+`driver.data.staging`) and starts the producers and collators (the feeder is part of the
+training process: `driver.data.feeder`); once every one reports ready, `release_arena`
+unlinks the arena from /dev/shm (the processes keep their mappings), so from then on no
+exit path, even SIGKILL, can leak it.
 `Runtime.shutdown` stops and reaps every process; it is idempotent and also runs when the
 pipeline is garbage-collected or the interpreter exits.
 """
@@ -39,26 +40,23 @@ class Runtime:
         self.unlinked = False
 
     def start(self, cfg: Any, rank: int, world_size: int, dataset: Any, stages: list,
-              collate_fn: Any, epoch: int, origin: int) -> None:  # fmt: skip
+              collate_fn: Any) -> None:  # fmt: skip
         ctx = mp.get_context(cfg.start_method)
         name = f"{SHM_PREFIX}{os.getpid()}-{next(_counter)}-{uuid.uuid4().hex[:6]}"
         self.shm = shared_memory.SharedMemory(name, create=True, size=arena_bytes(cfg))
         work_q = FrameQueue(ctx, cfg.work_queue_size)  # typed frames between the processes
         sample_qs = [FrameQueue(ctx, cfg.sample_queue_size) for _ in range(cfg.collators)]
-        free_slots, ready_q = FrameQueue(ctx), FrameQueue(ctx)
-        self.queues = [work_q, *sample_qs, free_slots, ready_q]
-        rows = 1 + cfg.producers + cfg.collators
+        ready_q = FrameQueue(ctx)
+        self.queues = [work_q, *sample_qs, ready_q]
+        rows = cfg.producers + cfg.collators
         self.shared = workers.Shared(
-            cfg, rank, world_size, len(dataset), work_q, sample_qs, free_slots, ready_q,
+            cfg, rank, world_size, len(dataset), work_q, sample_qs, ready_q,
             ctx.Event(), ctx.RawArray("d", 3 * rows), self.shm, os.getpid(),
             layout_lock=ctx.Lock(), place=collate_fn is default_collate,
         )  # fmt: skip
         for row in range(rows):  # idle until the worker reports otherwise
             self.shared.status[3 * row : 3 * row + 3] = [-1.0, -1.0, time.time()]
-        for slot in range(cfg.prefetch_batches):
-            free_slots.put(slot)
-        plan = [("feeder", workers.feeder_main, (epoch, origin))]
-        plan += [(f"producer-{i}", workers.producer_main, (i, dataset, stages))
+        plan = [(f"producer-{i}", workers.producer_main, (i, dataset, stages))
                  for i in range(cfg.producers)]  # fmt: skip
         plan += [(f"collator-{i}", collator.collator_main, (i, collate_fn))
                  for i in range(cfg.collators)]  # fmt: skip
@@ -123,9 +121,7 @@ def describe(runtime: Runtime) -> str:
     for row, (label, proc) in enumerate(runtime.procs):
         what, step, since = runtime.status(row)
         state = "exited" if proc.exitcode is not None else "alive"
-        if label == "feeder":
-            doing = f"last queued step {what} of epoch {step}"
-        elif label.startswith("producer"):
+        if label.startswith("producer"):
             doing = f"on sample {what} (step {step})" if what >= 0 else "idle"
         else:
             doing = f"collating step {what}" if what >= 0 else "idle"
@@ -157,7 +153,7 @@ def watchdog(runtime: Runtime, cfg: Any, rank: int) -> None:
         what, step, since = runtime.status(row)
         producer = label.startswith("producer")
         limit = cfg.sample_timeout_s if producer else cfg.collate_timeout_s
-        if label != "feeder" and what >= 0 and now - since > limit:
+        if what >= 0 and now - since > limit:
             field = "sample_timeout_s" if producer else "collate_timeout_s"
             raise StageHung(
                 f"data {label} of rank {rank} hung {_doing(label, what, step)}: "
@@ -166,8 +162,6 @@ def watchdog(runtime: Runtime, cfg: Any, rank: int) -> None:
 
 
 def _doing(label: str, what: int, step: int) -> str:
-    if label == "feeder":
-        return f"while feeding epoch {step}"
     if what < 0:
         return "while idle"
     if label.startswith("producer"):

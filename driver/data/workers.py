@@ -1,5 +1,5 @@
-"""Worker process loops: feeder (indices), producers (fetch + stages); collators in
-`driver.data.collator`.
+"""Worker process loops: producers (fetch + stages); collators in `driver.data.collator`;
+the feeder runs in the training process (`driver.data.feeder`).
 
 Started by `driver.data.pipeline.DataPipeline`; not meant to be run on their own. Each loop
 reports what it is working on in a shared status row (sample index, step, start time) so
@@ -19,11 +19,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-
 from driver.data.heap import keep_freed_memory
 from driver.data.placement import Placer
-from driver.data.sampling import rank_slice, sample_seed, schedule_entries, steps_in_epoch
+from driver.data.sampling import sample_seed
 from driver.data.stages import SampleContext, WorkerInfo
 from driver.data.staging import FAILED, OK, outbound, stage_out, unsendable
 
@@ -41,7 +39,6 @@ class Shared:
     dataset_len: int
     work_q: Any
     sample_qs: list[Any]
-    free_slots: Any
     ready_q: Any
     stop: Any
     status: Any  # flat double array: 3 per worker (index or step, step, started)
@@ -98,43 +95,6 @@ def put_item(shared: Shared, q: Any, head: Any, values: list | None = None) -> N
         except queue.Full:
             if not _alive(shared):
                 raise Stopped from None
-
-
-def feeder_main(shared: Shared, row: int, epoch: int, origin: int) -> None:
-    """Queue tasks (epoch, step, slot, count, first position, indices) for this rank's steps."""
-    prepare_worker(shared, row)
-    cfg, n = shared.config, shared.dataset_len
-    try:
-        while True:
-            steps = steps_in_epoch(n, cfg.batch_size, shared.world_size, origin, cfg.drop_last)
-            for step, indices in _rank_steps(shared, epoch, origin, steps):
-                slot, _ = get_item(shared, shared.free_slots)
-                set_status(shared, row, step, epoch)
-                for first in range(0, max(len(indices), 1), cfg.task_size):  # empty: 1 task
-                    chunk = indices[first : first + cfg.task_size]
-                    put_item(shared, shared.work_q, [epoch, step, slot, len(indices), first, chunk])
-            if steps == 0 and origin == 0:
-                shared.stop.wait()  # an empty epoch: nothing more will ever come
-                raise Stopped
-            epoch, origin = epoch + 1, 0
-    except Stopped:
-        return
-
-
-def _rank_steps(shared: Shared, epoch: int, origin: int, steps: int, block: int = 64):
-    """(step, sample indices) of this rank's steps, the schedule computed `block` at once."""
-    cfg, n = shared.config, shared.dataset_len
-    args = (n, cfg.batch_size, shared.world_size, origin, cfg.drop_last)
-    for base in range(0, steps, block):
-        spans = [
-            rank_slice(step, shared.rank, *args) for step in range(base, min(base + block, steps))
-        ]
-        positions = np.concatenate([np.arange(a, b) for a, b in spans])
-        entries = schedule_entries(cfg.seed, epoch, n, positions, cfg.shuffle).tolist()
-        at = 0
-        for step, (a, b) in enumerate(spans, base):
-            yield step, entries[at : at + b - a]
-            at += b - a
 
 
 def producer_main(shared: Shared, row: int, wid: int, dataset: Any, stages: list) -> None:

@@ -4,8 +4,9 @@
     python scripts/bench/data_bench.py --objects 200000 --rounds 3  # quicker
 
 Both sides always get the same number of worker processes, counting every process of the
-pipeline: DataLoader(num_workers=W) against 1 feeder + (W - 1 - C) producers + C collators.
-The training process itself is not counted on either side.
+pipeline: DataLoader(num_workers=W) against (W - C) producers + C collators. The training
+process itself is not counted on either side; on both it computes the sampling schedule
+(DataLoader's sampler, the pipeline's feeder) and hands indices to the workers.
 
 1. Throughput, CPU-bound, twice: small images with a heavy transform (3×S×S, `--cost`
    rounds of float maths in `__getitem__`) and large decoded images with a light one
@@ -108,8 +109,8 @@ class Images:
 
 
 def split(workers: int, collators: int) -> int:
-    """Producers when the pipeline may use `workers` processes in all (feeder + collators)."""
-    return workers - 1 - collators
+    """Producers when the pipeline may use `workers` processes in all (with the collators)."""
+    return workers - collators
 
 
 def _heap_init(_worker_id: int) -> None:
@@ -198,7 +199,7 @@ def throughput(args: argparse.Namespace, title: str, dataset, threads: int) -> N
     procs = {
         "DataLoader": f"{w} workers",
         "DL+heap": f"{w} workers, pipeline's heap",
-        "pipeline": f"1 feeder + {p} prod. + {c} coll.",
+        "pipeline": f"{p} producers + {c} collator{'s' * (c > 1)}",
     }
     print(f"\n{title}")
     med = {}
@@ -301,7 +302,7 @@ def main(argv: list[str] | None = None) -> None:
     add("--memory-child", choices=["dataloader", "pipeline"], help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.collators < 1 or split(args.workers, args.collators) < 1:
-        parser.error(f"--workers {args.workers} must leave a producer beside 1 feeder and "
+        parser.error(f"--workers {args.workers} must leave a producer beside "
                      f"--collators {args.collators} (≥ 1)")  # fmt: skip
     for name in ("samples", "large_samples", "latency_samples"):
         if getattr(args, name) < (2 * args.warmup + 2) * args.batch:

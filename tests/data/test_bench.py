@@ -12,8 +12,8 @@ def bench():
     return load_bench("data_bench")
 
 
-@pytest.mark.parametrize(("workers", "collators", "producers"), [(4, 1, 2), (3, 1, 1), (8, 2, 5)])
-def test_split_counts_the_feeder_and_collators(bench, workers, collators, producers):
+@pytest.mark.parametrize(("workers", "collators", "producers"), [(4, 1, 3), (2, 1, 1), (8, 2, 6)])
+def test_split_counts_the_collators(bench, workers, collators, producers):
     assert bench.split(workers, collators) == producers
 
 
