@@ -112,6 +112,7 @@ class AuxProxy:
         from driver.aux.proxy import ProxyServer
 
         host = ray.util.get_node_ip_address()
+        self.node = ray.get_runtime_context().get_node_id()
         self.server = ProxyServer(service, workers, host=host, on_worker_loss=on_worker_loss)
         self.addr = self.server.start()
 
@@ -119,7 +120,8 @@ class AuxProxy:
         return self.addr
 
     def stats(self) -> dict:
-        return {**self.server.stats(), "address": self.addr, "live": self.server.live_workers()}
+        live = self.server.live_workers()
+        return {**self.server.stats(), "address": self.addr, "live": live, "node": self.node}
 
 
 def start_fleet(interval_s: float):
@@ -189,7 +191,8 @@ def start_service(name: str, svc, layout: ServicePlan, root: str, runtime,
             name=f"aux-{name}-proxy-{index}",
         ).remote(name, [worker_address(root, name, i) for i in members], svc.on_worker_death)
         address = ray.get(rt.proxies[node].address.remote(), timeout=svc.ready_timeout_s)
-        rt.table[address] = len(members)
+        rt.table[address], rt.nodes[address] = len(members), node
+        rt.endpoints[node] = [worker_address(root, name, i) for i in members]
     return rt
 
 

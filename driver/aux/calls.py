@@ -100,10 +100,15 @@ class Pending:
 
 
 class ProxyLink:
-    """The client's view of one proxy: its socket, weight and in-flight requests."""
+    """The client's view of one proxy, or (`direct`) of one worker on the client's node
+    that it calls without a proxy: its socket, weight and in-flight requests. A direct
+    link's messages start with an empty frame, where a proxy puts the rank's routing id
+    (the worker answers to both)."""
 
-    def __init__(self, address: str, given: int, context: zmq.Context, max_bytes: int):
-        self.address, self.given = address, given
+    def __init__(self, address: str, given: int, context: zmq.Context, max_bytes: int,
+                 direct: bool = False):  # fmt: skip
+        self.address, self.given, self.direct = address, given, direct
+        self.head: list[bytes] = [b""] if direct else []
         self.reported: int | None = None
         self.node: str | None = None  # shm.node_key() of its workers' host, from its pongs
         self.up, self.answering, self.seen, self.pinged = False, True, time.monotonic(), 0.0
@@ -146,7 +151,7 @@ class ProxyLink:
 
     def _send(self, msg: Message) -> None:
         try:
-            self.sock.send_multipart(pack(msg), zmq.NOBLOCK)
+            self.sock.send_multipart([*self.head, *pack(msg)], zmq.NOBLOCK)
         except zmq.ZMQError:
             pass  # not connected: the handshake event pings again
 

@@ -2,6 +2,8 @@
 
     client = AuxClient("encoder", rank, {"tcp://10.0.0.5:41000": 4, "tcp://10.0.0.6:41000": 4})
     emb = client.call("encode", {"tokens": tokens})["emb"]          # numpy array
+    AuxClient("encoder", rank, {"tcp://10.0.0.6:41000": 4},          # another node's proxy,
+              workers=["ipc:///tmp/aux-r1/encoder-0.sock"])         # this node's worker
     future = client.submit("encode", {"tokens": tokens}); ...; future.result()
 
 Thread-safe: any thread may call or submit. The sockets (a DEALER per proxy) and the
@@ -13,11 +15,19 @@ thread keeps time (deadlines, pings, connection events), reads replies nobody wa
 crosses no thread of ours on its way out or back, and `submit` wakes nobody.
 
 Requests go to the proxies by smooth weighted round robin, weight = the proxy's live worker
-count (the given count until its first pong reports one). A proxy whose
-connection drops, or that answers nothing (not even a ping) for `proxy_timeout_s`, gets
-weight 0 and its in-flight requests are re-sent to another proxy (up to `retries` re-sends,
-within the deadline) or fail with AuxUnavailable; it gets its weight back when it answers.
-With no proxy to send to, a request waits for one up to its deadline.
+count (the given count until its first pong reports one). The service's `workers` on the
+caller's own node are called directly, without the proxy hop (a link each, the same
+messages; the worker's queues, limits and checks apply as through a proxy), and their
+node's proxy is left out: the node keeps its requests while its live workers are at least
+`node_share` (its ranks ÷ all ranks) of the service's live workers, and sends the rest to
+the other nodes' proxies (`routing.link_weights`). A link whose
+connection drops (a proxy or worker process that died), or that answers nothing (not even
+a ping) for `proxy_timeout_s` (a direct worker: while it holds none of our requests, as a
+busy worker answers between two handler calls), gets weight 0 and its in-flight requests
+are re-sent to another link (up to `retries` re-sends, within the deadline) or fail with
+AuxUnavailable; it gets its weight back when it answers (a worker restarted on its address
+is reconnected by ZeroMQ). With no link to send to, a request waits for one up to its
+deadline.
 
 Every call ends with a reply or a typed `AuxError` (errors.py), never silently: a deadline
 is enforced here whatever the proxies do. A re-sent request may run twice (at least once).
@@ -58,6 +68,8 @@ class AuxClient(Reading, Requests):
         rank: int,
         proxies: dict[str, int],
         *,
+        workers: list[str] | tuple[str, ...] = (),
+        node_share: float | None = None,
         deadline_s: float = 30.0,
         retries: int = 1,
         max_message_bytes: int = 64 << 20,
@@ -68,6 +80,7 @@ class AuxClient(Reading, Requests):
         context: zmq.Context | None = None,
     ):
         self.torch = torch  # arrays sent as tensors come back as tensors
+        self.node_share = node_share  # this node's share of the callers (link_weights)
         self.service, self.rank, self.deadline_s, self.retries = service, rank, deadline_s, retries
         self.max_bytes, self.heartbeat_s, self.proxy_timeout_s = (
             max_message_bytes,
@@ -97,7 +110,7 @@ class AuxClient(Reading, Requests):
         self.closed = self.shut = False
         self.only: str | None = None  # the one proxy with a weight, when there is one
         with self.io:
-            self._set_proxies(dict(proxies))
+            self._set_proxies(dict(proxies), list(workers))
         self.thread = threading.Thread(target=self._loop, daemon=True)
         self.thread.name = f"aux-client-{service}"
         self.thread.start()
@@ -130,7 +143,8 @@ class AuxClient(Reading, Requests):
         return future
 
     def set_proxies(self, proxies: dict[str, int]) -> None:
-        """Replace the proxy set and their weights (live worker counts)."""
+        """Replace the proxy set and their weights (live worker counts); the workers called
+        directly stay."""
         self._command("proxies", dict(proxies))
         self._wake()  # the background thread polls the new set
 
@@ -141,7 +155,14 @@ class AuxClient(Reading, Requests):
             "errors": dict(self.errors),
             "inflight": len(self.inflight),
             "parked": len(self.parked),
-            "proxies": {p.address: {"weight": p.weight(), "up": p.up} for p in proxies},
+            "proxies": {
+                p.address: {
+                    "weight": self.wrr.weights.get(p.address, 0),
+                    "up": p.up,
+                    "direct": p.direct,
+                }
+                for p in proxies
+            },  # fmt: skip
         }
 
     def close(self) -> None:

@@ -141,6 +141,8 @@ class Reading:
                 self._on_event(proxy, recv_monitor_message(proxy.monitor, zmq.NOBLOCK))
 
     def _on_message(self, proxy: ProxyLink, frames: list[Any]) -> None:
+        if proxy.direct:  # a worker's: after the empty frame a proxy would fill
+            frames = frames[1:]
         proxy.seen = time.monotonic()
         proxy.expecting = proxy.seen if proxy.inflight else None
         if not proxy.answering:
@@ -196,6 +198,7 @@ class Reading:
         now = time.monotonic()
         for proxy in list(self.proxies.values()):
             silent = proxy.expecting is not None and now - proxy.expecting > self.proxy_timeout_s
+            silent = silent and not (proxy.direct and proxy.inflight)  # busy, not hung
             if proxy.up and proxy.answering and silent:
                 self._proxy_down(proxy, f"silent for {self.proxy_timeout_s:g} s")
             waiting = proxy.inflight or (proxy.up and not proxy.answering)

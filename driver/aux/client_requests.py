@@ -1,12 +1,12 @@
 """An AuxClient's requests (client.py): where each goes, and how each ends.
 
-Requests go to the proxies by smooth weighted round robin (weight: the proxy's live
-workers; the one weighted proxy, when there is one, without a choice); a request that
-finds no proxy to send to is parked until one has a weight or its deadline passes. A
-proxy that is lost gets weight 0 and its requests are re-sent (up to `retries`) or fail
-with `AuxUnavailable`; a deadline passed fails a request with `AuxTimeout` and cancels it
-at its proxy. `Requests` is a part of `AuxClient` (its state is the client's), used under
-its lock.
+Requests go to the links (proxies, and workers on this node called directly) by smooth
+weighted round robin (weights: `routing.link_weights`; the one weighted link, when there is
+one, without a choice); a request that finds no link to send to is parked until one has a
+weight or its deadline passes. A link that is lost gets weight 0 and its requests are
+re-sent (up to `retries`) or fail with `AuxUnavailable`; a deadline passed fails a request
+with `AuxTimeout` and cancels it where it went. `Requests` is a part of `AuxClient` (its
+state is the client's), used under its lock.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ import zmq
 
 from driver.aux.calls import ProxyLink
 from driver.aux.errors import AuxError, AuxTimeout, AuxUnavailable
+from driver.aux.routing import link_weights
 from driver.messaging.multipart import NOBLOCK, send_frames
 
 if TYPE_CHECKING:
@@ -29,8 +30,12 @@ if TYPE_CHECKING:
 class Requests:
     """The `AuxClient` methods that send, re-send and settle requests."""
 
-    def _set_proxies(self, proxies: dict[str, int]) -> None:
-        for address in [a for a in self.proxies if a not in proxies]:
+    def _set_proxies(self, proxies: dict[str, int], workers: list[str] | None = None) -> None:
+        """Replace the proxies (and, given `workers`, the workers called directly)."""
+        if workers is None:
+            workers = [a for a, p in self.proxies.items() if p.direct]
+        keep = set(proxies) | set(workers)
+        for address in [a for a in self.proxies if a not in keep]:
             proxy = self.proxies.pop(address)
             self._proxy_down(proxy, "removed")
             proxy.close()
@@ -39,6 +44,9 @@ class Requests:
                 self.proxies[address].given = weight
             else:
                 self.proxies[address] = ProxyLink(address, weight, self.context, self.max_bytes)
+        for address in [a for a in workers if a not in self.proxies]:
+            link = ProxyLink(address, 1, self.context, self.max_bytes, direct=True)
+            self.proxies[address] = link
         self.version += 1
         self._reweigh()
 
@@ -69,8 +77,9 @@ class Requests:
                 return
             proxy = self.proxies[address]
             body, info = self.lender.body(pending, self.lender.local(proxy.node))
+            frames = pending.frames(body, info)
             try:
-                send_frames(proxy.sock, pending.frames(body, info), NOBLOCK)
+                send_frames(proxy.sock, [*proxy.head, *frames] if proxy.direct else frames, NOBLOCK)
             except zmq.Again:  # send queue full (a lost connection comes as an event)
                 busy.add(address)
                 continue
@@ -83,7 +92,10 @@ class Requests:
             return
 
     def _reweigh_only(self) -> None:
-        self.wrr.set_weights({a: p.weight() for a, p in self.proxies.items()})
+        links = self.proxies.values()
+        local = {p.address: int(p.up and p.answering) for p in links if p.direct}
+        remote = {p.address: p.weight() for p in links if not p.direct}
+        self.wrr.set_weights(link_weights(local, remote, self.node_share))
         weighted = [a for a, w in self.wrr.weights.items() if w > 0]
         self.only = weighted[0] if len(weighted) == 1 else None
 
@@ -105,7 +117,8 @@ class Requests:
                 self.counts["resent"] += 1
                 self._dispatch(pending)
             else:
-                self._fail(pending, AuxUnavailable(f"proxy {proxy.address} {why} in flight"))
+                what = "worker" if proxy.direct else "proxy"
+                self._fail(pending, AuxUnavailable(f"{what} {proxy.address} {why} in flight"))
 
     def _timers(self, now: float) -> None:
         while self.later and self.later[0][0] <= now:

@@ -6,7 +6,9 @@ group per service (its `placement` strategy, SPREAD by default), creates the wor
 service's handler on a per-worker IPC path that survives a restart), calls every worker's
 readiness check with the service's `ready_timeout_s`, then starts one proxy per service per
 node that holds its workers and registers everything with the run's FleetMonitor. It
-returns an `AuxRuntime`: the proxy table the training ranks build their clients from.
+returns an `AuxRuntime`: the proxy table the training ranks build their clients from, with
+each proxy's node and each node's worker endpoints, so that a rank calls the workers on its
+own node directly (driver.aux.session).
 A service that fails to start raises `AuxStartError` naming it (the run stops before
 training, exit 1). The planning itself is pure (`service_plan`, `proxy_groups`).
 """
@@ -105,6 +107,10 @@ class ServiceRuntime:
     """Proxy actor per node id."""
     table: dict[str, int] = field(default_factory=dict)
     """Proxy address -> live workers behind it."""
+    nodes: dict[str, str] = field(default_factory=dict)
+    """Proxy address -> its Ray node id."""
+    endpoints: dict[str, list[str]] = field(default_factory=dict)
+    """Ray node id -> the IPC endpoints of the workers there (stable across restarts)."""
     info: dict = field(default_factory=dict)
     """The first worker's readiness reply (e.g. an encoder's embedding size)."""
     group: object = None
@@ -124,6 +130,8 @@ class AuxRuntime:
             "services": {
                 name: {
                     "proxies": dict(rt.table),
+                    "nodes": dict(rt.nodes),
+                    "endpoints": {node: list(e) for node, e in rt.endpoints.items()},
                     "info": dict(rt.info),
                     "deadline_s": cfg.aux.services[name].deadline_s,
                     "retries": 1 if cfg.aux.services[name].on_worker_death == "retry" else 0,

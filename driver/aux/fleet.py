@@ -104,6 +104,11 @@ def proxy_table(proxies: list[dict | None]) -> dict[str, int]:
     return {p["address"]: int(p.get("live", 0)) for p in proxies if p is not None}
 
 
+def proxy_nodes(proxies: list[dict | None]) -> dict[str, str]:
+    """Proxy address -> its Ray node id (a rank leaves out its own node's proxy)."""
+    return {p["address"]: p["node"] for p in proxies if p is not None and p.get("node")}
+
+
 class FleetMonitor:
     """Actor body: polls the services' actors in a thread; `summary()` is the newest."""
 
@@ -115,6 +120,7 @@ class FleetMonitor:
         self.metrics: dict[str, float] = {}
         self.workers: dict[str, dict] = {}  # "service/index" -> window
         self.tables: dict[str, dict[str, int]] = {}
+        self.nodes: dict[str, dict[str, str]] = {}
         self.polled = time.monotonic()
         self.lock = threading.Lock()
         self.thread = threading.Thread(target=self._loop, name="fleet", daemon=True)
@@ -138,7 +144,7 @@ class FleetMonitor:
         dt, self.polled = now - self.polled, now
         with self.lock:
             services = dict(self.services)
-        metrics, workers, tables = {}, {}, {}
+        metrics, workers, tables, nodes = {}, {}, {}, {}
         for name, (handles, proxies) in services.items():
             stats = gather([w.stats.remote() for w in handles], self.interval_s)
             pstats = gather([p.stats.remote() for p in proxies], self.interval_s)
@@ -153,9 +159,10 @@ class FleetMonitor:
                         self.restarts[key] = self.restarts.get(key, 0) + 1
                     self.last[key] = cur
             metrics.update(service_metrics(name, windows, pstats))
-            tables[name] = proxy_table(pstats)
+            tables[name], nodes[name] = proxy_table(pstats), proxy_nodes(pstats)
         with self.lock:
             self.metrics, self.workers, self.tables = metrics, workers, tables
+            self.nodes = nodes
 
     def summary(self) -> dict[str, float]:
         """The newest per-service metrics, `aux/<service>/<name>` -> value."""
@@ -171,10 +178,14 @@ class FleetMonitor:
         with self.lock:
             return dict(self.workers)
 
-    def tables_now(self) -> dict[str, dict[str, int]]:
-        """Per service: proxy address -> live workers (ranks refresh their clients)."""
+    def tables_now(self) -> dict[str, dict]:
+        """Per service: `proxies` (proxy address -> live workers) and `nodes` (proxy
+        address -> Ray node id); ranks refresh their clients from them."""
         with self.lock:
-            return {name: dict(table) for name, table in self.tables.items()}
+            return {
+                name: {"proxies": dict(table), "nodes": dict(self.nodes.get(name, {}))}
+                for name, table in self.tables.items()
+            }
 
 
 def gather(refs: list, timeout_s: float) -> list:

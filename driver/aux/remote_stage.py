@@ -58,26 +58,32 @@ class StageHandler:
 
 class RemoteStage(Stage):
     """A stage whose work is done by `StageHandler` workers behind `proxies`: one address
-    (weight 1) or {proxy address: live workers}."""
+    (weight 1) or {proxy address: live workers}, and the `workers` on the producers' node
+    called directly (`AuxClient`'s `workers` and `node_share`)."""
 
-    def __init__(self, proxies: str | dict[str, int], name: str = "remote", deadline_s=3600.0):
+    def __init__(self, proxies: str | dict[str, int], name: str = "remote", deadline_s=3600.0,
+                 workers: list[str] | tuple = (), node_share: float | None = None):  # fmt: skip
         self.proxies = {proxies: 1} if isinstance(proxies, str) else dict(proxies)
         self.name = name
         self.deadline_s = deadline_s
+        self.workers, self.node_share = list(workers), node_share
 
     def process(self, sample: Any, ctx: SampleContext) -> Any:
         raise RuntimeError(f"stage {self.name} runs at {list(self.proxies)}; use client()")
 
     def client(self, worker: WorkerInfo) -> RemoteStageClient:
-        return RemoteStageClient(self.proxies, self.name, worker.rank, self.deadline_s)
+        return RemoteStageClient(self.proxies, self.name, worker.rank, self.deadline_s,
+                                 self.workers, self.node_share)  # fmt: skip
 
 
 class RemoteStageClient:
     """One AuxClient per producer process (thread-safe: fetch threads share it)."""
 
-    def __init__(self, proxies: dict[str, int], name: str, rank: int, deadline_s: float):
+    def __init__(self, proxies: dict[str, int], name: str, rank: int, deadline_s: float,
+                 workers: list[str] | tuple = (), node_share: float | None = None):  # fmt: skip
         self.name = name
-        self.aux = AuxClient(name, max(rank, 0), proxies, deadline_s=deadline_s, torch=True)
+        self.aux = AuxClient(name, max(rank, 0), proxies, deadline_s=deadline_s, torch=True,
+                             workers=workers, node_share=node_share)  # fmt: skip
 
     def process(self, sample: Any, ctx: SampleContext) -> Any:
         payload = {"sample": sample, "ctx": [ctx.index, ctx.epoch, ctx.seed, ctx.rank]}

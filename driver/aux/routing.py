@@ -1,8 +1,12 @@
 """Routing and queueing decisions of the auxiliary-service transport, as pure logic.
 
-- `SmoothWeightedRoundRobin`: a rank spreads a service's requests over its proxies, weight
+- `SmoothWeightedRoundRobin`: a rank spreads a service's requests over its links, weight
   = the proxy's live worker count, interleaved (weights 2:1 give a b a, never a a b);
   weight 0 is skipped.
+- `link_weights`: those weights when some of the service's workers are on the rank's own
+  node and called directly: the node keeps its requests while its workers are at least
+  its share of the service's workers, and sends only the rest to the other nodes' proxies.
+- `split_links`: which of a service's proxies and workers a rank on a given node calls.
 - `RoundRobin`, `pick_worker`: a proxy forwards to its live workers in turn, skipping one
   that has fallen behind the others.
 - `FairQueues`: a worker's bounded FIFO per training rank, dequeued round robin over the
@@ -50,6 +54,43 @@ class SmoothWeightedRoundRobin:
         best = max(live, key=lambda k: self.current[k])
         self.current[best] -= total
         return best
+
+
+def link_weights(local: dict[Hashable, int], remote: dict[Hashable, int],
+                 share: float | None, scale: int = 1000) -> dict[Hashable, int]:  # fmt: skip
+    """Weights of a rank's links: `local` {its node's worker: 1 live, 0 not}, called
+    directly, and `remote` {another node's proxy: its live workers}. `share` is the node's
+    share of the service's callers (its ranks ÷ all ranks; None: unknown). The node's
+    requests stay on its live workers as long as they are at least `share` of all live
+    workers (remote proxies weigh 0 then: kept as a fallback); with fewer, the node keeps
+    the part its workers can take at an even load per worker (live local ÷ all live ÷
+    `share`) and sends the rest to the proxies by their live workers. No live local worker:
+    the proxies' own weights."""
+    live = sum(1 for w in local.values() if w > 0)
+    remote = {key: max(0, int(w)) for key, w in remote.items()}
+    others = sum(remote.values())
+    out = dict.fromkeys(local, 0)
+    if not live:
+        return {**out, **remote}
+    keep = 1.0 if not share or share <= 0 or not others else live / (live + others) / share
+    if keep >= 1.0:
+        return {**out, **{k: 1 for k, w in local.items() if w > 0}, **dict.fromkeys(remote, 0)}
+    each = max(1, round(keep * scale / live))
+    out.update({key: each for key, w in local.items() if w > 0})
+    rest = (1.0 - keep) * scale / others
+    return {**out, **{key: max(1, round(w * rest)) if w else 0 for key, w in remote.items()}}
+
+
+def split_links(proxies: dict[str, int], nodes: dict[str, str], workers: dict[str, list[str]],
+                here: str | None) -> tuple[dict[str, int], list[str]]:  # fmt: skip
+    """(proxies to call, workers to call directly) for a rank on node `here`: the workers
+    on its node (`workers`: {node: their endpoints}) and every proxy on another node
+    (`nodes`: {proxy address: its node}); on a node without workers of the service, or
+    where the node is unknown (None), every proxy and no worker."""
+    local = list(workers.get(here, [])) if here is not None else []
+    if not local:
+        return dict(proxies), []
+    return {a: w for a, w in proxies.items() if nodes.get(a) != here}, local
 
 
 class RoundRobin:

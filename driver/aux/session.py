@@ -2,8 +2,11 @@
 
 Built from what the coordinator hands every rank (`AuxRuntime.spec`): an `AuxClient` per
 service over that service's proxy table, refreshed from the FleetMonitor every
-`aux.fleet_interval_s` (a restarted proxy has a new address; a dead one weighs 0). For the
-loop it offers:
+`aux.fleet_interval_s` (a restarted proxy has a new address; a dead one weighs 0). The
+service's workers on the rank's own Ray node (the spec's `endpoints` for that node id) are
+called directly, without a proxy, and that node's proxy is left out (`routing.split_links`;
+how requests are shared between them and the other nodes' proxies: `routing.link_weights`,
+with the node's share of the ranks). For the loop it offers:
 - `conditioner()`: a transform that gives each micro-batch its conditioning embeddings from
   `aux.condition`'s service (batches become (images, embeddings));
 - `after_step(step, model, writer)` on the writer: every `aux.refresh.every_steps` steps,
@@ -18,22 +21,26 @@ from __future__ import annotations
 import threading
 
 from driver.aux.fleet import EVAL_ERRORS, EVAL_LOSS, EVAL_VERSION, metric
+from driver.aux.routing import split_links
 
 
 class AuxSession:
-    """Clients, conditioning, refresh and metrics of one training rank."""
+    """Clients, conditioning, refresh and metrics of one training rank. `where`: (this
+    rank's Ray node id, its node's share of the ranks), by default asked of Ray (`locate`)."""
 
-    def __init__(self, cfg, spec: dict, rank: int):
+    def __init__(self, cfg, spec: dict, rank: int, where: tuple | None = None):
         from driver.aux.client import AuxClient
 
         self.cfg, self.rank, self.fleet = cfg, rank, spec.get("fleet")
         self.services = spec.get("services", {})
-        self.clients = {
-            name: AuxClient(
-                name, rank, s["proxies"], deadline_s=s["deadline_s"], retries=s["retries"]
+        self.here, self.share = where if where is not None else locate()
+        self.clients = {}
+        for name, s in self.services.items():
+            proxies, workers = self.links(s)
+            self.clients[name] = AuxClient(
+                name, rank, proxies, workers=workers, node_share=self.share,
+                deadline_s=s["deadline_s"], retries=s["retries"],
             )  # fmt: skip
-            for name, s in self.services.items()
-        }
         self.sender = None
         self.evaluations: list[tuple[int, object]] = []
         self.last_scores: dict = {}  # the newest evaluation, for the run's summary
@@ -52,13 +59,22 @@ class AuxSession:
         service = self.cfg.aux.condition
         return int(self.info(service).get("dim", 0)) if service else 0
 
+    def links(self, service: dict, table: dict | None = None) -> tuple[dict[str, int], list]:
+        """(proxies, workers called directly) of a service for this rank, from its spec or
+        a fresher FleetMonitor `table` ({"proxies", "nodes"})."""
+        table = table or service
+        nodes = {**service.get("nodes", {}), **table.get("nodes", {})}
+        return split_links(table["proxies"], nodes, service.get("endpoints", {}), self.here)
+
     def stages(self) -> list:
         """The data pipeline's stage run by `data.remote_stage`'s workers."""
         from driver.aux.remote_stage import RemoteStage
 
         name = self.cfg.data.remote_stage
         spec = self.services[name]
-        return [RemoteStage(spec["proxies"], name, deadline_s=spec["deadline_s"])]
+        proxies, workers = self.links(spec)
+        return [RemoteStage(proxies, name, deadline_s=spec["deadline_s"], workers=workers,
+                            node_share=self.share)]  # fmt: skip
 
     def _refresh_tables(self) -> None:
         import ray
@@ -69,8 +85,9 @@ class AuxSession:
             except Exception:  # the monitor is busy or gone: keep the last table
                 continue
             for name, table in tables.items():
-                if table and name in self.clients:
-                    self.clients[name].set_proxies(table)
+                if table.get("proxies") and name in self.clients:
+                    proxies, _ = self.links(self.services[name], table)
+                    self.clients[name].set_proxies(proxies)
 
     def conditioner(self):
         """The batch transform adding `aux.condition`'s embeddings to each micro-batch
@@ -187,6 +204,28 @@ class AuxSession:
         for client in self.clients.values():
             client.close()
         return final
+
+
+def locate() -> tuple[str | None, float | None]:
+    """(this process's Ray node id, its node's share of the training ranks: local ÷ world
+    size), each None where Ray or Ray Train does not say (then no worker is called directly,
+    or the node keeps all its calls)."""
+    try:
+        import ray
+
+        if not ray.is_initialized():
+            return None, None
+        here = ray.get_runtime_context().get_node_id()
+    except Exception:  # not in a Ray process
+        return None, None
+    try:
+        from ray import train
+
+        ctx = train.get_context()
+        share = ctx.get_local_world_size() / max(1, ctx.get_world_size())
+    except Exception:  # not a Ray Train worker
+        share = None
+    return here, share
 
 
 def unwrap(model):

@@ -1,7 +1,9 @@
 """A service worker: serves one Handler over a local socket to its proxy, fairly per rank.
 
 The worker binds a ROUTER (usually `ipc:///...`); its proxy connects and forwards
-requests `[client id, envelope, *body]`. One thread alternates: it takes in every message
+requests `[client id, envelope, *body]`, and ranks on the worker's node connect and send
+theirs directly as `[b"", envelope, *body]` (the same checks, queues and per-peer bounds
+apply: worker_queues.py). One thread alternates: it takes in every message
 that has arrived (answering pings and cancels, admitting each request into its rank's
 bounded FIFO, `routing.FairQueues`), then serves one request from the next rank in turn
 (round robin over ranks with work) and sends the reply. No thread handoff on the way, so
@@ -41,7 +43,7 @@ from driver.aux import shm
 from driver.aux.handler import Handler, RequestContext
 from driver.aux.routing import FairQueues, admit
 from driver.aux.shm_worker import Attached, Borrowed
-from driver.aux.worker_queues import Item, Queueing, error_reply
+from driver.aux.worker_queues import Item, PeerBooks, Queueing, error_reply
 from driver.messaging.envelope import (
     MAX_ENVELOPE_BYTES,
     MAX_FRAMES,
@@ -66,6 +68,7 @@ COUNTERS = (
     "held_total",
     "expired_in_queue",
     *(f"refused_{r}" for r in ("garbage", "truncated", "oversized", "kind", "internal")),
+    "refused_replay",
     "refused_queue_full",
     "refused_timeout",
     "restarts",
@@ -84,6 +87,7 @@ class WorkerServer(Queueing):
         full_policy: str = "wait",
         hold_bound: int | None = None,
         max_message_bytes: int = 64 << 20,
+        max_peer_bytes: int | None = None,
         torch: bool | None = None,
         context: zmq.Context | None = None,
     ):
@@ -95,6 +99,8 @@ class WorkerServer(Queueing):
         self.budget = max_message_bytes + MAX_ENVELOPE_BYTES + 512  # with the two routing ids
         self.hold_bound = hold_bound if hold_bound is not None else 16 * queue_bound
         self.queues = FairQueues(queue_bound)
+        # per peer (a direct caller, or one rank behind a proxy): requests here, their bytes
+        self.books = PeerBooks(max_message_bytes if max_peer_bytes is None else max_peer_bytes)
         self.held: dict[int, deque[Item]] = {}  # ranks with held requests only
         self.lock = threading.Lock()  # stats() reads from other threads
         self.context = context or zmq.Context.instance()
@@ -174,6 +180,7 @@ class WorkerServer(Queueing):
             item = self._next()
             if item is not None:
                 self._reply(item.route, self._serve(item))
+                self.books.release(item.peer, item.msg.id)
 
     def _take(self, sock: zmq.Socket, flags: int) -> bool:
         """Receive one message within the budget and take it in (a refusal is counted);
@@ -207,9 +214,9 @@ class WorkerServer(Queueing):
             info = {"pending": len(self.queues), "node": self.node}
             self._reply(route, Message("pong", msg.id, info=info))
         elif msg.kind == "cancel":
-            self._cancel(route[1].bytes, msg)
+            self._cancel((route[0].bytes, route[1].bytes), msg)
         elif msg.kind == "req":
-            self._admit(Item(route, msg, time.time()))
+            self._admit(Item(route, msg, time.time(), sum(map(nbytes, frames[2:]))))
         else:
             self.counters["refused_kind"] += 1
             self._reply(route, error_reply(msg.id, "protocol", f"unexpected {msg.kind}"))

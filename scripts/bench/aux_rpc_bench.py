@@ -80,39 +80,50 @@ def serve(role: str, address: str, workers: list[str]) -> None:
 def floor_serve(role: str, address: str, workers: list[str]) -> None:
     """The floor's processes: a bare ROUTER echo, or a bare ROUTER -> ROUTER forwarder
     (no checks, no routing decisions, no state): ZeroMQ and the process layout alone."""
+    print(bare_worker(address) if role == "floor-worker" else bare_proxy(workers[0]), flush=True)
+    sys.stdin.read()
+
+
+def bare_worker(address: str) -> str:
+    """A bare ROUTER echo at `address`, served by a thread of this process; its address."""
+    import threading
+
+    sock = zmq.Context.instance().socket(zmq.ROUTER)
+    sock.bind(address)
+
+    def loop() -> None:
+        while True:
+            sock.send_multipart(sock.recv_multipart(copy=False), copy=False)
+
+    threading.Thread(target=loop, daemon=True, name="bare-worker").start()
+    return address
+
+
+def bare_proxy(worker: str, host: str = "127.0.0.1") -> str:
+    """A bare ROUTER -> ROUTER forwarder in front of `worker` (a Python poll loop in a
+    thread of this process, as our proxy's); its address "tcp://host:port"."""
     import threading
 
     context = zmq.Context.instance()
-    if role == "floor-worker":
-        sock = context.socket(zmq.ROUTER)
-        sock.bind(address)
-        print(address, flush=True)
+    front, back = context.socket(zmq.ROUTER), context.socket(zmq.ROUTER)
+    front.bind(f"tcp://{host}:*")
+    back.setsockopt(zmq.CONNECT_ROUTING_ID, b"w")
+    back.connect(worker)
 
-        def loop() -> None:
-            while True:
-                sock.send_multipart(sock.recv_multipart(copy=False), copy=False)
+    def loop() -> None:
+        poller = zmq.Poller()
+        poller.register(front, zmq.POLLIN)
+        poller.register(back, zmq.POLLIN)
+        while True:
+            for sock, _ in poller.poll():
+                frames = sock.recv_multipart(copy=False)
+                if sock is front:
+                    back.send_multipart([b"w", *frames], copy=False)
+                else:
+                    front.send_multipart(frames[1:], copy=False)
 
-    else:
-        front, back = context.socket(zmq.ROUTER), context.socket(zmq.ROUTER)
-        front.bind("tcp://127.0.0.1:*")
-        back.setsockopt(zmq.CONNECT_ROUTING_ID, b"w")
-        back.connect(workers[0])
-        print(front.getsockopt(zmq.LAST_ENDPOINT).decode(), flush=True)
-
-        def loop() -> None:
-            poller = zmq.Poller()
-            poller.register(front, zmq.POLLIN)
-            poller.register(back, zmq.POLLIN)
-            while True:
-                for sock, _ in poller.poll():
-                    frames = sock.recv_multipart(copy=False)
-                    if sock is front:
-                        back.send_multipart([b"w", *frames], copy=False)
-                    else:
-                        front.send_multipart(frames[1:], copy=False)
-
-    threading.Thread(target=loop, daemon=True).start()
-    sys.stdin.read()
+    threading.Thread(target=loop, daemon=True, name="bare-proxy").start()
+    return front.getsockopt(zmq.LAST_ENDPOINT).decode()
 
 
 class Service:

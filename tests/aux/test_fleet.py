@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from driver.aux import fleet
-from driver.aux.fleet import proxy_table, service_metrics, worker_window
+from driver.aux.fleet import proxy_nodes, proxy_table, service_metrics, worker_window
 
 ROOT = Path(__file__).resolve().parents[2]
 DASHBOARD = ROOT / "kustomize/bases/observability/grafana/dashboards/aux-services.json"
@@ -80,6 +80,16 @@ def test_totals_per_service_and_per_worker():
 def test_proxy_table_drops_silent_proxies():
     proxies = [{"address": "tcp://a:1", "live": 2}, None, {"address": "tcp://b:2", "live": 0}]
     assert proxy_table(proxies) == {"tcp://a:1": 2, "tcp://b:2": 0}
+
+
+def test_proxy_nodes_tell_ranks_which_proxy_is_their_own_nodes():
+    proxies = [
+        {"address": "tcp://a:1", "live": 2, "node": "n0"},
+        None,
+        {"address": "tcp://b:2", "live": 1, "node": "n1"},
+        {"address": "tcp://c:3"},
+    ]
+    assert proxy_nodes(proxies) == {"tcp://a:1": "n0", "tcp://b:2": "n1"}
 
 
 def test_dashboard_queries_names_the_monitor_writes():

@@ -11,7 +11,9 @@ from driver.aux.routing import (
     RoundRobin,
     SmoothWeightedRoundRobin,
     admit,
+    link_weights,
     pick_worker,
+    split_links,
 )
 
 
@@ -121,3 +123,59 @@ def test_back_pressure_decision(full, policy, now, deadline, decision):
 def test_unknown_policy_is_refused():
     with pytest.raises(ValueError, match="policy 'drop'"):
         admit(False, "drop", 0, 1)
+
+
+@pytest.mark.parametrize(
+    ("case", "local", "remote", "share", "weights"),
+    [
+        ("no worker here: the proxies' own weights", {}, {"p": 2, "q": 1}, 0.5,
+         {"p": 2, "q": 1}),
+        ("the node's worker is its share: all stay here", {"w": 1}, {"p": 1}, 0.5,
+         {"w": 1, "p": 0}),
+        ("more than its share: all stay here", {"w": 1, "v": 1}, {"p": 1}, 0.5,
+         {"w": 1, "v": 1, "p": 0}),
+        ("share unknown: all stay here", {"w": 1}, {"p": 3}, None, {"w": 1, "p": 0}),
+        ("no proxy: all here", {"w": 1}, {}, 0.25, {"w": 1}),
+        ("1 of 3 workers for half the ranks: keep 2/3", {"w": 1}, {"p": 2}, 0.5,
+         {"w": 667, "p": 333}),
+        ("all the ranks, half the workers: keep half", {"w": 1}, {"p": 1}, 1.0,
+         {"w": 500, "p": 500}),
+        ("the rest by the proxies' live workers", {"w": 1}, {"p": 2, "q": 1}, 1.0,
+         {"w": 250, "p": 500, "q": 250}),
+        ("the local worker is down: the proxies", {"w": 0}, {"p": 1}, 0.5, {"w": 0, "p": 1}),
+        ("one of two local workers down", {"w": 1, "v": 0}, {"p": 1}, 1.0,
+         {"w": 500, "v": 0, "p": 500}),
+        ("a proxy with no live worker weighs 0", {"w": 1}, {"p": 0, "q": 1}, 1.0,
+         {"w": 500, "p": 0, "q": 500}),
+    ],
+)  # fmt: skip
+def test_link_weights_keep_a_nodes_calls_on_its_workers(case, local, remote, share, weights):
+    assert link_weights(local, remote, share) == weights, case
+
+
+def test_link_weights_share_the_load_evenly_over_workers():
+    # 3 workers: 1 on node a, 2 on node b; 2 ranks on each node, each sending 600 requests
+    a = SmoothWeightedRoundRobin(link_weights({"wa": 1}, {"pb": 2}, 0.5))
+    b = SmoothWeightedRoundRobin(link_weights({"wb1": 1, "wb2": 1}, {"pa": 1}, 0.5))
+    served = Counter()
+    for _ in range(1200):
+        served["wa" if a.next() == "wa" else "b"] += 1  # pb forwards to b's two workers
+        served[b.next()] += 1
+    per_b_worker = (served["b"] + served["wb1"] + served["wb2"]) / 2
+    assert abs(served["wa"] - per_b_worker) / per_b_worker < 0.01
+
+
+@pytest.mark.parametrize(
+    ("here", "proxies", "workers"),
+    [
+        ("n0", {"tcp://b:2": 2}, ["ipc:///r/e-0.sock"]),
+        ("n1", {"tcp://a:1": 1}, ["ipc:///r/e-1.sock", "ipc:///r/e-2.sock"]),
+        ("n2", {"tcp://a:1": 1, "tcp://b:2": 2}, []),  # a node without workers: proxies
+        (None, {"tcp://a:1": 1, "tcp://b:2": 2}, []),  # node unknown: proxies
+    ],
+)
+def test_split_links_calls_its_own_nodes_workers_directly(here, proxies, workers):
+    table = {"tcp://a:1": 1, "tcp://b:2": 2}
+    nodes = {"tcp://a:1": "n0", "tcp://b:2": "n1"}
+    endpoints = {"n0": ["ipc:///r/e-0.sock"], "n1": ["ipc:///r/e-1.sock", "ipc:///r/e-2.sock"]}
+    assert split_links(table, nodes, endpoints, here) == (proxies, workers)

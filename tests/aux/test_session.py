@@ -84,6 +84,39 @@ def test_remote_stage_points_at_the_services_proxies(session):
     assert stage.proxies == aux.services["encoder"]["proxies"] and stage.deadline_s == 10.0
 
 
+def test_a_rank_calls_its_own_nodes_worker_directly(session, tmp_path):
+    """The spec's `endpoints` of the rank's node are called without a proxy, and that
+    node's proxy is left out; a rank on another node goes through the proxy."""
+    cfg, _, _ = session
+    worker, proxy, address = serve(tmp_path, "enc", EncoderHandler(8, 0))
+    spec = {"fleet": None, "services": {"encoder": {
+        "proxies": {address: 1}, "nodes": {address: "node-a"}, "info": {"dim": 8},
+        "endpoints": {"node-a": [worker.address]}, "deadline_s": 10.0, "retries": 1,
+        "workers": []}}}  # fmt: skip
+    here = AuxSession(cfg, spec, rank=0, where=("node-a", 0.5))
+    there = AuxSession(cfg, spec, rank=1, where=("node-b", 0.5))
+    try:
+        links = here.clients["encoder"].stats()["proxies"]
+        assert list(links) == [worker.address] and links[worker.address]["direct"]
+        assert list(there.clients["encoder"].stats()["proxies"]) == [address]
+        for aux in (here, there):
+            reply = aux.clients["encoder"].call("encode", {"images": torch.zeros(2, 3, 8, 8)})
+            assert reply["embeddings"].shape == (2, 8)
+        assert proxy.stats()["forwarded"] == 1  # rank 1's call only
+        cfg.data.remote_stage = "encoder"
+        (stage,) = here.stages()
+        assert stage.proxies == {} and stage.workers == [worker.address]
+        assert here.links(
+            spec["services"]["encoder"],
+            {"proxies": {"tcp://new:1": 1}, "nodes": {"tcp://new:1": "node-a"}},
+        ) == ({}, [worker.address])  # a restarted proxy on this node stays left out
+    finally:
+        for aux in (here, there):
+            aux.close(wait=False)
+        proxy.stop()
+        worker.stop()
+
+
 def test_no_services_no_session():
     cfg, _ = compose(TINY_DIT, ["aux=none"])
     assert aux_session(cfg, {"fleet": None, "services": {}}, 0) is None

@@ -4,99 +4,22 @@ and a proxy picks its worker back up when it returns on the same address."""
 
 from __future__ import annotations
 
-import multiprocessing as mp
 import os
 import signal
-import threading
-import time
 
 import pytest
 
 from driver.aux.client import AuxClient
-from driver.aux.errors import AuxError
-from tests.aux.transport import serve_proxy, serve_worker
-
-SPAWN = mp.get_context("spawn")
+from tests.aux.transport import SPAWN, Load, Processes, serve_worker, wait_for
 
 
-class Cluster:
+class Cluster(Processes):
     """Worker and proxy processes: two workers, two proxies in front of both."""
 
     def __init__(self, tmp_path):
-        self.stop = str(tmp_path / "stop")
-        self.workers = [f"ipc://{tmp_path}/w{i}.sock" for i in range(2)]
-        self.procs: dict[str, mp.Process] = {}
-        for address in self.workers:
-            self.start_worker(address)
-        self.addresses = SPAWN.Queue()
-        self.proxies = [self.start_proxy(name) for name in ("p0", "p1")]
-
-    def start_worker(self, address):
-        proc = SPAWN.Process(target=serve_worker, args=(address, self.stop, 0.005), daemon=True)
-        proc.start()
-        self.procs[address] = proc
-
-    def start_proxy(self, name, bind=None):
-        args = (self.workers, self.addresses, self.stop, bind)
-        self.procs[name] = SPAWN.Process(target=serve_proxy, args=args, daemon=True)
-        self.procs[name].start()
-        return self.addresses.get(timeout=60)
-
-    def kill(self, name):
-        os.kill(self.procs[name].pid, signal.SIGKILL)
-        self.procs[name].join(10)
-
-    def close(self):
-        open(self.stop, "w").close()
-        for proc in self.procs.values():
-            proc.join(10)
-            if proc.exitcode is None:
-                proc.kill()
-
-
-class Load:
-    """Threads calling without pause; counts replies and typed errors per outcome."""
-
-    def __init__(self, client, threads=4):
-        self.client, self.sent, self.replies = client, 0, 0
-        self.errors: dict[str, int] = {}
-        self.untyped: list[BaseException] = []
-        self.lock, self.running = threading.Lock(), True
-        self.threads = [
-            threading.Thread(target=self.run, args=(t,), daemon=True) for t in range(threads)
-        ]
-        for thread in self.threads:
-            thread.start()
-
-    def run(self, t):
-        i = 0
-        while self.running:
-            with self.lock:
-                self.sent += 1
-            try:
-                reply = self.client.call("echo", {"t": t, "i": i})
-                assert reply == {"t": t, "i": i}
-                with self.lock:
-                    self.replies += 1
-            except AuxError as err:
-                with self.lock:
-                    self.errors[err.code] = self.errors.get(err.code, 0) + 1
-            except BaseException as err:  # anything untyped fails the test
-                self.untyped.append(err)
-            i += 1
-
-    def stop(self):
-        self.running = False
-        for thread in self.threads:
-            thread.join(30)
-        return self.sent, self.replies, sum(self.errors.values())
-
-
-def wait_for(predicate, timeout=30.0):
-    limit = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < limit, "condition not reached in time"
-        time.sleep(0.05)
+        super().__init__(tmp_path)
+        self.workers = [self.start_worker(f"ipc://{tmp_path}/w{i}.sock") for i in range(2)]
+        self.proxies = [self.start_proxy(name, self.workers) for name in ("p0", "p1")]
 
 
 @pytest.fixture
@@ -142,7 +65,7 @@ def exercise(cluster, client, load, weights):
     before = load.replies
     wait_for(lambda: load.replies > before + 100)
 
-    cluster.start_proxy("p0", bind=cluster.proxies[0])  # and back to it when it returns
+    cluster.start_proxy("p0", cluster.workers, bind=cluster.proxies[0])  # and back to it
     wait_for(lambda: weights()[cluster.proxies[0]] == 2)
     before = load.replies
     wait_for(lambda: load.replies > before + 100)

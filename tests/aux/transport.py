@@ -3,13 +3,19 @@
 from __future__ import annotations
 
 import contextlib
+import multiprocessing as mp
 import os
+import signal
 import struct
+import threading
 import time
 from collections.abc import Iterator
 
+from driver.aux.errors import AuxError
 from driver.aux.proxy import ProxyServer
 from driver.aux.worker import WorkerServer
+
+SPAWN = mp.get_context("spawn")
 
 
 class Echo:
@@ -106,6 +112,89 @@ def serve_proxy(workers: list[str], addresses, stop_path: str, bind: str | None 
     addresses.put(proxy.start())
     wait_for_file(stop_path)
     proxy.stop()
+
+
+class Processes:
+    """Workers and proxies, each in its own (spawned) process, by name: started, SIGKILLed,
+    started again on the same address; all stopped by `close()`."""
+
+    def __init__(self, tmp_path):
+        self.stop = str(tmp_path / "stop")
+        self.procs: dict[str, mp.Process] = {}
+        self.addresses = SPAWN.Queue()
+
+    def start_worker(self, address: str, delay_s: float = 0.005, **kw) -> str:
+        proc = SPAWN.Process(target=serve_worker, args=(address, self.stop, delay_s),
+                             kwargs=kw, daemon=True)  # fmt: skip
+        proc.start()
+        self.procs[address] = proc
+        return address
+
+    def start_proxy(self, name: str, workers: list[str], bind: str | None = None) -> str:
+        args = (workers, self.addresses, self.stop, bind)
+        self.procs[name] = SPAWN.Process(target=serve_proxy, args=args, daemon=True)
+        self.procs[name].start()
+        return self.addresses.get(timeout=60)
+
+    def kill(self, name: str) -> None:
+        os.kill(self.procs[name].pid, signal.SIGKILL)
+        self.procs[name].join(10)
+
+    def close(self) -> None:
+        open(self.stop, "w").close()
+        for proc in self.procs.values():
+            proc.join(10)
+            if proc.exitcode is None:
+                proc.kill()
+
+
+class Load:
+    """Threads calling without pause; counts replies and typed errors per outcome (and,
+    with method "pid", the replies of each worker process)."""
+
+    def __init__(self, client, threads=4, method="echo"):
+        self.client, self.method, self.sent, self.replies = client, method, 0, 0
+        self.pids: dict[int, int] = {}
+        self.errors: dict[str, int] = {}
+        self.untyped: list[BaseException] = []
+        self.lock, self.running = threading.Lock(), True
+        self.threads = [
+            threading.Thread(target=self.run, args=(t,), daemon=True) for t in range(threads)
+        ]
+        for thread in self.threads:
+            thread.start()
+
+    def run(self, t):
+        i = 0
+        while self.running:
+            with self.lock:
+                self.sent += 1
+            try:
+                reply = self.client.call(self.method, {"t": t, "i": i})
+                assert self.method != "echo" or reply == {"t": t, "i": i}
+                with self.lock:
+                    self.replies += 1
+                    if "pid" in reply:
+                        self.pids[reply["pid"]] = self.pids.get(reply["pid"], 0) + 1
+            except AuxError as err:
+                with self.lock:
+                    self.errors[err.code] = self.errors.get(err.code, 0) + 1
+            except BaseException as err:  # anything untyped fails the test
+                self.untyped.append(err)
+            i += 1
+
+    def stop(self):
+        self.running = False
+        for thread in self.threads:
+            thread.join(30)
+        return self.sent, self.replies, sum(self.errors.values())
+
+
+def wait_for(predicate, timeout=30.0):
+    limit = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < limit, "condition not reached in time"
+        time.sleep(0.05)
 
 
 def envelope(kind=1, rid=9, rank=0, method=b"echo", deadline=4e9, sizes=(), **over) -> bytes:
