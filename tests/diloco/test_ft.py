@@ -84,8 +84,10 @@ def learner_run(tmp_path: Path, name: str, layout: list[str]):
         sync.wait(30)
     lines = (out / "run" / "metrics.jsonl").read_text().splitlines()
     size = 2 if "parallelism.replica_group_size=2" in layout else 1
-    return [json.loads(line) for line in lines], state.read_rounds(out / "state"), digests(
-        out / "run", size
+    return (
+        [json.loads(line) for line in lines],
+        state.read_rounds(out / "state"),
+        digests(out / "run", size),
     )
 
 
