@@ -34,12 +34,17 @@ def newest_checkpoint(cfg) -> tuple[int, str] | None:
 
 def resume_line(cfg) -> str | None:
     """What the run resumes from, when it resumes: `checkpoint.resume=auto` and a committed
-    checkpoint of this run, or an explicit checkpoint; None when it starts afresh."""
+    checkpoint of this run in a local folder, or an explicit checkpoint; None when it starts
+    afresh (or its checkpoints are in an object store, not read before the storage check)."""
+    from driver.checkpoint.storage import is_local
+
     resume = cfg.checkpoint.resume
     if resume is None:
         return None
     if resume != "auto":
         return f"resuming {cfg.run.team}/{cfg.run.name} from {resume}"
+    if not is_local(cfg.checkpoint.root):  # listed only after the bounded storage check
+        return None  # (driver.checkpoint.reach); the workers say what they resume from
     try:
         found = newest_checkpoint(cfg)
     except Exception:  # noqa: BLE001 (storage that cannot be listed: the workers will say)

@@ -23,7 +23,7 @@ from pathlib import Path
 from catalog import labels
 from driver.metrics.hub import RunMetrics
 from driver.metrics.rank import of_record
-from driver.output.runlogs import DriverLogs, LogSpec
+from driver.output.runlogs import DriverLogs, LogSpec, learner_label
 
 
 def summarize(rows: list[dict], skip: int = 1) -> dict:
@@ -58,12 +58,6 @@ def aux_postfix(row: dict) -> dict[str, str]:
         elif parts[2] == EVAL_LOSS:
             out["eval"] = f"{value:.3f}"
     return out
-
-
-def learner_label(cfg) -> str:
-    """The run's DiLoCo learner name (`diloco.learner` of a learner), else empty."""
-    diloco = getattr(cfg, "diloco", None)
-    return diloco.learner if diloco is not None and diloco.address else ""
 
 
 POLL_S = 2.0

@@ -20,7 +20,6 @@ the end, so `runner ui` and `runner diagnose --analyze` read every line of a loc
 from __future__ import annotations
 
 import logging
-import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,6 +27,12 @@ from pathlib import Path
 from catalog import labels
 
 log = logging.getLogger("driver.logs")
+
+
+def learner_label(cfg) -> str:
+    """The run's DiLoCo learner name (`diloco.learner` of a learner), else empty."""
+    diloco = getattr(cfg, "diloco", None)
+    return diloco.learner if diloco is not None and diloco.address else ""
 
 
 @dataclass(frozen=True)
@@ -48,7 +53,7 @@ class LogSpec:
         run = cfg.run
         identity = {"cluster": getattr(run, "cluster", ""), "team": getattr(run, "team", ""),
                     "run": getattr(run, "name", ""),
-                    "learner": os.environ.get(labels.LEARNER_ENV, "")}  # fmt: skip
+                    "learner": learner_label(cfg)}  # fmt: skip
         folder = str(Path(output_dir or run.output_dir).resolve() / LOG_DIR)
         endpoint = getattr(getattr(cfg, "logging", None), "otel_endpoint", None)
         return cls(folder, identity, endpoint or None)

@@ -60,7 +60,8 @@ def test_dit_with_encoder_and_evaluator(ray_aux, tmp_path, capsys):
     assert summary["aux/evaluator/eval_version"] in (5, 10)
     assert summary["aux/evaluator/eval_loss"] > 0
     printed = capsys.readouterr()
-    assert "encoder    1         0.5" in printed.out + printed.err  # the plan table
+    assert "encoder    1         1 " in printed.out + printed.err  # the plan table (a GPU
+    # service takes one whole CPU slot of a CPU run: driver.capacity.cpu_slots)
     assert "aux encoder: 1 workers, 1 proxies, 24 requests, 0 errors" in printed.out
 
 

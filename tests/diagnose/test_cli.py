@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from catalog.images import IMAGES_FILE
 from tests.preflight.conftest import invoke
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -53,10 +54,13 @@ def test_bad_input_is_one_line_and_an_exit_code(args, code, message):
 
 @pytest.fixture
 def repo(tmp_path, monkeypatch) -> Path:
-    """A git repository with the real catalogs and run definitions (PLATFORM_ROOT)."""
+    """A git repository with the real catalogs, image list and run definitions
+    (PLATFORM_ROOT)."""
     root = tmp_path / "repo"
     for part in ("clusters", "runs"):
         shutil.copytree(ROOT / part, root / part)
+    (root / IMAGES_FILE).parent.mkdir(parents=True)  # which images are not built yet
+    shutil.copy(ROOT / IMAGES_FILE, root / IMAGES_FILE)
     (root / "apps").mkdir()
     for args in (
         ["init", "-q"],

@@ -25,6 +25,7 @@ COMMANDS = {
     ".venv/bin/runner run --local runs/examples/tiny-lm.yaml --steps 50"
     " --set optimizer.lr=1e-3": SLOW,
     ".venv/bin/runner run --local runs/examples/tiny-lm.yaml --set run.local_dashboard=true": SLOW,
+    ".venv/bin/runner run --local runs/examples/tiny-lm.yaml --shape 2x2 --steps 20": SLOW,
     ".venv/bin/runner run --local runs/examples/diloco-two-regions.yaml --steps 40": SLOW,
     ".venv/bin/python -m driver.train runs/train/tiny-dit.yaml": SLOW,
     ".venv/bin/python -m driver.train runs/train/tiny-dit.yaml aux=none": SLOW,

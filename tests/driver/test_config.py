@@ -146,8 +146,8 @@ def test_a_shape_composes_the_cluster_layout():
     stand_in, _ = compose(TINY_LM, ["shape.nodes=2", "shape.gpus_per_node=2",
                                     "shape.accelerator=cpu"])  # fmt: skip
     assert stand_in.parallelism.backend == "gloo" and stand_in.parallelism.fsdp_size == 2
-    ft, _ = compose(TINY_LM, [*shape, "ft=on"])  # replica groups of one worker under ft
-    assert ft.parallelism.fsdp_size == 1 and ft.parallelism.replica_group_size == 1
+    ft, _ = compose(TINY_LM, [*shape, "ft=on"])  # whole nodes per replica group under ft
+    assert ft.parallelism.fsdp_size == 8 and ft.parallelism.replica_group_size == 8
 
 
 @pytest.mark.parametrize(

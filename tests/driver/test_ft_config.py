@@ -38,9 +38,16 @@ def test_ft_group_composes_off_by_default(path, overrides, enabled):
 @pytest.mark.parametrize(
     ("overrides", "field", "words"),
     [
-        (["parallelism.fsdp_size=2"], "parallelism.fsdp_size", "one worker"),
-        (["parallelism.replica_group_size=2"], "parallelism.replica_group_size", "one worker"),
-        (["ft.min_replicas=3"], "ft.min_replicas", "fewer than ft.min_replicas=3"),
+        (
+            ["parallelism.workers=2", "ft.min_replicas=3"],
+            "ft.min_replicas",
+            "2 replica groups are fewer than ft.min_replicas=3",
+        ),
+        (
+            ["parallelism.workers=4", "parallelism.replica_group_size=4", "ft.min_replicas=2"],
+            "ft.min_replicas",
+            "1 replica groups are fewer than ft.min_replicas=2",
+        ),
         (["ft.heartbeat_interval_ms=900"], "ft.heartbeat_interval_ms", "heartbeat_timeout_ms"),
         (["ft.lr_scaling=sqrt"], "ft.lr_scaling", "linear"),
     ],
@@ -133,6 +140,7 @@ def test_shrink_target_from_the_pod_environment(env, has_target):
     assert (warden is not None) is has_target
 
 
-def test_aux_services_refused_under_ft():
-    with pytest.raises(InputError, match="aux.services: not supported with ft.enabled"):
-        compose(str(ROOT / "runs/train/tiny-dit.yaml"), ["ft=on"])
+def test_aux_services_compose_under_ft():
+    cfg, _ = compose(str(ROOT / "runs/train/tiny-dit.yaml"), ["ft=on"])
+    assert cfg.ft.enabled and set(cfg.aux.services) == {"encoder", "evaluator"}
+    assert cfg.aux.refresh.service == "evaluator"  # each live group's writer refreshes
