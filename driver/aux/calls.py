@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import zmq
 
@@ -16,8 +16,17 @@ from driver.aux.errors import AuxCancelled, AuxError, AuxTimeout
 from driver.messaging.envelope import MAX_ENVELOPE_BYTES, Message, pack
 from driver.messaging.multipart import nbytes
 
-if TYPE_CHECKING:
-    from driver.aux.client import AuxClient
+
+class FutureOwner(Protocol):
+    """What a future asks of its client (AuxClient, client.py)."""
+
+    service: str
+    settle_lock: threading.Lock
+
+    def wait(self, future: AuxFuture, limit_s: float) -> bool: ...
+
+    def _command(self, kind: str, value: Any) -> None: ...
+
 
 HWM = 100_000  # messages queued per socket before a send would block
 
@@ -25,7 +34,7 @@ HWM = 100_000  # messages queued per socket before a send would block
 class AuxFuture:
     """The eventual reply of one request."""
 
-    def __init__(self, client: AuxClient, request_id: int, deadline: float):
+    def __init__(self, client: FutureOwner, request_id: int, deadline: float):
         self.client, self.id, self.deadline = client, request_id, deadline
         self.settled = False
         self.event: threading.Event | None = None  # made for a waiter that is not the leader

@@ -178,9 +178,10 @@ class WorkerServer(Queueing):
                 self._expire_held()
                 next_sweep = time.monotonic() + 0.05
             item = self._next()
-            if item is not None:
-                self._reply(item.route, self._serve(item))
+            if item is not None:  # released before the reply: a peer that has its reply
+                reply = self._serve(item)  # finds its share free again
                 self.books.release(item.peer, item.msg.id)
+                self._reply(item.route, reply)
 
     def _take(self, sock: zmq.Socket, flags: int) -> bool:
         """Receive one message within the budget and take it in (a refusal is counted);

@@ -27,7 +27,7 @@ from driver.diloco.link import Server
 from driver.messaging import wire
 
 if TYPE_CHECKING:
-    from driver.diloco.synchronizer import OuterConfig
+    from driver.diloco.outer import OuterConfig
 
 log = logging.getLogger("driver.diloco.synchronizer")
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import math
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 import torch
 
@@ -205,3 +206,17 @@ def check_like(params: dict, reference: Params, what: str) -> None:
             )
         if not v.dtype.is_floating_point and v.dtype != torch.int8:
             raise ValueError(f"{what}: {k} is {v.dtype}, not floating point")
+
+
+@dataclass
+class OuterConfig:
+    lr: float = 0.7
+    momentum: float = 0.9
+    nesterov: bool = True
+    round_timeout_s: float = 60.0
+    min_learners: int = 1
+    compression: str = "bf16"
+    expect: tuple[str, ...] = ()
+    """Learners waited for (up to the round timeout) in the first round after a start."""
+    max_update: float = MAX_UPDATE
+    """A pushed pseudo-gradient with an element of larger magnitude is refused."""

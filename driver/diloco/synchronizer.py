@@ -37,31 +37,17 @@ import argparse
 import logging
 import os
 import signal
-from dataclasses import dataclass
 
 from driver.diloco import outer
 from driver.diloco.fragment import Fragment
 from driver.diloco.link import MAX_BYTES, Server
+from driver.diloco.outer import OuterConfig
 from driver.messaging import wire
 from driver.messaging.limits import Ledger
 from driver.messaging.serving import supervise
 
 log = logging.getLogger("driver.diloco.synchronizer")
 MAX_FRAGMENTS = 64
-
-
-@dataclass
-class OuterConfig:
-    lr: float = 0.7
-    momentum: float = 0.9
-    nesterov: bool = True
-    round_timeout_s: float = 60.0
-    min_learners: int = 1
-    compression: str = "bf16"
-    expect: tuple[str, ...] = ()
-    """Learners waited for (up to the round timeout) in the first round after a start."""
-    max_update: float = outer.MAX_UPDATE
-    """A pushed pseudo-gradient with an element of larger magnitude is refused."""
 
 
 class Synchronizer:

@@ -3,6 +3,7 @@ checkpoint, on real processes (one per replica group), same model, data and fail
 
     .venv/bin/python scripts/bench/ft_bench.py [--groups 3] [--steps 150] [--interval 100]
     .venv/bin/python scripts/bench/ft_bench.py --platform [--groups 3] [--steps 150] ...
+    .venv/bin/python scripts/bench/ft_bench.py --platform --groups 2 --group-size 2
 
 Four runs of tests.support.ft_drill (goals in brackets):
   ft-clean   torchft, no failure
@@ -27,6 +28,9 @@ Printed ratios:
 restart from the newest checkpoint), a Ray Train worker SIGKILLed at each of --kills
 (scripts/bench/ft_platform.py). It prints the ratio from the first committed step (the
 figure: the launch is the same for both and amortised over a real run) and from launch.
+With `--group-size N` every replica group is N workers sharding the model (FSDP N inside,
+torchft across) and two failure-free runs are added: steps/s ft on ÷ off [>= 0.9], and the
+bytes the cross-group reduce copied per step ÷ the gradient's bytes [<= 0.05].
 """
 
 from __future__ import annotations
@@ -114,6 +118,12 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help=f"steps at which a group dies ({DRILL_KILLS}; --platform {PLATFORM_KILLS})",
     )
+    parser.add_argument(
+        "--group-size",
+        type=int,
+        default=1,
+        help="--platform: workers per replica group, FSDP inside (e.g. 2: --groups x 2 workers)",
+    )
     parser.add_argument("--accum", type=int, default=2)
     parser.add_argument("--compute-ms", type=float, default=50.0, help="per micro-batch")
     parser.add_argument(
@@ -124,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
     kills = [int(k) for k in (args.kills or default).split(",") if k]
     g, steps = args.groups, args.steps
     if args.platform:
-        return platform(g, steps, kills, args.interval)
+        return platform(g, steps, kills, args.interval, args.group_size)
     spec = {
         "grad_accum": args.accum,
         "micro_batch": 16,
@@ -148,12 +158,12 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def platform(groups: int, steps: int, kills: list[int], interval: int) -> int:
+def platform(groups: int, steps: int, kills: list[int], interval: int, size: int = 1) -> int:
     import ft_platform
 
     with tempfile.TemporaryDirectory() as tmp:
-        result = ft_platform.measure(Path(tmp), groups, steps, kills, interval)
-    ft_platform.report(result, groups, steps, kills, interval)
+        result = ft_platform.measure(Path(tmp), groups * size, steps, kills, interval, size)
+    ft_platform.report(result, groups * size, steps, kills, interval)
     return 0
 
 
