@@ -6,10 +6,11 @@
 1. **steps**: steady-state steps/s of the fully composed run (ft on with replica groups of
    2 workers and FSDP 2 inside, the DiT's encoder and evaluator with weight refresh, the
    shared-memory pipeline with 2 producers) ÷ the same run with ft, services and pipeline
-   off (plain FSDP 2, in-process batches), both on one Ray cluster of 2 nodes x 2 stand-in
-   GPUs started here (driver.embedded.cluster), the driver joined to it; alternating which
-   goes first. Goal ≥ 0.85. Printed with it: where the CPU time goes in each, per kind of
-   process (/proc, the cluster's whole session, over the steady-state window).
+   off (plain FSDP 2 on the same 2 training workers, in-process batches), both on one Ray
+   cluster of 2 nodes x 2 stand-in GPUs started here (driver.embedded.cluster), the driver
+   joined to it; alternating which goes first. Goal ≥ 0.85. Printed with it: where the CPU
+   time goes in each, per kind of process (/proc, the cluster's whole session, over the
+   steady-state window).
 2. **start**: time to the first step of `runner run --local RUN --shape 2x2`'s command
    (`python -m driver.embedded.cluster ...`: the cluster started, the driver joined, the
    workers up, the first step done) ÷ a plain torch.distributed start of the same 4 workers
@@ -44,7 +45,11 @@ CONFIG = "runs/train/tiny-dit.yaml"
 SHAPE = ["shape.nodes=2", "shape.gpus_per_node=2", "shape.accelerator=cpu", "shape.cpus_per_gpu=1"]
 COMPOSED = ["ft=on", "aux=encode_eval", "data.loader=pipeline", "data.producers=2",
             "parallelism.fsdp_size=2", "parallelism.replica_group_size=2"]  # fmt: skip
-PLAIN = ["ft=off", "aux=none", "data.loader=inprocess", "parallelism.fsdp_size=2"]
+PLAIN = ["ft=off", "aux=none", "data.loader=inprocess", "parallelism.fsdp_size=2",
+         "parallelism.workers=2"]  # fmt: skip
+"""The composed run's services take 2 of the 4 slots, so it trains on 2 workers (one group
+of FSDP 2); its peer trains on the same 2 workers (and global batch), its 2 other slots
+idle, so the ratio is the cost of ft, services and pipeline, not of a different world."""
 KINDS = (("RayTrainWorker", "training worker"), ("AuxWorker", "aux worker"),
          ("AuxProxy", "aux proxy"), ("FleetMonitor", "fleet monitor"),
          ("TrainController", "Ray Train controller"), ("raylet", "raylet"),
