@@ -20,7 +20,6 @@ the end, so `runner ui` and `runner diagnose --analyze` read every line of a loc
 from __future__ import annotations
 
 import logging
-import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -43,12 +42,13 @@ class LogSpec:
     def of(cls, cfg, output_dir: str | Path | None = None) -> LogSpec:
         """The run's spec from its config (`output_dir`: the run's folder when the caller
         holds it; else `run.output_dir`)."""
+        from driver.output.progress import learner_label
         from observability.logs import LOG_DIR
 
         run = cfg.run
         identity = {"cluster": getattr(run, "cluster", ""), "team": getattr(run, "team", ""),
                     "run": getattr(run, "name", ""),
-                    "learner": os.environ.get(labels.LEARNER_ENV, "")}  # fmt: skip
+                    "learner": learner_label(cfg)}  # fmt: skip
         folder = str(Path(output_dir or run.output_dir).resolve() / LOG_DIR)
         endpoint = getattr(getattr(cfg, "logging", None), "otel_endpoint", None)
         return cls(folder, identity, endpoint or None)
