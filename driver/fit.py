@@ -83,7 +83,7 @@ def run_summary(cfg, progress, channel, result, started, interrupted, stops, aux
         hosts = channel.all_hosts()
         summary.update(summary_fields(progress.rows, hosts, progress.metrics.first_attempt))
     ending = channel.terminations()
-    if ending:  # workers' pods heard terminating (driver.trainer.signals, channel.drains)
+    if ending:  # workers' pods heard terminating (driver.trainer.signals)
         summary["pods_terminated"] = terminated(ending, channel.all_hosts())
     if stops is not None and stops.signum and (interrupted or "preempted_at" in summary):
         summary["stopped_by"] = stops.name

@@ -12,9 +12,8 @@ threads call it through `DriverChannel`).
   times this rank started before (worker-group restarts).
 - `RunControl`: attempt counts per rank, the preemption notices: the run's (driver.channel.
   stops relays the driver's SIGTERM or SIGINT) and each rank's pod's termination (a worker
-  that hears its own SIGTERM, driver.trainer.signals; the driver, for the ranks of a
-  draining node), and rank 0's final figures (`finish`: the driver never calls
-  `ray.train.report`, a barrier across ranks).
+  that hears its own SIGTERM, driver.trainer.signals), and rank 0's final figures
+  (`finish`: the driver never calls `ray.train.report`, a barrier across ranks).
 """
 
 from __future__ import annotations
@@ -62,9 +61,8 @@ class RunControl:
             self.notice_at = at
 
     def terminating(self, rank: int, at: float) -> None:
-        """A worker (or the driver, for a draining node) says `rank`'s pod is being
-        terminated since wall-clock time `at` (no later than now: a clock ahead of the
-        driver's never lengthens the time left)."""
+        """A worker says `rank`'s pod is being terminated since wall-clock time `at` (no
+        later than now: a clock ahead of the driver's never lengthens the time left)."""
         rank, at = valid_rank(rank), valid_time(at)
         self.ending.setdefault(rank, at)
 

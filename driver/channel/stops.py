@@ -11,7 +11,7 @@ own, driver/embedded/lean.py, so a Ctrl-C at the terminal never reaches them): t
 catches SIGTERM and SIGINT and leaves a notice in the run's channel (driver.channel.state's
 RunControl), which workers poll without blocking after every step (rank 0; under torchft
 every replica group). The same poll brings the terminations of workers' pods
-(driver.trainer.signals, driver.channel.drains).
+(driver.trainer.signals).
 """
 
 from __future__ import annotations

@@ -3,13 +3,14 @@
     hook = LeaveHook(heard=watch.heard, pods=notices.pods, group=2, group_size=2)
 
 After each committed step the hook asks whether this group's pod is being terminated: its
-own SIGTERM (driver.trainer.signals) or the driver's notice for one of its ranks (a
-draining node, driver.channel.drains, polled through the run's channel). Then, between
-steps, the group leaves (`FtReplica.leave`: its Manager stops heartbeating, and the next
-quorum forms without it as soon as its last heartbeat is `ft.heartbeat_timeout_ms` old)
-and trains no more; the others go on without it, and Ray Train replaces the group once its
-pod is gone. The step in flight when the signal came is finished first: its share of the
-gradient allreduce reaches the others, so their commit holds and nothing is run twice.
+own SIGTERM (driver.trainer.signals) or a notice in the run's channel for one of its
+ranks (another member's SIGTERM, relayed by that member; polled without blocking).
+Then, between steps, the group leaves (`FtReplica.leave`: its Manager stops heartbeating,
+and the next quorum forms without it as soon as its last heartbeat is
+`ft.heartbeat_timeout_ms` old: torchft's Lighthouse has no call to leave) and trains no
+more; the others go on without it, and Ray Train replaces the group once its pod is gone.
+The step in flight when the signal came is finished first: its share of the gradient
+allreduce reaches the others, so their commit holds and nothing is run twice.
 
 A replica group of several workers leaves as one: a pod's SIGTERM reaches one member (or
 the members of one node), so after every step the members agree (a MAX all-reduce of the

@@ -15,12 +15,13 @@ status polls. The handler only records the time and wakes a relay thread, which 
 `on_term(at)` (the notice in the run's channel: driver.channel.state `terminating`). A
 second SIGTERM goes to the handler that was there before (Ray's: the process ends at once).
 
-What reaches a worker in a cluster (Ray 2.60, measured): Kubernetes sends SIGTERM to the
-pod's `ray start --block` only; it marks its node draining in the GCS at once and waits
+What reaches a worker in a cluster (Ray 2.60; untested on a real cluster, docs/
+checkpoint.md): Kubernetes sends SIGTERM to the pod's main process. Where that is the
+pod's `ray start --block`, it marks its node draining in the GCS and waits
 (`RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S`, 30 s by default) before it stops the raylet,
-which kills its workers at once, without a signal they could act on. The driver hears
-that drain (driver.channel.drains) and leaves the same notice for the node's ranks; this
-watch hears a SIGTERM sent to the worker process itself.
+which kills its workers without a signal they could act on; a driver that watched the
+drain state could leave the same notice for the node's ranks (`terminating`), which is not
+built yet. This watch hears a SIGTERM sent to the worker process itself.
 """
 
 from __future__ import annotations

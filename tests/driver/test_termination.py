@@ -4,6 +4,7 @@ notice poll; under torchft its group leaves the quorum (driver.ft.leave)."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import threading
@@ -17,7 +18,9 @@ from driver.channel.state import NOTICE_MAX_AGE_S, RunControl, valid_time
 from driver.channel.stops import NoticePoll
 from driver.checkpoint.preemption import first_of
 from driver.ft.leave import LeaveHook
+from driver.train import main
 from driver.trainer.signals import TerminationWatch, on_main_thread
+from tests.driver.conftest import TINY_LM
 
 
 def wait_for(check, timeout_s: float = 10.0):
@@ -168,3 +171,123 @@ def test_the_leave_hook_leaves_once_the_groups_pod_is_ending():
     pods[0] = time.time() - 0.5  # the driver's notice for a rank of this group
     assert hook.should_stop(trainer, 5) is True
     assert trainer.stepper.ft.left and trainer.finished_elsewhere and hook.left_at
+
+
+# ---- real processes: the driver, an embedded Ray, Ray Train workers --------------------
+
+
+@pytest.fixture(scope="module")
+def ray_local_4():
+    """One embedded Ray of 4 CPUs for the module's runs (up to 4 training workers)."""
+    import ray
+
+    os.environ.setdefault("RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", "0.5")
+    os.environ.setdefault("RAY_TRAIN_ENABLE_PRINT_PATCH", "0")
+    ray.init(address="local", num_cpus=4, include_dashboard=True, log_to_driver=False,
+             logging_level="WARNING")  # fmt: skip
+    yield ray
+    ray.shutdown()
+
+
+def rows_of(out) -> list[dict]:
+    return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+
+
+def signalled_at(out, step: int, rank: int) -> float:
+    """When debug.term_at_step sent its SIGTERM (the fault's marker holds the time)."""
+    return float((out / ".faults" / f"term-{step}-{rank}").read_text())
+
+
+def last_steps(out) -> dict[int, int]:
+    """Rank -> the last step it committed (every rank's rows in the run's store)."""
+    from observability.store import LocalStore
+
+    with LocalStore.open(out, schema=False) as store:
+        got = store.query("SELECT rank, max(step) AS last FROM platform.run_metrics "
+                          "WHERE name = 'train/param_digest' GROUP BY rank")  # fmt: skip
+    return {int(row["rank"]): int(row["last"]) for row in got}
+
+
+FT_STEPS = 60
+
+
+@pytest.mark.slow
+def test_sigterm_to_one_member_makes_its_group_leave_and_the_other_goes_on(ray_local_4, tmp_path):
+    """ft on, 2 replica groups of 2 workers (FSDP 2 inside each): SIGTERM to rank 3 before
+    step 5's forward pass. Its group finishes the step, both members leave after the same
+    step, and the other group trains on alone to the end: no step lost or run twice, no
+    failed commit (nobody waited on a dead peer in a collective)."""
+    out = tmp_path / "ft"
+    code = main([TINY_LM, "ft=on", f"train.steps={FT_STEPS}", "train.micro_batch_size=8",
+                 "parallelism.workers=4", "parallelism.replica_group_size=2",
+                 "parallelism.fsdp_size=2", "run.local_cpus=4", "optimizer.warmup_steps=2",
+                 "debug.digest=true", "logging.format=json", "debug.term_at_step=4",
+                 "debug.kill_rank=3", f"run.output_dir={out}", "run.name=term-ft",
+                 f"checkpoint.root={tmp_path / 'ckpt'}"])  # fmt: skip
+    rows = rows_of(out)
+    assert code == 0
+    assert [r["step"] for r in rows] == list(range(1, FT_STEPS + 1))  # none lost, none twice
+    assert rows[0]["ft_quorum_size"] == 2 and rows[-1]["ft_quorum_size"] == 1
+    assert all(r["ft_failed_commits"] == 0 for r in rows)
+    last = last_steps(out)
+    assert last[2] == last[3] and 5 <= last[3] < FT_STEPS  # the group left as one
+    assert last[0] == last[1] == FT_STEPS
+    alone = next(r for r in rows if r["ft_quorum_size"] == 1)
+    assert alone["step"] == last[3] + 1  # the very next step runs without it
+    summary = json.loads((out / "summary.json").read_text())
+    assert [p["rank"] for p in summary["pods_terminated"]] == [3]
+    term = signalled_at(out, 4, 3)
+    quorum = alone["time"] - alone["step_time"]  # the survivors' quorum without the group
+    print(f"\nSIGTERM -> out of the quorum (ft, groups of 2): {quorum - term:.3f} s "
+          f"(left after step {last[3]}; the next quorum formed without it)")  # fmt: skip
+
+
+CKPT_STEPS = 60
+
+
+def plain_run(tmp_path, name: str, *extra: str) -> tuple[int, object]:
+    out = tmp_path / name
+    code = main([TINY_LM, f"train.steps={CKPT_STEPS}", "optimizer.warmup_steps=2",
+                 "data.size=1024", "logging.format=json", "checkpoint.interval_steps=1000",
+                 "parallelism.workers=2",
+                 "checkpoint.preemption_check_s=0.2", "run.team=t",
+                 f"checkpoint.root={tmp_path / 'ckpt'}", f"run.output_dir={out}",
+                 *extra])  # fmt: skip
+    return code, out
+
+
+@pytest.mark.slow
+def test_sigterm_to_a_worker_without_ft_commits_a_final_checkpoint_and_resumes_exactly(
+    ray_local_4, tmp_path
+):
+    """ft off, 2 DDP workers: SIGTERM to rank 1 (not the driver, not rank 0) before step 5.
+    The ranks agree, a final checkpoint of the step they stopped after commits within the
+    budget, the run exits as preempted; the same run started again resumes there and its
+    losses are an uninterrupted run's, bit for bit."""
+    from driver.checkpoint.layout import MARKER
+    from driver.train import PREEMPTED
+
+    code, first = plain_run(tmp_path, "first", "run.name=term", "debug.term_at_step=4",
+                            "debug.kill_rank=1")  # fmt: skip
+    summary = json.loads((first / "summary.json").read_text())
+    stopped = summary["preempted_at"]
+    assert code == PREEMPTED and 5 <= stopped < CKPT_STEPS, summary
+    assert summary["preempt_lost_steps"] == 0 and summary["stopped_by"].startswith(
+        "SIGTERM to rank 1's pod"
+    )
+    final = tmp_path / "ckpt" / "t" / "term" / f"step-{stopped}"
+    assert summary["ckpt_uri"] == str(final) and (final / MARKER).exists()
+    committed = (final / MARKER).stat().st_mtime
+    print(
+        f"\nSIGTERM -> final checkpoint committed (ft off): "
+        f"{committed - signalled_at(first, 4, 1):.3f} s (stopped after step {stopped})"
+    )
+    code, again = plain_run(tmp_path, "again", "run.name=term")
+    assert code == 0
+    code, ref = plain_run(tmp_path, "ref", "run.name=ref")
+    assert code == 0
+    want = [(r["step"], r["loss"]) for r in rows_of(ref)]
+    got = [(r["step"], r["loss"]) for r in rows_of(first)] + [
+        (r["step"], r["loss"]) for r in rows_of(again)
+    ]
+    assert got == want
