@@ -133,6 +133,8 @@ def on_main_thread(fn: Callable[[], bool], timeout_s: float = 30.0) -> bool:
     try:
         import ray
 
+        if not ray.is_initialized():  # not a Ray worker (and never start a Ray here)
+            raise RuntimeError("not in a Ray actor")
         actor = ray.get_runtime_context().current_actor
         return bool(ray.get(actor.execute.remote(fn), timeout=timeout_s))
     except Exception as err:  # noqa: BLE001 (no actor main thread to reach: no watch)

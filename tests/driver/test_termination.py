@@ -76,6 +76,13 @@ def test_no_main_thread_to_reach_means_no_watch():
     thread.start()
     thread.join()
     assert got == [False]
+    assert not ray_started()  # asking started no Ray
+
+
+def ray_started() -> bool:
+    import ray
+
+    return ray.is_initialized()
 
 
 @pytest.fixture
