@@ -13,7 +13,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from driver.channel import WORKER_METHODS, ChannelError, DriverChannel, RunChannel
+from driver.channel import WORKER_METHODS, ChannelError
 from driver.channel.state import NOTICE_MAX_AGE_S, RunControl, valid_time
 from driver.channel.stops import NoticePoll
 from driver.checkpoint.preemption import first_of
@@ -83,20 +83,6 @@ def ray_started() -> bool:
     import ray
 
     return ray.is_initialized()
-
-
-@pytest.fixture
-def channel():
-    served = DriverChannel.start(RunChannel())
-    yield served
-    served.close()
-
-
-@pytest.fixture
-def client(channel):
-    worker = channel.address.connect(3)
-    yield worker
-    worker.close()
 
 
 def test_terminating_is_a_worker_method_and_reaches_the_polls_of_its_ranks(channel, client):
@@ -181,19 +167,6 @@ def test_the_leave_hook_leaves_once_the_groups_pod_is_ending():
 
 
 # ---- real processes: the driver, an embedded Ray, Ray Train workers --------------------
-
-
-@pytest.fixture(scope="module")
-def ray_local_4():
-    """One embedded Ray of 4 CPUs for the module's runs (up to 4 training workers)."""
-    import ray
-
-    os.environ.setdefault("RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", "0.5")
-    os.environ.setdefault("RAY_TRAIN_ENABLE_PRINT_PATCH", "0")
-    ray.init(address="local", num_cpus=4, include_dashboard=True, log_to_driver=False,
-             logging_level="WARNING")  # fmt: skip
-    yield ray
-    ray.shutdown()
 
 
 def rows_of(out) -> list[dict]:
