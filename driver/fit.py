@@ -82,12 +82,25 @@ def run_summary(cfg, progress, channel, result, started, interrupted, stops, aux
 
         hosts = channel.all_hosts()
         summary.update(summary_fields(progress.rows, hosts, progress.metrics.first_attempt))
+    ending = channel.terminations()
+    if ending:  # workers' pods heard terminating (driver.trainer.signals)
+        summary["pods_terminated"] = terminated(ending, channel.all_hosts())
     if stops is not None and stops.signum and (interrupted or "preempted_at" in summary):
         summary["stopped_by"] = stops.name
+    elif ending and "preempted_at" in summary:
+        first = summary["pods_terminated"][0]
+        summary["stopped_by"] = f"SIGTERM to rank {first['rank']}'s pod {first['pod']}"
     if aux_summary:
         summary["aux"] = aux_summary
         summary.update({k: v for k, v in final.items() if k.startswith(("aux/", "refresh_"))})
     return summary
+
+
+def terminated(ending: dict[int, float], hosts: dict[int, dict]) -> list[dict]:
+    """The ranks whose pods were heard terminating, first heard first: rank, pod, time."""
+    rows = [{"rank": rank, "pod": hosts.get(rank, {}).get("pod", "?"), "at": at}
+            for rank, at in ending.items()]  # fmt: skip
+    return sorted(rows, key=lambda row: (row["at"], row["rank"]))
 
 
 def headline(err: BaseException, ranks: dict[int, dict]) -> str:

@@ -38,7 +38,7 @@ from driver.messaging.zap import Gate, plain_password
 
 log = logging.getLogger("driver.channel")
 WORKER_METHODS = frozenset(
-    {"hello", "start", "push_many", "fail", "finish", "notice", "sync", "pods_of"}
+    {"hello", "start", "push_many", "fail", "finish", "notice", "terminating", "sync", "pods_of"}
 )
 """What a worker may ask (everything else in the state is the driver's)."""
 NO_REPLY = frozenset({"push_many"})

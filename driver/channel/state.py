@@ -10,14 +10,22 @@ threads call it through `DriverChannel`).
   a rank's `hello` returns its attempt: the run's first attempt
   in this driver (after the attempts already in metrics.jsonl, set by `begin`) plus the
   times this rank started before (worker-group restarts).
-- `RunControl`: attempt counts per rank, the time of a preemption notice (driver.channel.
-  stops relays the driver's SIGTERM or SIGINT), rank 0's final figures (`finish`: the
-  driver never calls `ray.train.report`, a barrier across ranks).
+- `RunControl`: attempt counts per rank, the preemption notices: the run's (driver.channel.
+  stops relays the driver's SIGTERM or SIGINT) and each rank's pod's termination (a worker
+  that hears its own SIGTERM, driver.trainer.signals), and rank 0's final figures
+  (`finish`: the driver never calls `ray.train.report`, a barrier across ranks).
 """
 
 from __future__ import annotations
 
+import math
+import time
 from collections.abc import Callable
+
+MAX_RANK = 1 << 20
+NOTICE_MAX_AGE_S = 600.0
+"""A termination notice older than this when it arrives is refused (a clock far off)."""
+MAX_RANKS_ASKED = 1 << 16
 
 
 class RunControl:
@@ -26,6 +34,8 @@ class RunControl:
     def __init__(self) -> None:
         self.starts: dict[int, int] = {}
         self.notice_at: float | None = None
+        self.ending: dict[int, float] = {}
+        """Rank -> wall-clock time its pod's termination was heard (the first per rank)."""
         self.outcome: dict = {}
 
     def finish(self, outcome: dict) -> None:
@@ -50,8 +60,44 @@ class RunControl:
         if self.notice_at is None:
             self.notice_at = at
 
-    def notice(self) -> float | None:
-        return self.notice_at
+    def terminating(self, rank: int, at: float) -> None:
+        """A worker says `rank`'s pod is being terminated since wall-clock time `at` (no
+        later than now: a clock ahead of the driver's never lengthens the time left)."""
+        rank, at = valid_rank(rank), valid_time(at)
+        self.ending.setdefault(rank, at)
+
+    def notice(self, ranks: list[int] | None = None) -> dict:
+        """What a worker polls: `run`, the run's notice (every rank stops), and `pods`, the
+        first termination heard of a pod hosting one of `ranks` (any rank: None)."""
+        if ranks is None:
+            times = list(self.ending.values())
+        else:
+            if not isinstance(ranks, list) or len(ranks) > MAX_RANKS_ASKED:
+                raise ValueError("ranks: a list of at most 65536 ranks")
+            times = [self.ending[r] for r in map(valid_rank, ranks) if r in self.ending]
+        return {"run": self.notice_at, "pods": min(times, default=None)}
+
+    def terminations(self) -> dict[int, float]:
+        """Rank -> when its pod's termination was heard."""
+        return dict(self.ending)
+
+
+def valid_rank(rank) -> int:
+    """A rank from a worker: an int in [0, MAX_RANK) (ValueError otherwise)."""
+    if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < MAX_RANK:
+        raise ValueError(f"rank: an integer in [0, {MAX_RANK}), not {rank!r:.40}")
+    return rank
+
+
+def valid_time(at, now: float | None = None) -> float:
+    """A notice's wall-clock time from a worker: a finite number at most
+    NOTICE_MAX_AGE_S old; one ahead of now counts as now (ValueError otherwise)."""
+    now = time.time() if now is None else now
+    if isinstance(at, bool) or not isinstance(at, int | float) or not math.isfinite(at):
+        raise ValueError(f"at: a time in seconds, not {at!r:.40}")
+    if at < now - NOTICE_MAX_AGE_S:
+        raise ValueError(f"at: more than {NOTICE_MAX_AGE_S:g} s ago")
+    return min(float(at), now)
 
 
 def exclusive_pods(hosts: dict[int, dict], ranks: list[int]) -> list[str]:

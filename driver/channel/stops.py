@@ -3,13 +3,15 @@ workers poll.
 
     stops = StopRelay(log).install()             # driver: SIGTERM or SIGINT ...
     stops.attach(channel)                        # ... -> a notice in the run's channel
-    guard = PreemptionGuard(ckpt, poll=NoticePoll(client))   # worker: sees the notice
+    guard = PreemptionGuard(ckpt, poll=NoticePoll(client).first)   # worker: sees the notice
 
 Ray Train runs the training function in a thread of each worker actor, so workers never
 see the pod's signal themselves (and an embedded Ray's processes run in a session of their
 own, driver/embedded/lean.py, so a Ctrl-C at the terminal never reaches them): the driver
 catches SIGTERM and SIGINT and leaves a notice in the run's channel (driver.channel.state's
-RunControl), which rank 0 polls without blocking after every step.
+RunControl), which workers poll without blocking after every step (rank 0; under torchft
+every replica group). The same poll brings the terminations of workers' pods
+(driver.trainer.signals).
 """
 
 from __future__ import annotations
@@ -25,28 +27,56 @@ from collections.abc import Callable
 
 class NoticePoll:
     """Polls the run's channel (a driver.channel client) without blocking: one request in
-    flight at a time, a new one at most every `interval_s` seconds."""
+    flight at a time, a new one at most every `interval_s` seconds. `ranks`: the ranks whose
+    pods' terminations concern this worker (None: any rank's, as in a world that stops as
+    one). Every accessor gives the newest answer, None before one arrives:
 
-    def __init__(self, control, interval_s: float = 1.0):
+        notices = NoticePoll(client, ranks=[2, 3])
+        notices.first()     # the run's notice or a pod's, whichever (a PreemptionGuard poll)
+        notices.run()       # the run's notice alone (the driver's SIGTERM or SIGINT)
+        notices.pods()      # the termination of a pod hosting one of `ranks`
+    """
+
+    def __init__(self, control, interval_s: float = 1.0, ranks: list[int] | None = None):
         self.control, self.interval_s = control, interval_s
+        self.ranks = None if ranks is None else [int(r) for r in ranks]
+        self.latest: dict = {}
         self._pending: int | None = None
         self._sent = 0.0
 
     def __call__(self) -> float | None:
-        """The notice's wall-clock time once one has arrived, else None."""
+        return self.first()
+
+    def first(self) -> float | None:
+        """The earlier of the run's notice and a concerning pod's termination, or None."""
+        times = [t for t in (self.run(), self.pods()) if t is not None]
+        return min(times, default=None)
+
+    def run(self) -> float | None:
+        return self._ask().get("run")
+
+    def pods(self) -> float | None:
+        return self._ask().get("pods")
+
+    def _ask(self) -> dict:
         if self._pending is None:
             if time.monotonic() - self._sent < self.interval_s:
-                return None
+                return self.latest
             self._sent = time.monotonic()
             try:
-                self._pending = self.control.request("notice")
+                args = () if self.ranks is None else (self.ranks,)
+                self._pending = self.control.request("notice", *args)
             except Exception:  # noqa: BLE001 (a driver gone a long while: ask again later)
-                return None
-        done, notice = self.control.reply(self._pending, 0.0)
-        if not done:
-            return None
-        self._pending = None
-        return notice
+                return self.latest
+        try:
+            done, answer = self.control.reply(self._pending, 0.0)
+        except Exception:  # noqa: BLE001 (refused: ask again later)
+            done, answer = True, None
+        if done:
+            self._pending = None
+            if isinstance(answer, dict):
+                self.latest = {k: answer.get(k) for k in ("run", "pods")}
+        return self.latest
 
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)

@@ -42,6 +42,19 @@ def final_save_decision(
     return True, f"a save takes ~{estimate_s:.1f}s, {remaining_s:.1f}s left"
 
 
+def first_of(*polls: Callable[[], float | None] | None) -> Callable[[], float | None] | None:
+    """One notice poll from several (None entries skipped): the earliest time any gives,
+    or None; None when no poll is given."""
+    polls = tuple(p for p in polls if p is not None)
+    if not polls:
+        return None
+
+    def first() -> float | None:
+        return min((t for t in (p() for p in polls) if t is not None), default=None)
+
+    return first
+
+
 MAX_CHECK_GAP = 1000  # steps between agreements, at most (very short steps)
 
 

@@ -1,6 +1,6 @@
 """Checkpointing as the training driver's loop uses it, on each Ray Train worker.
 
-    session = CheckpointSession(cfg, state, rank, world, control)
+    session = CheckpointSession(cfg, state, rank, world, control, heard=watch.heard)
     start = session.resume()                 # the step to start after (0: fresh)
     for step in range(start, cfg.train.steps):
         row = train_one_step(...)
@@ -8,6 +8,11 @@
         if session.should_stop(step + 1):    # a preemption notice: final save done or skipped
             break
     final = session.finish()                 # final save, wait for the writes, final metrics
+
+A stop comes from a notice: the run's (the driver's SIGTERM or SIGINT) or a worker pod's
+termination (any rank's: the whole world stops as one), polled by rank 0 through the
+run's channel, or this rank's own SIGTERM (`heard`, driver.trainer.signals); the ranks
+agree on the step through PreemptionGuard.
 
 On a failure the loop calls `session.abandon()`: a checkpoint staged before the failure may
 still commit (up to `checkpoint.preemption_budget_s`). After `checkpoint.max_failed_saves`
@@ -26,7 +31,7 @@ from driver.aux.listeners import RayListeners
 from driver.channel.stops import NoticePoll
 from driver.checkpoint.api import CheckpointRef, row_fields
 from driver.checkpoint.checkpointer import Checkpointer
-from driver.checkpoint.preemption import PreemptionGuard
+from driver.checkpoint.preemption import PreemptionGuard, first_of
 from driver.checkpoint.state import TrainState
 from driver.parallel import Topology
 
@@ -36,7 +41,7 @@ log = logging.getLogger("driver.checkpoint")
 class CheckpointSession:
     """One worker's checkpointer, preemption guard and attempt number."""
 
-    def __init__(self, cfg, state: TrainState, rank: int, world: int, control=None):
+    def __init__(self, cfg, state: TrainState, rank: int, world: int, control=None, heard=None):
         self.config, self.steps, self.state = cfg.checkpoint, cfg.train.steps, state
         listeners = (RayListeners(),)  # auxiliary workers' listener actors, called by rank 0
         run = cfg.run
@@ -45,7 +50,8 @@ class CheckpointSession:
             self.config, run.team, run.name, rank, world, callbacks=listeners, dp_replica=replica
         )
         self.ckpt.write_delay_s = float(cfg.debug.slow_save_s)
-        poll = NoticePoll(control) if control is not None and rank == 0 else None
+        notices = NoticePoll(control) if control is not None and rank == 0 else None
+        poll = first_of(notices.first if notices else None, heard)
         self.guard = PreemptionGuard(self.ckpt, poll=poll, give_up=self.failing)
         self.attempt = control.call("start", rank, timeout_s=60) if control is not None else 0
         self.resumed: CheckpointRef | None = None

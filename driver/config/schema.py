@@ -328,6 +328,9 @@ class DebugConfig:
     in the run: several failures (scripts/bench/ft_bench.py)."""
     stop_at_step: int | None = None
     """SIGSTOP `kill_rank`'s process at this step (a hung worker), once in the run."""
+    term_at_step: int | None = None
+    """SIGTERM `kill_rank`'s process at this step, before its forward pass (a worker pod's
+    termination: driver.trainer.signals), once in the run."""
     digest: bool = False
     """Every rank's row carries `param_digest`, a hash of its parameters (its shards), so a
     test can see replicas equal after every step."""

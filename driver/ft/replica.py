@@ -243,3 +243,19 @@ class FtReplica:
 
     def close(self) -> None:
         self.manager.shutdown(wait=False)
+
+    # ---- leaving at once: this group's pod is being terminated (driver.ft.leave) -------
+
+    left = False
+    """Whether `leave` was called: the group trains no more."""
+
+    def leave(self) -> None:
+        """Leave the quorum now, between steps (after a commit, before the next
+        `begin_step`, on the training thread; the group trains no more): its Manager stops
+        heartbeating, so the Lighthouse forms the next quorum without it once its last
+        heartbeat is `ft.heartbeat_timeout_ms` old. torchft's Lighthouse has no call to
+        leave (torchft-nightly 2026.10.26: a group drops out when its heartbeats stop, or
+        when it misses `ft.join_timeout_ms`). `close` afterwards is harmless."""
+        if not self.left:
+            self.left = True
+            self.manager.shutdown(wait=False)

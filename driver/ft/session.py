@@ -1,7 +1,8 @@
 """Checkpoints under torchft: one checkpointer per replica group, written by the lowest
 live group (`set_writer` before each step's save).
 
-    session = FtCheckpointSession(cfg, state, group=2, control=control)
+    session = FtCheckpointSession(cfg, state, group=2, control=control, notices=notices,
+                                  heard=watch.heard)
     start = session.resume()        # first start; then the Manager's step is set to `start`
     ft.restore = session.resume     # started again: read only if no live group is ahead
 
@@ -11,6 +12,12 @@ writes; a replacement never cleans). Resuming is
 CheckpointSession's: the first start follows `checkpoint.resume`; a started-again group
 (its channel attempt > 0) hands `resume` to `FtReplica.restore`, which calls it only
 when the group's first quorum has no live group ahead to heal from (a full restart).
+
+Every group polls the run's notice (`notices`, a driver.channel.stops.NoticePoll shared with
+driver.ft.leave's hook): the driver's SIGTERM or SIGINT stops every group, and the writing
+group writes the final checkpoint. The termination of this group's own pod (`heard`, or
+`notices.pods()`) stops it too: it leaves the quorum (driver.ft.leave) and, if it is the
+group that writes, writes a final checkpoint first when it fits the budget.
 """
 
 from __future__ import annotations
@@ -18,7 +25,7 @@ from __future__ import annotations
 from driver.aux.listeners import RayListeners
 from driver.channel.stops import NoticePoll
 from driver.checkpoint.checkpointer import Checkpointer
-from driver.checkpoint.preemption import PreemptionGuard
+from driver.checkpoint.preemption import PreemptionGuard, first_of
 from driver.checkpoint.session import CheckpointSession
 
 
@@ -28,7 +35,8 @@ class FtCheckpointSession(CheckpointSession):
     shards."""
 
     def __init__(self, cfg, state, group: int, control=None, rank: int | None = None,
-                 group_rank: int = 0, group_size: int = 1):  # fmt: skip
+                 group_rank: int = 0, group_size: int = 1, notices=None,
+                 heard=None):  # fmt: skip
         self.config, self.steps, self.state = cfg.checkpoint, cfg.train.steps, state
         who = group if rank is None else rank  # a member's starts: its group's, member by member
         self.attempt = control.call("start", who, timeout_s=60) if control is not None else 0
@@ -42,8 +50,9 @@ class FtCheckpointSession(CheckpointSession):
             replica_group=0 if group == 0 and first else 1,
             callbacks=(RayListeners(),),
         )
-        lead = group == 0 and group_rank == 0
-        poll = NoticePoll(control) if control is not None and lead else None
+        if notices is None and control is not None:
+            notices = NoticePoll(control, ranks=[group if rank is None else rank])
+        poll = first_of(notices.first if notices else None, heard)
         self.guard = PreemptionGuard(self.ckpt, poll=poll, give_up=self.failing)
         self.resumed = None
         self.start = 0

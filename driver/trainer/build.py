@@ -5,7 +5,9 @@ feed: in process, or the shared-memory pipeline), the auxiliary services' sessio
 either the plain parts (DDP or FSDP2/HSDP, driver.trainer.plain) or the torchft parts (a
 replica group, driver.ft.stepper), the checkpoint session and its resume, the DiLoCo
 learner, and the hooks in their order (driver.trainer.hooks). Every group builds the same
-initial weights (`train.seed`).
+initial weights (`train.seed`). With checkpoints or torchft the worker hears its own
+SIGTERM (driver.trainer.signals): a final save, or under torchft its group leaves the
+quorum (driver.ft.leave).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from driver.trainer import hooks as h
 from driver.trainer.core import StepCore
 from driver.trainer.faults import Faults
 from driver.trainer.loop import Trainer
+from driver.trainer.signals import TerminationHook, hear_termination
 
 
 def build_trainer(cfg, ctx, channel, logger, attempt: int, args: dict) -> Trainer:
@@ -28,29 +31,35 @@ def build_trainer(cfg, ctx, channel, logger, attempt: int, args: dict) -> Traine
 
     rank, world = ctx.get_world_rank(), ctx.get_world_size()
     device = setup_device(cfg, ctx, logger)
+    watch = hear_termination(cfg, channel, rank)  # this worker's pod's SIGTERM
+    heard = watch.heard if watch else None
+    notices = ft_notices(cfg, channel, rank, world) if cfg.ft.enabled else None
     torch.manual_seed(cfg.train.seed)  # every worker and group builds the same weights
     aux = aux_session(cfg, args.get("aux"), rank)
     work = build(cfg.model, cfg.data, cond_dim=aux.cond_dim() if aux else 0)
     feed = make_feed(cfg, work.dataset, rank, world, aux)
     parts = ft_parts if cfg.ft.enabled else plain_parts
     stepper, model, session, learner = parts(cfg, work, feed, aux, device, rank, world,
-                                             channel, args)  # fmt: skip
+                                             channel, args, heard, notices)  # fmt: skip
     faults = Faults(cfg.debug, rank, attempt, marks=cfg.run.output_dir)
     stepper.core.faults = faults
     logger.info("rank %d/%d on %s starts at step %d", rank, world, device, stepper.step)
     order = [
         h.DilocoHook(learner, model) if learner else None,
+        leave_hook(cfg, heard, notices, rank, world) if cfg.ft.enabled else None,
         h.CheckpointHook(session) if session else None,
         h.AuxHook(aux, model) if aux else None,
         h.ReportHook(),
         h.FaultHook(faults),
         h.FeedHook(feed),
+        TerminationHook(watch) if watch else None,
     ]
     reporter = RankReporter(channel, rank, attempt, device)
     return Trainer(cfg, stepper, [hook for hook in order if hook], reporter, logger)
 
 
-def plain_parts(cfg, work, feed, aux, device, rank, world, channel, args):
+def plain_parts(cfg, work, feed, aux, device, rank, world, channel, args, heard=None,
+                notices=None):  # fmt: skip
     """DDP or FSDP2/HSDP over every worker: (stepper, model, session, learner)."""
     from driver import optim
     from driver.diloco.hook import prepare
@@ -65,12 +74,13 @@ def plain_parts(cfg, work, feed, aux, device, rank, world, channel, args):
                            shard=cfg.parallelism.fsdp_size)  # fmt: skip
     learner = prepare(model, cfg.diloco)  # a DiLoCo learner when configured, else a no-op
     session = checkpointing(cfg, model, optimizer, scheduler, feed, rank, world, channel,
-                            learner.checkpoint_state())  # fmt: skip
+                            learner.checkpoint_state(), heard)  # fmt: skip
     stepper.resume(session)
     return stepper, model, session, learner
 
 
-def ft_parts(cfg, work, feed, aux, device, rank, world, channel, args):
+def ft_parts(cfg, work, feed, aux, device, rank, world, channel, args, heard=None,
+             notices=None):  # fmt: skip
     """One torchft replica group: (stepper, model, session, learner)."""
     import ray
 
@@ -119,7 +129,8 @@ def ft_parts(cfg, work, feed, aux, device, rank, world, channel, args):
         train_state = TrainState(model=model, optimizer=optimizer, lr_scheduler=scheduler,
                                  dataloader=feed, extra=learner.checkpoint_state())  # fmt: skip
         member = {"rank": rank, "group_rank": topo.group_rank(rank), "group_size": topo.group_size}
-        session = FtCheckpointSession(cfg, train_state, group, channel, **member)
+        session = FtCheckpointSession(cfg, train_state, group, channel, **member,
+                                      notices=notices, heard=heard)  # fmt: skip
     stepper.resume(session)
     return stepper, model, session, learner
 
@@ -174,7 +185,8 @@ def aux_session(cfg, spec: dict | None, rank: int):
     return AuxSession(cfg, spec, rank)
 
 
-def checkpointing(cfg, model, optimizer, scheduler, feed, rank, world, control, extra=None):
+def checkpointing(cfg, model, optimizer, scheduler, feed, rank, world, control, extra=None,
+                  heard=None):  # fmt: skip
     """The worker's CheckpointSession, or None when checkpoints are off."""
     if not cfg.checkpoint.active:
         return None
@@ -183,7 +195,25 @@ def checkpointing(cfg, model, optimizer, scheduler, feed, rank, world, control, 
 
     state = TrainState(model=model, optimizer=optimizer, lr_scheduler=scheduler,
                        dataloader=feed, extra=extra or {})  # fmt: skip
-    return CheckpointSession(cfg, state, rank, world, control)
+    return CheckpointSession(cfg, state, rank, world, control, heard=heard)
+
+
+def ft_notices(cfg, channel, rank: int, world: int):
+    """The run's notices as this replica group polls them: the run's, and the terminations
+    of its own ranks' pods (driver.channel.stops.NoticePoll)."""
+    from driver.channel.stops import NoticePoll
+
+    topo = Topology.from_config(cfg.parallelism, world)
+    return NoticePoll(channel, ranks=list(topo.ranks_of(topo.group_of(rank))))
+
+
+def leave_hook(cfg, heard, notices, rank: int, world: int):
+    """driver.ft.leave's hook: this group leaves the quorum when its pod is ending."""
+    from driver.ft.leave import LeaveHook
+
+    topo = Topology.from_config(cfg.parallelism, world)
+    return LeaveHook(heard or (lambda: None), notices.pods if notices else None,
+                     topo.group_of(rank), topo.group_size)  # fmt: skip
 
 
 def shrink_decider(cfg, topo, channel):

@@ -9,6 +9,8 @@
   each): SIGKILL that rank's process there (a worker pod lost), once in the run.
 - `debug.stop_at_step` / `kill_rank`: SIGSTOP it before the step's forward pass (a hung
   worker: the replica group's liveness watchdog must notice, driver.ft.watchdog).
+- `debug.term_at_step` / `kill_rank`: SIGTERM it before the step's forward pass (its pod
+  is being terminated: driver.trainer.signals); the marker file holds the signal's time.
 - `debug.fail_at_step` / `fail_rank` (-1: every rank): raise after the step's row left.
 - `debug.digest`: `param_digest(model)` for each rank's row.
 """
@@ -18,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import os
 import signal
+import time
 from pathlib import Path
 
 PHASES = ("before", "during", "after")
@@ -41,17 +44,22 @@ class Faults:
         stop = self.rank == d.kill_rank and d.stop_at_step == step and phase == "before"
         if stop and self._once(f"stop-{step}-{self.rank}"):
             os.kill(os.getpid(), signal.SIGSTOP)
+        term = self.rank == d.kill_rank and d.term_at_step == step and phase == "before"
+        if term and self._once(f"term-{step}-{self.rank}", note=f"{time.time()!r}"):
+            os.kill(os.getpid(), signal.SIGTERM)
         if phase == "after" and d.fail_at_step == step and d.fail_rank in (-1, self.rank):
             message = f"debug.fail_at_step={step}: injected failure on rank {self.rank}"
             raise RuntimeError(message)
 
-    def _once(self, name: str) -> bool:
-        """Whether this fault has not fired yet in the run (and now has)."""
+    def _once(self, name: str, note: str = "") -> bool:
+        """Whether this fault has not fired yet in the run (and now has; its marker file
+        holds `note`)."""
         if self.marks is None:
             return self.attempt == 0
         self.marks.mkdir(parents=True, exist_ok=True)
         try:
-            (self.marks / name).open("x").close()
+            with (self.marks / name).open("x") as mark:
+                mark.write(note)
         except FileExistsError:
             return False
         return True

@@ -62,10 +62,10 @@ def test_run_control_counts_attempts_and_keeps_the_first_notice():
     control = RunControl()
     assert [control.start(0), control.start(1), control.restarts()] == [0, 0, 0]
     assert [control.start(1), control.start(0), control.restarts()] == [1, 1, 1]
-    assert control.notice() is None
+    assert control.notice() == {"run": None, "pods": None}
     control.preempt(10.0)
     control.preempt(20.0)
-    assert control.notice() == 10.0
+    assert control.notice() == {"run": 10.0, "pods": None}
     control.finish({"ckpt_uri": "x"})
     assert control.final() == {"ckpt_uri": "x"}
 

@@ -13,19 +13,49 @@ TINY_LM = str(ROOT / "runs/train/tiny-lm.yaml")
 TINY_DIT = str(ROOT / "runs/train/tiny-dit.yaml")
 
 
-@pytest.fixture(scope="module")
-def ray_local():
-    """One embedded Ray for every test of a module (start-up is the slow part)."""
+def embedded_ray(num_cpus: int):
+    """An embedded Ray of `num_cpus` for a module's tests (a fixture's body: yields ray)."""
     import os
 
     import ray
 
     os.environ.setdefault("RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", "0.5")
     os.environ.setdefault("RAY_TRAIN_ENABLE_PRINT_PATCH", "0")
-    ray.init(address="local", num_cpus=2, include_dashboard=True, log_to_driver=False,
+    ray.init(address="local", num_cpus=num_cpus, include_dashboard=True, log_to_driver=False,
              logging_level="WARNING")  # fmt: skip
     yield ray
     ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def ray_local():
+    """One embedded Ray for every test of a module (start-up is the slow part)."""
+    yield from embedded_ray(2)
+
+
+@pytest.fixture(scope="module")
+def ray_local_4():
+    """One embedded Ray of 4 CPUs for a module's runs (up to 4 training workers)."""
+    yield from embedded_ray(4)
+
+
+@pytest.fixture
+def channel():
+    """A run's channel served on the loopback address (driver.channel)."""
+    from driver.channel import DriverChannel
+    from driver.channel.state import RunChannel
+
+    served = DriverChannel.start(RunChannel())
+    yield served
+    served.close()
+
+
+@pytest.fixture
+def client(channel):
+    """Rank 1's client of `channel`."""
+    worker = channel.address.connect(rank=1)
+    yield worker
+    worker.close()
 
 
 class Recorder(http.server.BaseHTTPRequestHandler):

@@ -18,20 +18,6 @@ from driver.channel.stops import NoticePoll
 from driver.messaging import wire
 
 
-@pytest.fixture
-def channel():
-    served = DriverChannel.start(RunChannel())
-    yield served
-    served.close()
-
-
-@pytest.fixture
-def client(channel):
-    worker = channel.address.connect(rank=1)
-    yield worker
-    worker.close()
-
-
 def test_a_worker_says_hello_sends_rows_and_the_driver_drains_them_in_order(channel, client):
     assert channel.address.endpoint.startswith("tcp://127.0.0.1:")  # loopback only
     channel.begin(3)  # attempts already in metrics.jsonl

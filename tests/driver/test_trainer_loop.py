@@ -122,7 +122,7 @@ class Session:
 
 def cfg(steps, fail_at=None):
     debug = SimpleNamespace(fail_at_step=fail_at, fail_rank=0, kill_at_step=None, kill_rank=0,
-                            kill_phase="after", stop_at_step=None)  # fmt: skip
+                            kill_phase="after", stop_at_step=None, term_at_step=None)  # fmt: skip
     return SimpleNamespace(train=SimpleNamespace(steps=steps), debug=debug)
 
 

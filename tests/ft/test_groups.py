@@ -18,7 +18,7 @@ from collections import defaultdict
 import pytest
 
 from driver.train import main
-from tests.driver.conftest import TINY_LM
+from tests.driver.conftest import TINY_LM, embedded_ray
 
 STEPS = 80
 COMMON = [
@@ -39,15 +39,7 @@ COMMON = [
 @pytest.fixture(scope="module")
 def ray_local_4():
     """One embedded Ray of 4 CPUs for the module's runs (4 training workers)."""
-    import os
-
-    import ray
-
-    os.environ.setdefault("RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", "0.5")
-    ray.init(address="local", num_cpus=4, include_dashboard=True, log_to_driver=False,
-             logging_level="WARNING")  # fmt: skip
-    yield ray
-    ray.shutdown()
+    yield from embedded_ray(4)
 
 
 def run(tmp_path, name: str, *extra: str) -> tuple[list[dict], dict]:

@@ -1,0 +1,79 @@
+"""Under torchft, a replica group whose pod is being terminated leaves the quorum at once.
+
+    hook = LeaveHook(heard=watch.heard, pods=notices.pods, group=2, group_size=2)
+
+After each committed step the hook asks whether this group's pod is being terminated: its
+own SIGTERM (driver.trainer.signals) or a notice in the run's channel for one of its
+ranks (another member's SIGTERM, relayed by that member; polled without blocking).
+Then, between steps, the group leaves (`FtReplica.leave`: its Manager stops heartbeating,
+and the next quorum forms without it as soon as its last heartbeat is
+`ft.heartbeat_timeout_ms` old: torchft's Lighthouse has no call to leave) and trains no
+more; the others go on without it, and Ray Train replaces the group once its pod is gone.
+The step in flight when the signal came is finished first: its share of the gradient
+allreduce reaches the others, so their commit holds and nothing is run twice.
+
+A replica group of several workers leaves as one: a pod's SIGTERM reaches one member (or
+the members of one node), so after every step the members agree (a MAX all-reduce of the
+flag over the group's CPU process group, driver.checkpoint.groups) and all leave after the
+same step; each member's Manager stops (`FtReplica.leave`).
+
+The checkpoint hook after this one (driver.trainer.hooks.CheckpointHook) sees the same
+notice through its PreemptionGuard: a group that writes checkpoints (the lowest live one)
+writes a final one before it ends, if it fits `checkpoint.preemption_budget_s`, so a whole
+job preempted at once (every pod, the driver too) still saves; the others write nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+
+from driver.trainer.hooks import Hook
+
+log = logging.getLogger("driver.ft")
+
+
+class LeaveHook(Hook):
+    """Leaves the quorum after the first committed step once this group's pod is ending."""
+
+    def __init__(self, heard: Callable[[], float | None],
+                 pods: Callable[[], float | None] | None = None, group: int = 0,
+                 group_size: int = 1):  # fmt: skip
+        self.heard, self.pods, self.group = heard, pods, group
+        self.group_size = group_size
+        self.left_at: float | None = None
+        """Wall-clock time the group left (None: it did not)."""
+
+    def ending(self) -> float | None:
+        """When this group's pod's termination was heard, or None."""
+        times = [t for t in (self.heard(), self.pods() if self.pods else None) if t is not None]
+        return min(times, default=None)
+
+    def agreed(self) -> float | None:
+        """The group's answer: when any member heard its pod ending (the earliest), or
+        None; every member gets the same answer after the same step."""
+        at = self.ending()
+        if self.group_size <= 1:
+            return at
+        import torch
+        import torch.distributed as dist
+
+        from driver.checkpoint.groups import training_cpu_group
+
+        flag = torch.tensor([-at if at is not None else float("-inf")], dtype=torch.float64)
+        dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=training_cpu_group())
+        return None if flag.item() == float("-inf") else -flag.item()
+
+    def should_stop(self, trainer, step: int) -> bool:
+        at = self.agreed()
+        if at is None:
+            return False
+        ft = trainer.stepper.ft
+        ft.leave()
+        self.left_at = time.time()
+        trainer.finished_elsewhere = True  # the run goes on without it: no final figures
+        log.warning("ft: replica group %d leaves the quorum after step %d: its pod is "
+                    "being terminated (heard %.2f s ago)", self.group, step,
+                    self.left_at - at)  # fmt: skip
+        return True
