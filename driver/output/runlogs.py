@@ -48,7 +48,6 @@ class LogSpec:
     def of(cls, cfg, output_dir: str | Path | None = None) -> LogSpec:
         """The run's spec from its config (`output_dir`: the run's folder when the caller
         holds it; else `run.output_dir`)."""
-        from driver.output.progress import learner_label
         from observability.logs import LOG_DIR
 
         run = cfg.run
