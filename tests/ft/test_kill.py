@@ -18,6 +18,7 @@ FT = {
     "join_timeout_ms": 1000,
     "quorum_timeout_s": 30,
     "timeout_s": 20,
+    "watchdog_s": 0,  # off: a drill group is one process, which the drill kills itself
 }
 
 

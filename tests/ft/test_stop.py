@@ -69,7 +69,8 @@ def test_below_the_minimum_under_ray_train_stops_at_once_and_the_checkpoint_resu
     from driver.ft.lighthouse import lighthouse_kwargs
     from tests.support.ft_drill_job import Job, checkpointer, digest
 
-    ft = {"min_replicas": 2, "heartbeat_timeout_ms": 500, "quorum_timeout_s": 1, "timeout_s": 10}
+    ft = {"min_replicas": 2, "heartbeat_timeout_ms": 500, "quorum_timeout_s": 1, "timeout_s": 10,
+          "watchdog_s": 0}  # fmt: skip
     spec = {"ckpt_root": str(tmp_path / "ckpt"), "ckpt_interval": 2, "run": "stop"}
     gate = TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
     gate.set("ft/expected", "2")
