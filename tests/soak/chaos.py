@@ -25,7 +25,11 @@ KINDS = {
     "aux proxy": "ray::AuxProxy",
 }
 """Kind -> what its command line starts with (a Ray actor's process title)."""
+SYNCHRONIZER = "synchronizer"
+"""A DiLoCo pair's synchronizer: the soak's own child (tests/soak/pair.py)."""
 ALL = sorted([DRIVER, *KINDS])
+PAIR = sorted([DRIVER, "training worker", SYNCHRONIZER])
+"""The kinds of a DiLoCo pair's phase (its learners have no services)."""
 
 
 def victims(driver: int, table: dict[int, Proc]) -> dict[str, list[int]]:
@@ -46,14 +50,14 @@ class Deck:
     short soak still kills each kind (a kind with no process now is passed over for the
     next; it comes again next round)."""
 
-    def __init__(self, rng: random.Random):
-        self.rng, self.left = rng, []
+    def __init__(self, rng: random.Random, pair: bool = False):
+        self.rng, self.left, self.kinds = rng, [], PAIR if pair else ALL
 
-    def choose(self, targets: dict[str, list[int]]) -> tuple[str, int] | None:
+    def choose(self, targets: dict[str, list]) -> tuple[str, object] | None:
         """The next kind that has a process now, and one of them at random; None: none."""
-        for _ in range(2 * len(ALL)):
+        for _ in range(2 * len(self.kinds)):
             if not self.left:
-                self.left = self.rng.sample(ALL, len(ALL))
+                self.left = self.rng.sample(self.kinds, len(self.kinds))
             kind = self.left.pop(0)
             if kind in targets:
                 return kind, self.rng.choice(targets[kind])

@@ -22,7 +22,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.soak.records import Segment, read_rows
+from tests.soak.records import Segment, read_rows, split
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG = "runs/train/tiny-dit.yaml"
@@ -55,8 +55,8 @@ class Launch:
 
 
 class Run:
-    def __init__(self, out: Path, name: str):
-        self.out, self.name = out, name
+    def __init__(self, out: Path, name: str, config: str = CONFIG, words: list[str] = COMPOSED):
+        self.out, self.name, self.config, self.words = out, name, config, words
         self.output_dir = out / "run"
         self.checkpoints = out / "checkpoints"
         self.metrics = self.output_dir / "metrics.jsonl"
@@ -64,8 +64,8 @@ class Run:
 
     def command(self) -> list[str]:
         places = [f"run.output_dir={self.output_dir}", f"checkpoint.root={self.checkpoints}"]
-        return [sys.executable, "-m", "driver.train", CONFIG, *COMPOSED, f"run.name={self.name}",
-                *places]  # fmt: skip
+        return [sys.executable, "-m", "driver.train", self.config, *self.words,
+                f"run.name={self.name}", *places]  # fmt: skip
 
     def start(self) -> Launch:
         env = {**os.environ, "PYTHONPATH": str(ROOT)}
@@ -97,12 +97,12 @@ class Run:
         return int(found.group(2)) if found else 0
 
     def segments(self) -> tuple[list[Segment], int]:
-        """(each launch's segment of metrics.jsonl, torn lines in all)."""
+        """(the segments of metrics.jsonl, launch by launch; torn lines in all)."""
         data = self.metrics.read_bytes() if self.metrics.exists() else b""
         bounds = [launch.offset for launch in self.launches] + [len(data)]
         segments, torn = [], 0
         for launch, start, end in zip(self.launches, bounds, bounds[1:], strict=False):
-            steps, bad = read_rows(data[start:end])
-            segments.append(Segment(self.resumed(launch), steps))
+            rows, bad = read_rows(data[start:end])
+            segments += split(self.resumed(launch), rows)
             torn += bad
         return segments, torn

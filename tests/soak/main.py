@@ -31,6 +31,8 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--out", type=Path, default=None, help="default: a new temp folder")
     parser.add_argument("--no-baseline", action="store_true",
                         help="no failure-free run (no throughput ratio)")  # fmt: skip
+    parser.add_argument("--diloco", action="store_true",
+                        help="then a DiLoCo pair under faults for as long")  # fmt: skip
     args = parser.parse_args(argv)
     if args.minutes <= 0 or args.fault_every <= 0:
         parser.error("--minutes and --fault-every must be positive")
@@ -47,28 +49,43 @@ def main(argv: list[str] | None = None) -> int:
     soak = Soak(seed, args.fault_every)
     base = None
     if not args.no_baseline:
-        base = soak.phase(Run(out / "baseline", "soak-baseline"), args.minutes, faults=False)
+        base = soak.phase([Run(out / "baseline", "soak-baseline")], args.minutes, faults=False)
+    if args.diloco:
+        from tests.soak import pair  # (imports torch: before the soak's own memory is read)
     fds, rss = procs.fd_count(), procs.rss_bytes()
     run = Run(out / "faults", "soak")
-    faulted = soak.phase(run, args.minutes, faults=True)
-    lines, failed = checks(soak, run, faulted, base, (fds, rss))
+    faulted = soak.phase([run], args.minutes, faults=True)
+    results = [rows(run), resumes(run), runs(faulted, base)]
+    if args.diloco:
+        results += diloco(soak, out / "pair", args.minutes, pair)
+    results += [*own((fds, rss)), orphans(soak)]
     print("checks:")
-    print("\n".join(lines))
+    for name, ok, text in results:
+        print(f"  {name}: {'PASS' if ok else 'FAIL'} {text}")
+    if base is not None:
+        print(throughput(faulted, base))
+    failed = not all(ok for _, ok, _ in results)
     print(f"soak: {'FAIL' if failed else 'PASS'}", flush=True)
     return 1 if failed else 0
 
 
-def checks(soak: Soak, run: Run, faulted: Outcome, base: Outcome | None, start) -> tuple:
-    """(the lines to print, whether any check failed)."""
-    results = [rows(run), resumes(run), runs(faulted, base), orphans(soak), *own(start)]
-    lines = [f"  {name}: {'PASS' if ok else 'FAIL'} {text}" for name, ok, text in results]
-    if base is not None:
-        ratio = faulted.committed / base.committed if base.committed else 0.0
-        lines.append(
-            f"  throughput: {ratio:.2f} of the failure-free run ({faulted.committed} / "
-            f"{base.committed} steps committed in {faulted.seconds / 60:g} min)"
-        )
-    return lines, not all(ok for _, ok, _ in results)
+def diloco(soak: Soak, out: Path, minutes: float, pair) -> list[tuple[str, bool, str]]:
+    """The DiLoCo pair under faults for `minutes`, and its checks."""
+    sync = pair.Sync(out / "sync", ["a", "b"])
+    soak.say(f"synchronizer: {sync.start()}")
+    learners = pair.learners(out, sync)
+    paired = soak.phase(learners, minutes, faults=True, sync=sync)
+    found = [*(rows(learner) for learner in learners), *(resumes(learner) for learner in learners)]
+    found = [(f"{learner}: {name}", ok, text) for learner, (name, ok, text)
+             in zip(["pair a", "pair b"] * 2, found, strict=True)]  # fmt: skip
+    name, ok, text = runs(paired, None)
+    return [*found, (f"pair {name}", ok, f"{text}; {sync.rounds()} rounds merged")]
+
+
+def throughput(faulted: Outcome, base: Outcome) -> str:
+    ratio = faulted.committed / base.committed if base.committed else 0.0
+    return (f"  throughput: {ratio:.2f} of the failure-free run ({faulted.committed} / "
+            f"{base.committed} steps committed in {faulted.seconds / 60:g} min)")  # fmt: skip
 
 
 def rows(run: Run) -> tuple[str, bool, str]:
@@ -79,19 +96,17 @@ def rows(run: Run) -> tuple[str, bool, str]:
         verdict.problems.append(f"the newest checkpoint is step {again} but the rows reached "
                                 f"only step {verdict.committed}: rows lost")  # fmt: skip
     text = (f"{verdict.committed} committed steps, each with one row of record "
-            f"({len(segments)} launches, {verdict.replayed} rows replayed after a resume, "
+            f"({len(run.launches)} launches, {verdict.replayed} rows replayed after a resume, "
             f"{torn} torn lines)")  # fmt: skip
     text += "".join(f"\n    {line}" for line in verdict.problems[:10])
     return "rows", not verdict.problems and not torn, text
 
 
 def resumes(run: Run) -> tuple[str, bool, str]:
-    segments, _ = run.segments()
-    wrong = [f"launch {index}: resumed from step {segment.resumed}, the newest checkpoint was "
-             f"step {launch.expected}" for index, (segment, launch)
-             in enumerate(zip(segments, run.launches, strict=True), 1)
-             if segment.resumed != launch.expected]  # fmt: skip
-    said = f"{len(segments) - 1} relaunches, each resumed from the newest committed checkpoint"
+    wrong = [f"launch {index}: resumed from step {run.resumed(launch)}, the newest checkpoint "
+             f"was step {launch.expected}" for index, launch in enumerate(run.launches, 1)
+             if run.resumed(launch) != launch.expected]  # fmt: skip
+    said = f"{len(run.launches) - 1} relaunches, each resumed from the newest committed checkpoint"
     return "resumes", not wrong, "; ".join(wrong) or said
 
 

@@ -10,6 +10,7 @@ the step it resumed from (its first line, `resuming <team>/<name> from step N: .
 it started afresh).
 
     verdict = check([Segment(0, [1, 2, ..., 37]), Segment(30, [31, 32, ..., 80])])
+    segments = split(resumed, rows)        # a launch's rows, cut where Ray Train restarted
     verdict.committed, verdict.replayed, verdict.problems
 
 - Within a segment the steps run on one by one: each step once, none skipped (a second row
@@ -21,6 +22,10 @@ it started afresh).
   that launch was killed before it saved them, so they were not committed, and the resumed
   launch runs them again; their rows of record are the resumed launch's. Counted, not a
   failure.
+- Without torchft (a DiLoCo learner), a lost worker makes Ray Train start the worker group
+  again inside the launch from the newest checkpoint: a new attempt whose first row goes
+  back is a segment of its own, resumed from the step before that row (`split`: not
+  checked against the checkpoint, which no line names).
 - The committed steps are 1 .. the last segment's last step (the step it resumed from, when
   it was stopped before its first row: the rows after it will be run again): each has
   exactly one row of record, the one of the newest launch that rowed it.
@@ -84,13 +89,30 @@ def runs_on(steps: list[int]) -> list[str]:
     return problems
 
 
-def read_rows(data: bytes) -> tuple[list[int], int]:
-    """(the step of each whole row in a launch's part of a metrics file, in order; torn
-    lines: a launch killed while it wrote a row leaves part of it)."""
-    steps, torn = [], 0
+def read_rows(data: bytes) -> tuple[list[tuple[int, int]], int]:
+    """((step, attempt) of each whole row in a launch's part of a metrics file, in order;
+    torn lines: a launch killed while it wrote a row leaves part of it)."""
+    rows, torn = [], 0
     for line in data.splitlines():
         try:
-            steps.append(int(json.loads(line)["step"]))
-        except (ValueError, KeyError, TypeError):
+            row = json.loads(line)
+            rows.append((int(row["step"]), int(row.get("attempt", 0))))
+        except (ValueError, KeyError, TypeError, AttributeError):
             torn += 1
-    return steps, torn
+    return rows, torn
+
+
+def split(resumed: int, rows: list[tuple[int, int]]) -> list[Segment]:
+    """A launch's rows as segments: without torchft, a lost worker makes Ray Train start
+    the worker group again inside the launch, from the newest checkpoint (a new attempt
+    whose first step is not after the last): its rows are a segment of their own, resumed
+    from the step before its first row."""
+    segments = [Segment(resumed, [])]
+    last_attempt = None
+    for step, attempt in rows:
+        steps = segments[-1].steps
+        if steps and last_attempt is not None and attempt > last_attempt and step <= steps[-1]:
+            segments.append(Segment(step - 1, []))
+        segments[-1].steps.append(step)
+        last_attempt = attempt
+    return segments

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 
-from tests.soak.chaos import ALL, DRIVER, Deck
+from tests.soak.chaos import ALL, DRIVER, PAIR, SYNCHRONIZER, Deck
 
 
 def test_each_round_of_faults_kills_every_kind_once():
@@ -16,3 +16,9 @@ def test_each_round_of_faults_kills_every_kind_once():
     only = Deck(random.Random(1))
     assert [only.choose({DRIVER: [7]}) for _ in range(3)] == [(DRIVER, 7)] * 3
     assert Deck(random.Random(1)).choose({}) is None
+
+
+def test_a_pair_s_rounds_hold_its_own_kinds():
+    deck = Deck(random.Random(1), pair=True)
+    targets = {kind: [kind] for kind in [*ALL, SYNCHRONIZER]}
+    assert sorted(deck.choose(targets)[0] for _ in PAIR) == PAIR

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.soak.records import Segment, check, read_rows, runs_on
+from tests.soak.records import Segment, check, read_rows, runs_on, split
 
 
 def steps(first: int, last: int) -> list[int]:
@@ -43,5 +43,15 @@ def test_a_run_on_is_clean():
 
 
 def test_a_torn_row_is_counted_not_read():
-    data = b'{"step": 1}\n{"step": 2}\n{"ste{"step": 3}\n{"step": 4}\n'
-    assert read_rows(data) == ([1, 2, 4], 1)
+    data = b'{"step": 1}\n{"step": 2}\n{"ste{"step": 3}\n{"step": 4, "attempt": 1}\n'
+    assert read_rows(data) == ([(1, 0), (2, 0), (4, 1)], 1)
+
+
+def test_a_restart_inside_a_launch_is_a_segment_of_its_own():
+    rows = [(1, 0), (2, 0), (3, 0), (4, 0), (3, 1), (4, 1), (5, 1)]
+    assert split(0, rows) == [Segment(0, [1, 2, 3, 4]), Segment(2, [3, 4, 5])]
+    assert check(split(0, rows)).problems == []
+    ft = [(5, 0), (6, 1), (7, 1)]  # torchft: a replaced worker's attempt goes on
+    assert split(4, ft) == [Segment(4, [5, 6, 7])]
+    twice = [(1, 0), (2, 0), (2, 0)]  # the same attempt again: a duplicate, not a restart
+    assert split(0, twice) == [Segment(0, [1, 2, 2])]
