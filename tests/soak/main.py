@@ -1,11 +1,13 @@
-"""`scripts/soak --minutes N [--seed S] [--fault-every SECONDS] [--out DIR] [--no-baseline]`:
-the soak's command line, its checks and what it prints (docs/soak.md). Exit 0 when every
-check passed, 1 when one failed, 2 for a bad argument."""
+"""`scripts/soak --minutes N [--seed S] [--fault-every SECONDS] [--out DIR] [--no-baseline]
+[--diloco]`: the soak's command line, its checks and what it prints (docs/soak.md). Exit 0
+when every check passed, 1 when one failed, 2 for a bad argument, 130 when interrupted
+(Ctrl-C or SIGTERM: every process of its runs is ended first)."""
 
 from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 import tempfile
 import time
@@ -47,6 +49,15 @@ def main(argv: list[str] | None = None) -> int:
           f" s, outputs in {out}", flush=True)  # fmt: skip
     procs.become_subreaper()  # every process of the run stays below the soak
     soak = Soak(seed, args.fault_every)
+    signal.signal(signal.SIGTERM, signal.default_int_handler)  # as Ctrl-C: end the runs too
+    try:
+        return soak_and_check(soak, args, out)
+    except KeyboardInterrupt:
+        print(f"soak: interrupted; {soak.end_all()} processes of its runs ended", flush=True)
+        return 130
+
+
+def soak_and_check(soak: Soak, args: argparse.Namespace, out: Path) -> int:
     base = None
     if not args.no_baseline:
         base = soak.phase([Run(out / "baseline", "soak-baseline")], args.minutes, faults=False)

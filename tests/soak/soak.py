@@ -204,6 +204,16 @@ class Soak:
                                     "driver: " + names(left))  # fmt: skip
             kill(left)
 
+    def end_all(self) -> int:
+        """SIGKILL every process below the soak (its own interruption: the runs are in
+        sessions of their own, which a terminal's Ctrl-C does not reach); how many."""
+        table = procs.snapshot()
+        left = [table[pid] for pid in procs.descendants(os.getpid(), table)]
+        kill(left)
+        self.wait_gone(left)
+        procs.reap(keep=set())
+        return len(left)
+
     def wait_gone(self, seen) -> list[procs.Proc]:
         seen = list(seen)
         deadline = time.monotonic() + GONE_S
