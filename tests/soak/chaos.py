@@ -50,8 +50,9 @@ class Deck:
     short soak still kills each kind (a kind with no process now is passed over for the
     next; it comes again next round)."""
 
-    def __init__(self, rng: random.Random, pair: bool = False):
-        self.rng, self.left, self.kinds = rng, [], PAIR if pair else ALL
+    def __init__(self, rng: random.Random, pair: bool = False, spare: tuple[str, ...] = ()):
+        self.rng, self.left = rng, []
+        self.kinds = [kind for kind in (PAIR if pair else ALL) if kind not in spare]
 
     def choose(self, targets: dict[str, list]) -> tuple[str, object] | None:
         """The next kind that has a process now, and one of them at random; None: none."""

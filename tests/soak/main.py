@@ -13,7 +13,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from tests.soak import procs
+from tests.soak import chaos, procs
 from tests.soak.launch import Run
 from tests.soak.records import check
 from tests.soak.soak import FD_BOUND, RSS_BOUND, Outcome, Soak
@@ -33,11 +33,18 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--out", type=Path, default=None, help="default: a new temp folder")
     parser.add_argument("--no-baseline", action="store_true",
                         help="no failure-free run (no throughput ratio)")  # fmt: skip
+    kinds = ", ".join(chaos.ALL)
+    parser.add_argument("--spare", default="", metavar="KINDS",
+                        help=f"kinds never killed, comma-separated ({kinds})")  # fmt: skip
     parser.add_argument("--diloco", action="store_true",
                         help="then a DiLoCo pair under faults for as long")  # fmt: skip
     args = parser.parse_args(argv)
     if args.minutes <= 0 or args.fault_every <= 0:
         parser.error("--minutes and --fault-every must be positive")
+    args.spare = tuple(kind.strip() for kind in args.spare.split(",") if kind.strip())
+    unknown = sorted(set(args.spare) - set(chaos.ALL) - {chaos.SYNCHRONIZER})
+    if unknown:
+        parser.error(f"--spare: unknown kind {', '.join(unknown)} (kinds: {', '.join(chaos.ALL)})")
     return args
 
 
@@ -48,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"soak: seed {seed}, {args.minutes:g} min under faults, one every ~{args.fault_every:g}"
           f" s, outputs in {out}", flush=True)  # fmt: skip
     procs.become_subreaper()  # every process of the run stays below the soak
-    soak = Soak(seed, args.fault_every)
+    soak = Soak(seed, args.fault_every, args.spare)
     signal.signal(signal.SIGTERM, signal.default_int_handler)  # as Ctrl-C: end the runs too
     try:
         return soak_and_check(soak, args, out)

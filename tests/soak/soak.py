@@ -43,8 +43,10 @@ class Outcome:
 
 
 class Soak:
-    def __init__(self, seed: int, fault_every: float):
+    def __init__(self, seed: int, fault_every: float, spare: tuple[str, ...] = ()):
         self.seed, self.rng, self.fault_every = seed, random.Random(seed), fault_every
+        self.spare = spare
+        """Kinds never killed (`--spare`)."""
         self.t0 = time.monotonic()
         self.seen: dict[tuple[int, int], procs.Proc] = {}
         """Every process seen below the soak: (pid, start) -> Proc."""
@@ -73,7 +75,10 @@ class Soak:
     def phase(self, runs: list[Run], minutes: float, faults: bool, sync=None) -> Outcome:
         """Every run of `runs` (and the synchronizer `sync`, a DiLoCo pair's) for `minutes`,
         under faults or not; then stopped and checked for what outlived it."""
-        outcome, deck = Outcome(), chaos.Deck(random.Random(f"kinds-{self.seed}"), bool(sync))
+        outcome, deck = (
+            Outcome(),
+            chaos.Deck(random.Random(f"kinds-{self.seed}"), bool(sync), self.spare),
+        )
         for run in runs:
             self.launch(run)
         deadline = runs[0].launches[0].started + minutes * 60
