@@ -19,6 +19,9 @@ class InputError(Exception):
         self.message = message
         super().__init__(self.line())
 
+    def __reduce__(self):  # pickled as its three parts (a Ray worker's error reaches the
+        return (type(self), (self.source, self.field, self.message))  # driver whole)
+
     def line(self) -> str:
         where = ": ".join(part for part in (self.source, self.field) if part)
         return f"{where}: {self.message}" if where else self.message

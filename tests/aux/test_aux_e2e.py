@@ -138,7 +138,7 @@ def test_killed_worker_or_proxy_is_restarted_and_training_finishes(ray_aux, tmp_
 def test_remote_data_stage_serves_both_ranks(ray_aux, tmp_path):
     out = tmp_path / "stage"
     args = [REMOTE_DATA, "train.steps=6", "data.size=256", "logging.format=json",
-            f"run.output_dir={out}"]  # fmt: skip
+            "parallelism.workers=2", f"run.output_dir={out}"]  # fmt: skip
     assert main(args) == 0
     summary = json.loads((out / "summary.json").read_text())
     assert summary["world_size"] == 2 and summary["steps"] == 6

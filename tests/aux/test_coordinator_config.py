@@ -85,17 +85,13 @@ def test_remote_data_config_composes():
 
     cfg, _ = compose(REMOTE_DATA)
     check_remote_stage(cfg)
-    assert cfg.data.remote_stage == "flip" and set(cfg.aux.services) == {
-        "encoder", "evaluator", "flip"
-    }  # fmt: skip
+    assert cfg.data.remote_stage == "flip" and set(cfg.aux.services) == {"flip"}
 
 
 @pytest.mark.parametrize(
     ("path", "overrides", "key", "message"),
     [
         (TINY_LM, ["aux=dit_local"], "aux.condition", "the lm model takes no embeddings"),
-        (TINY_DIT, ["parallelism.fsdp_size=2", "parallelism.workers=2"],
-         "aux.refresh.every_steps", "unsharded models only"),
     ],
 )  # fmt: skip
 def test_checks_across_sections_at_launch(path, overrides, key, message):
@@ -105,3 +101,12 @@ def test_checks_across_sections_at_launch(path, overrides, key, message):
     with pytest.raises(InputError) as caught:
         check_run(cfg)
     assert caught.value.field == key and message in caught.value.message
+
+
+def test_fsdp_composes_with_weight_refresh():
+    """FSDP + refresh: the writer gathers the full weights parameter by parameter."""
+    from driver.config.aux import check_run
+
+    cfg, _ = compose(TINY_DIT, ["parallelism.fsdp_size=2", "parallelism.workers=2"])
+    check_run(cfg)
+    assert cfg.aux.refresh.every_steps > 0 and cfg.parallelism.fsdp_size == 2

@@ -179,21 +179,24 @@ def read_only_disk(tmp_path):
 
 
 @pytest.mark.slow
-def test_read_only_destination_is_reported_and_training_continues(
+def test_a_read_only_destination_is_refused_before_training_in_one_line(
     ray_local, read_only_disk, capsys
 ):
+    """A checkpoint root that became read-only (its checkpoints still readable) is found by
+    the storage check before Ray Train starts (driver/checkpoint/reach.py): one line naming
+    checkpoint.root, the folder and the reason, exit 1, nothing trained, the committed
+    checkpoint untouched. (Saves that fail while training goes on: tests/driver/test_disk.py.)"""
     base = read_only_disk.parent
     code, _ = drive(base, "ro", "train.steps=3", root=read_only_disk)
     assert code == 0
     subprocess.run(["mount", "-o", "remount,ro", str(read_only_disk)], check=True)
+    capsys.readouterr()
     code, out = drive(base, "ro", out="ro-again", root=read_only_disk)
-    assert code == 0  # training went on
-    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
-    assert [r["step"] for r in rows] == [4, 5, 6, 7, 8]  # resumed from the read-only disk
-    errors = [r["ckpt_error"] for r in rows if "ckpt_error" in r]
-    assert errors and "step-6: write failed" in errors[0] and "Read-only file system" in errors[0]
-    assert rows[-1]["ckpt_committed_step"] == 3
-    assert "checkpoint saves failed: 2" in capsys.readouterr().out  # step-6 and step-8
+    assert code == 1
+    errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "checkpoint.root: cannot write " in errors[0]
+    assert str(read_only_disk / "t" / "ro") in errors[0] and "Read-only file system" in errors[0]
+    assert not (out / "metrics.jsonl").exists()
     assert (read_only_disk / "t" / "ro" / "step-3" / MARKER).exists()
 
 

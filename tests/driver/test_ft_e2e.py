@@ -90,7 +90,8 @@ def test_below_the_minimum_the_driver_stops_with_the_reason_and_the_run_resumes(
     with the one-line reason and exit code 3; the same run resumes from step 6."""
     ckpt = [f"checkpoint.root={tmp_path / 'ckpt'}", "checkpoint.interval_steps=2"]
     common = [TINY_LM, "ft=on", "train.steps=20", "logging.format=json", "run.name=stop", *ckpt]
-    stop = ["ft.min_replicas=2", "ft.quorum_timeout_s=1", "checkpoint.max_failures=3"]
+    stop = ["ft.min_replicas=2", "ft.quorum_timeout_s=1", "ft.watchdog_s=0",  # groups of one
+            "checkpoint.max_failures=3"]  # fmt: skip
     fail = ["debug.fail_at_step=5", "debug.fail_rank=1"]
     out = tmp_path / "first"
     assert main([*common, *stop, *fail, f"run.output_dir={out}"]) == 3
