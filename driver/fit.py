@@ -28,6 +28,7 @@ def train(cfg, config_yaml, fmt, stops, channel, result, use_gpu, embedded, star
 
     output_dir = Path(cfg.run.output_dir)
     progress = Progress(cfg, channel, output_dir, fmt)
+    channel.persist = progress.persist  # rows written before a checkpoint commits
     progress.log(f"ray {'embedded' if embedded else 'cluster'}: {ray.cluster_resources()}")
     services_up = start_services(cfg, result, use_gpu, progress.log)  # before any training
     progress.log(f"starting {result.world_size} training workers ({'GPU' if use_gpu else 'CPU'})")

@@ -12,6 +12,8 @@ with the address and the run's token that the driver hands it in the loop's argu
     attempt = client.call("hello", rank, host, timeout_s=60)
     client.send("push_many", rows)                          # no reply
     rows = channel.drain()                                  # driver: under the state's lock
+    client.call("persist", timeout_s=30)                    # worker: rows written? (before a
+                                                            # checkpoint commits)
 
 Messages are the auxiliary transport's (driver.messaging.wire): a packed envelope and a JSON
 body, never pickle. A worker connects with the run's token as its ZMTP PLAIN password,

@@ -25,6 +25,7 @@ import hmac
 import logging
 import secrets
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import zmq
@@ -38,8 +39,9 @@ from driver.messaging.zap import Gate, plain_password
 
 log = logging.getLogger("driver.channel")
 WORKER_METHODS = frozenset(
-    {"hello", "start", "push_many", "fail", "finish", "notice", "terminating", "sync", "pods_of"}
-)
+    {"hello", "start", "push_many", "fail", "finish", "notice", "terminating", "sync", "pods_of",
+     "persist"}
+)  # fmt: skip
 """What a worker may ask (everything else in the state is the driver's)."""
 NO_REPLY = frozenset({"push_many"})
 POLL_MS = 200  # how often the serving thread looks at its stop flag when nothing arrives
@@ -60,6 +62,11 @@ class DriverChannel:
         self.ledger = Ledger()
         self.refused = self.ledger.reasons  # per reason; self.ledger.peers per peer
         self.loop_restarts = 0
+        self.persist: Callable[[], bool] = lambda: True
+        """`persist` asked by a worker: write every row received so far (set by the driver to
+        driver.output.progress.Progress.persist; a checkpoint commits only after its steps'
+        rows are written, driver.metrics.rank.RankReporter.durable). Called outside the
+        state's lock."""
         self.token = secrets.token_hex(16)
         self._stop = threading.Event()
         self._bound = threading.Event()
@@ -162,13 +169,20 @@ class DriverChannel:
             return
         try:
             args = wire.decode(msg.body)
-            with self.lock:
-                result = True if msg.method == "sync" else getattr(self.state, msg.method)(*args)
+            result = self._call(msg.method, args)
         except Exception as err:  # noqa: BLE001 (answered to the caller)
             self._answer(sock, peer, msg, error=("failed", f"{type(err).__name__}: {err}"))
             return
         if msg.method not in NO_REPLY:
             self._answer(sock, peer, msg, result=result)
+
+    def _call(self, method: str, args: list) -> Any:
+        """A worker's method: `persist` outside the state's lock (the writer drains the
+        state itself), `sync` answered once reached, the others the state's, under the lock."""
+        if method == "persist":
+            return bool(self.persist())
+        with self.lock:
+            return True if method == "sync" else getattr(self.state, method)(*args)
 
     def _admit(self, frames: list, peer: bytes) -> wire.Message | None:
         """The message if it parses and carries the run's token, else None (counted)."""

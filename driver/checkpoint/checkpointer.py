@@ -40,6 +40,8 @@ from driver.checkpoint.storage import Storage, make_writer
 from driver.config.checkpoint import CheckpointConfig
 
 if TYPE_CHECKING:  # DCP itself loads at the first save (commit.failures says why)
+    from collections.abc import Callable
+
     from torch.distributed.checkpoint.staging import DefaultStager
 
 log = logging.getLogger("driver.checkpoint")
@@ -79,6 +81,11 @@ class Checkpointer(Committing, Loading):
         self.last_error: str | None = None
         self.write_delay_s = 0.0
         """Each write waits this long first (`debug.slow_save_s`: a drill)."""
+        self.before_commit: Callable[[int], None] | None = None
+        """Rank 0 calls it with the step before it writes the marker; raising refuses the
+        commit (the trainer sets it to its rank's RankReporter.durable: a committed step's
+        row of record is already written)."""
+        self._deferred: tuple | None = None
         self.write_durations: list[float] = []
         self._last_saved: int | None = None
         self._last_ok = True
@@ -107,10 +114,11 @@ class Checkpointer(Committing, Loading):
         """Whether the configured interval asks for a checkpoint after `step`."""
         return self.writes and save_due(step, self.config.interval_steps, self._last_saved)
 
-    def save(self, step: int, state: TrainState) -> bool:
+    def save(self, step: int, state: TrainState, defer: bool = False) -> bool:
         """Checkpoint the state after `step`. Async mode returns once it is staged in host
-        memory; the write and the commit go on in the background. False when this rank's
-        replica group does not write."""
+        memory; the write and the commit go on in the background. Sync mode with `defer`
+        writes the shards and leaves the commit to `commit_deferred()` (the trainer's, after
+        the step's row is sent). False when this rank's replica group does not write."""
         if not self.writes:
             return False
         started = time.perf_counter()
@@ -132,7 +140,12 @@ class Checkpointer(Committing, Loading):
         if cfg.async_mode == "sync":
             import torch.distributed.checkpoint as dcp
 
-            self._finalize(step, uri, started, self._call(dcp.save, state_dict, **kwargs))
+            outcome = (step, uri, started, self._call(dcp.save, state_dict, **kwargs))
+            # A failed write is reported at once (on every rank: DCP's save raises on all).
+            if defer and outcome[3] is None:
+                self._deferred = outcome
+            else:
+                self._finalize(*outcome)
         else:
             upload = self._async_save(state_dict, kwargs)
             if isinstance(upload, Future):
@@ -195,9 +208,20 @@ class Checkpointer(Committing, Loading):
         """Whether a background write (or its commit) is still going on."""
         return self._pending is not None and not self._pending.done()
 
+    def commit_deferred(self) -> None:
+        """Commit a sync save made with `defer` (a collective, like every commit)."""
+        deferred, self._deferred = self._deferred, None
+        if deferred is not None:
+            self._finalize(*deferred)
+
+    def drop_deferred(self) -> None:
+        """Forget a deferred commit (the loop failed: the previous checkpoint stays)."""
+        self._deferred = None
+
     def wait(self, timeout: float | None = None) -> bool:
         """Block until the last save is written and committed; whether it succeeded
         (False too when `timeout` seconds pass first)."""
+        self.commit_deferred()
         self.staged()
         pending, self._pending = self._pending, None
         if pending is not None:

@@ -74,6 +74,8 @@ class Committing:
         return error
 
     def _commit(self, step: int, uri: str, write_s: float) -> None:
+        if self.before_commit is not None:  # the steps' rows are written first
+            self.before_commit(step)
         files = self.storage.files(uri)
         digests = {METADATA: sha256_of(self.storage.fs, join(uri, METADATA))}
         marker = Marker(

@@ -73,7 +73,7 @@ class CheckpointSession:
 
     def after_step(self, step: int, row: dict) -> None:
         """Save when the interval says so; add the checkpoint fields to the metrics row."""
-        if self.ckpt.due(step) and self.ckpt.save(step, self.state):
+        if self.ckpt.due(step) and self.ckpt.save(step, self.state, defer=True):
             row["ckpt_blocked_s"] = self.ckpt.counters["last_blocked_s"]
         row.update(row_fields(self.ckpt.counters, self.ckpt.last_error, self._reported))
         self._reported = row["ckpt_failures"]
@@ -96,6 +96,7 @@ class CheckpointSession:
 
     def abandon(self) -> None:
         """The loop failed: give a staged checkpoint a bounded chance to commit."""
+        self.ckpt.drop_deferred()  # its step's row may not have left: the previous one stays
         self.ckpt.close(timeout=self.config.preemption_budget_s)
 
     def finish(self) -> dict:

@@ -37,6 +37,8 @@ PUSH_EVERY_S = 1.0
 """Each rank's batch interval: one message per second per rank (both the rank and the driver
 spend CPU on each, which a small machine's training workers feel)."""
 IDLE_S = 0.2
+DURABLE_S = 30.0
+"""The longest a commit waits for its steps' rows to be written by the driver."""
 MEMORY_EVERY_S = 1.0
 """The oldest memory sample a row may carry."""
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
@@ -127,7 +129,9 @@ class RankReporter:
         self.pending: list[dict] = []
         self.pushed = self.added = time.monotonic()
         self.polled = -math.inf  # the first step's row carries the services' figures
+        self.newest = 0  # the newest step whose row was added
         self._lock = threading.Lock()
+        self._added = threading.Condition(self._lock)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="metrics-push", daemon=True)
         self._thread.start()
@@ -151,6 +155,8 @@ class RankReporter:
         with self._lock:
             self.pending.append(row)
             self.added = time.monotonic()
+            self.newest = max(self.newest, int(row["step"]))
+            self._added.notify_all()
 
     def _run(self) -> None:
         wait = self.idle_s
@@ -169,6 +175,21 @@ class RankReporter:
             with contextlib.suppress(Exception):  # a closed channel: the rows are lost
                 self.sink.send("push_many", self.pending)
         self.pending, self.pushed = [], time.monotonic()
+
+    def durable(self, step: int, timeout_s: float = DURABLE_S) -> None:
+        """Return once the driver has written this rank's rows through `step` (the row of
+        `step` may still be on its way from the training thread: an async save commits
+        while the step's hooks run). Raises TimeoutError, or ChannelError when the driver
+        refuses or does not answer: the commit is then refused, never made ahead of its rows."""
+        deadline = time.monotonic() + timeout_s
+        with self._added:
+            while self.newest < step:
+                if not self._added.wait(deadline - time.monotonic()):
+                    raise TimeoutError(f"the row of step {step} was not reported in {timeout_s:g}s")
+            self._push()
+        left = max(0.1, deadline - time.monotonic())
+        if not self.sink.call("persist", timeout_s=left):
+            raise RuntimeError("the driver no longer writes rows (it is closing)")
 
     def flush(self, timeout_s: float = 10.0) -> None:
         """Stop the thread, send what is pending and wait until the driver has it (never

@@ -96,6 +96,8 @@ class Progress:
         self.bar = None
         self.aux_shown: dict[str, str] = {}
         self._stop = threading.Event()
+        self._writing = threading.Lock()  # the progress thread's drains and workers' persists
+        self._closed = False
         self._reported: set[str] = set()
         self._thread = threading.Thread(target=self._poll, name="progress", daemon=True)
 
@@ -144,8 +146,20 @@ class Progress:
             pass
 
     def drain(self) -> None:
-        self.take(self.sink.drain())
+        with self._writing:
+            self.take(self.sink.drain())
         self.logs.poll()  # the processes' log lines into the store, once it is open
+
+    def persist(self) -> bool:
+        """Write every row the channel holds now, before answering (a worker's `persist`,
+        from the channel's serving thread: a checkpoint commits only after its steps' rows
+        are in metrics.jsonl and the store, so a driver killed after the commit loses no
+        row). False once the writers are closed."""
+        with self._writing:
+            if self._closed:
+                return False
+            self.take(self.sink.drain())
+            return True
 
     def take(self, rows: list[dict]) -> None:
         """Record a batch of every rank's rows: the writers, then rank 0's in the log tail
@@ -206,6 +220,8 @@ class Progress:
         self._stop.clear()
         if self.sink is not None:
             self.drain()
+        with self._writing:
+            self._closed = True
         if self.bar is not None:
             self.bar.close()
         self.logs.close()  # the last lines into the store before it closes

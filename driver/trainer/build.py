@@ -50,11 +50,14 @@ def build_trainer(cfg, ctx, channel, logger, attempt: int, args: dict) -> Traine
         h.CheckpointHook(session) if session else None,
         h.AuxHook(aux, model) if aux else None,
         h.ReportHook(),
+        h.CommitHook(session) if session else None,
         h.FaultHook(faults),
         h.FeedHook(feed),
         TerminationHook(watch) if watch else None,
     ]
     reporter = RankReporter(channel, rank, attempt, device)
+    if session is not None:  # a commit waits until its steps' rows are written
+        session.ckpt.before_commit = reporter.durable
     return Trainer(cfg, stepper, [hook for hook in order if hook], reporter, logger)
 
 

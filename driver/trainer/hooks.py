@@ -7,10 +7,12 @@ the answer must be the same everywhere), `abandon(trainer)` when the loop failed
 what it holds, no final save) and `close(trainer, finished)` when the loop ended (its
 part of the final figures). The trainer calls them in the order the hooks were given:
 
-    [DilocoHook, CheckpointHook, AuxHook, ReportHook, FaultHook]
+    [DilocoHook, CheckpointHook, AuxHook, ReportHook, CommitHook, FaultHook]
 
 so a checkpoint holds the step's DiLoCo merge, the row the reporter sends carries the
-checkpoint's and the services' fields, and an injected failure comes after the row left.
+checkpoint's and the services' fields, a sync save commits after the step's row is written
+by the driver (every commit waits for its rows: driver.metrics.rank.RankReporter.durable),
+and an injected failure comes after the row left.
 """
 
 from __future__ import annotations
@@ -63,6 +65,17 @@ class CheckpointHook(Hook):
         if getattr(trainer.stepper, "took_over", False) and newest:  # not its own saves
             final["ckpt_committed_step"] = newest.step
         return final
+
+
+class CommitHook(Hook):
+    """Commits the step's sync save (written by CheckpointHook, deferred until ReportHook
+    has queued the step's row: the commit waits for that row to be written)."""
+
+    def __init__(self, session):
+        self.session = session
+
+    def after_step(self, trainer, row: dict) -> None:
+        self.session.ckpt.commit_deferred()
 
 
 class AuxHook(Hook):
