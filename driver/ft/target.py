@@ -1,6 +1,7 @@
 """Where a shrink request goes, from the worker pod's environment.
 
-    shrink = shrink_from_env(os.environ, workers_per_pod=8)   # None: local, a logged no-op
+    shrink = shrink_from_env(os.environ, workers_per_pod=8, workers_per_group=8)
+                                                # None: local, a logged no-op
 
 With `WARDEN_URL` (Warden's gateway) set, the lowest live group asks Warden, through its
 gateway (driver.ft.shrink.gateway_shrink: the pod's projected token at `WARDEN_TOKEN_FILE`),
@@ -25,22 +26,26 @@ TOKEN_ENV = "WARDEN_TOKEN_FILE"
 TARGET_ENV = {"namespace": "POD_NAMESPACE", "name": "RAY_CLUSTER", "group": "RAY_WORKER_GROUP"}
 
 
-def target_from_env(env: Mapping[str, str], workers_per_pod: int = 1) -> ShrinkTarget | None:
-    """The RayCluster worker group to shrink, or None when a variable is missing."""
+def target_from_env(env: Mapping[str, str], workers_per_pod: int = 1,
+                    workers_per_group: int = 1) -> ShrinkTarget | None:  # fmt: skip
+    """The RayCluster worker group to shrink (its replica groups of `workers_per_group`
+    workers, `workers_per_pod` a pod), or None when a variable is missing."""
     values = {field: env.get(name) for field, name in TARGET_ENV.items()}
     missing = [TARGET_ENV[f] for f, v in values.items() if not v]
     if missing:
         log.warning("ft: no shrink target: %s not set in the pod", ", ".join(missing))
         return None
-    return ShrinkTarget(**values, workers_per_group=1, workers_per_pod=workers_per_pod)
+    return ShrinkTarget(**values, workers_per_group=workers_per_group,
+                        workers_per_pod=workers_per_pod)  # fmt: skip
 
 
-def shrink_from_env(env: Mapping[str, str], workers_per_pod: int = 1) -> Callable | None:
+def shrink_from_env(env: Mapping[str, str], workers_per_pod: int = 1,
+                    workers_per_group: int = 1) -> Callable | None:  # fmt: skip
     """A Warden shrink callable for FtReplica, or None (FtReplica's local, logged no-op)."""
     address = env.get(ADDRESS_ENV)
     if not address:
         return None
-    target = target_from_env(env, workers_per_pod)
+    target = target_from_env(env, workers_per_pod, workers_per_group)
     if target is None:
         return None
     return gateway_shrink(target, address, env.get(TOKEN_ENV))

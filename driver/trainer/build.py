@@ -111,7 +111,7 @@ def ft_parts(cfg, work, feed, aux, device, rank, world, channel, args, heard=Non
         grad_accum=cfg.train.grad_accum_steps,
         gate=args.get("ft_gate"),
         host=ray.util.get_node_ip_address(),
-        shrink=shrink_callable(cfg, device),
+        shrink=shrink_callable(cfg, device, topo.group_size),
         decider=shrink_decider(cfg, topo, channel),
         group_rank=topo.group_rank(rank),
         group_size=topo.group_size,
@@ -228,8 +228,9 @@ def shrink_decider(cfg, topo, channel):
     return ShrinkDecider(topo.groups, topo.ranks_of, channel_pods(channel), rule_of(cfg.ft))
 
 
-def shrink_callable(cfg, device):
-    """Warden's shrink starter when the pod names a Warden (driver.ft.target), else None."""
+def shrink_callable(cfg, device, group_size: int = 1):
+    """Warden's shrink starter when the pod names a Warden (driver.ft.target), else None;
+    replica groups of `group_size` workers."""
     import os
 
     if not cfg.ft.shrink:
@@ -241,4 +242,4 @@ def shrink_callable(cfg, device):
         import torch
 
         per_pod = max(1, torch.cuda.device_count())
-    return shrink_from_env(os.environ, per_pod)
+    return shrink_from_env(os.environ, per_pod, group_size)

@@ -10,6 +10,7 @@ import pytest
 
 from catalog.errors import InputError
 from driver.config.compose import compose, group_overrides
+from driver.ft.shrink import ShrinkRequest
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = str(ROOT / "runs/train/tiny-lm.yaml")
@@ -134,7 +135,12 @@ def test_shrink_target_from_the_pod_environment(env, has_target):
     assert (target is not None) is has_target
     if target:
         assert (target.namespace, target.name, target.group) == ("research", "lm-x7", "h200")
-        assert target.workers_per_pod == 8
+        assert target.workers_per_pod == 8 and target.workers_per_group == 1
+        grouped = target_from_env(env, workers_per_pod=8, workers_per_group=8)
+        assert grouped.workers_per_group == 8  # one group a pod: one lost group, one pod
+        assert ShrinkRequest(2, 1, (1,), ("w-1",)).replicas(
+            grouped.workers_per_group, grouped.workers_per_pod
+        ) == (2, 1)
     assert shrink_from_env(env) is None  # no WARDEN_URL: the local, logged no-op
     warden = shrink_from_env({**env, "WARDEN_URL": "http://warden-gateway.warden.svc:8080"})
     assert (warden is not None) is has_target
