@@ -306,8 +306,7 @@ def report(args, rounds: list[dict]) -> None:
     seen = {side: conditions([p for r in rounds for p in r[side]["probes"]]) for side in rounds[0]}
     for side, found in seen.items():
         described = ", ".join(
-            f"{t} intra-op threads, OMP_NUM_THREADS={o}, {c} CPUs allowed, nice {n}"
-            for t, o, c, n in sorted(found, key=str)
+            f"OMP_NUM_THREADS={o}, {c} CPUs allowed, nice {n}" for o, c, n in sorted(found, key=str)
         )
         print(f"{side:6s} workers ran with {described}")
     if seen["driver"] != seen["plain"] or len(seen["driver"]) != 1:

@@ -47,3 +47,22 @@ def test_a_probe_reads_a_training_workers_conditions_from_proc(bench):
     finally:
         child.kill()
         child.wait()
+
+
+def test_the_report_prints_the_ratio_of_measured_rounds(bench, capsys):
+    import argparse
+
+    probe = {"pid": 1, "omp": "1", "cpus": 2, "nice": 15}
+
+    def side(rate: float) -> dict:
+        return {"rate": rate, "start": 9.0, "cpu": 0.01, "probes": [probe],
+                "phases": {"ray": 2.0, "first step": 9.0}}  # fmt: skip
+
+    rounds = [{"driver": side(1.9), "plain": side(2.0)}, {"driver": side(2.0), "plain": side(2.0)}]
+    bench.report(argparse.Namespace(workers=2, steps=60, skip=10, rounds=2), rounds)
+    said = capsys.readouterr().out
+    assert "OMP_NUM_THREADS=1, 2 CPUs allowed, nice 15" in said
+    assert "ratio driver/plain :   0.975 steps/s" in said
+    unfair = [{"driver": side(2.0), "plain": {**side(2.0), "probes": [{**probe, "nice": 0}]}}]
+    with pytest.raises(SystemExit, match="different conditions"):
+        bench.report(argparse.Namespace(workers=2, steps=60, skip=10, rounds=1), unfair)
