@@ -184,9 +184,10 @@ class AuxSession:
         self.last_scores.update(row)
         return row
 
-    def close(self, wait: bool = True) -> dict:
-        """Stop the refresh group and the clients. Rank 0 returns its refresh counts and,
-        after waiting (`wait`, up to each evaluation's deadline) for the evaluations still
+    def close(self, wait: bool = True, writer: bool | None = None) -> dict:
+        """Stop the refresh group and the clients. The writer of the last step (`writer`;
+        None: rank 0, the writer without torchft) returns its refresh counts and, after
+        waiting (`wait`, up to each evaluation's deadline) for the evaluations still
         running, the newest scores (the run's summary shows them)."""
         self.stopped.set()
         final: dict = {}
@@ -195,7 +196,7 @@ class AuxSession:
                 future.result()
             except Exception:
                 pass
-        if self.rank == 0:
+        if self.rank == 0 if writer is None else writer:
             self._scores()
             final.update(self.last_scores)
         if self.sender is not None:

@@ -99,7 +99,7 @@ class AuxHook(Hook):
         self.aux.close(wait=False)
 
     def close(self, trainer, finished: bool) -> dict:
-        return self.aux.close(wait=finished)
+        return self.aux.close(wait=finished, writer=trainer.writer)
 
 
 class DilocoHook(Hook):

@@ -91,8 +91,8 @@ class Aux:
         self.asked.append(final)
         return {"aux/scored": "final" if final else "newest"}
 
-    def close(self, wait=True):
-        self.closed = wait
+    def close(self, wait=True, writer=None):
+        self.closed, self.closed_as_writer = wait, writer
         return {"aux/closed": wait}
 
 
@@ -154,6 +154,7 @@ def test_the_last_row_carries_a_fresh_poll_of_the_services(steps):
     assert [r["step"] for r in reporter.rows] == list(range(1, steps + 1))
     assert reporter.rows[-1]["aux/scored"] == "final" and reporter.rows[-1]["ckpt_saved"] == steps
     assert aux.asked.count(True) == 1 and aux.asked[-1] is True and aux.closed is True
+    assert aux.closed_as_writer is True  # the last step's writer returns the scores
 
 
 def test_the_newest_figures_ride_on_a_row_when_due():
