@@ -12,7 +12,7 @@ with the node's share of the ranks). For the loop it offers:
 - `after_step(step, model, writer)` on the writer: every `aux.refresh.every_steps` steps,
   broadcast the weights to the refresh service's workers (driver.aux.refresh) and ask
   `aux.evaluate`'s service to score that version;
-- `metrics()` on rank 0, once per logging interval: the FleetMonitor's newest summary and
+- `metrics()` on the writer, once per logging interval: the FleetMonitor's newest summary and
   finished evaluations, as `aux/<service>/<name>` fields of the metrics row.
 """
 

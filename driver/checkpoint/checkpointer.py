@@ -8,14 +8,14 @@
             ckpt.save(step, state)           # returns once the state is in host memory
     ckpt.close()                             # waits for the last write
 
-Each rank writes its own shard; the DCP save's closing all-reduce tells rank 0 that every
-shard and the metadata are durable, and rank 0 then writes the commit marker, applies the
-retention policy and calls the checkpoint callbacks. The marker is signed with the run's
-checkpoint key; only authentic checkpoints are resumed from (auth.py). Only replica group
-0 writes (torchft replica groups, each its own process group). Within one process group,
-`dp_replica` is the rank's data-parallel replica (rank // shard size under DDP or HSDP):
-only the ranks of replica 0 snapshot and write the model and optimizer state; the others
-add just their own RNG states and data-loader progress (`driver.parallel.Topology.replica_of`).
+Each rank writes its own shard; the DCP save's closing all-reduce tells rank 0 that every shard and
+the metadata are durable, and rank 0 then writes the commit marker, applies the retention policy
+and calls the checkpoint callbacks. The marker is signed with the run's checkpoint key; only
+authentic checkpoints are resumed from (auth.py). Under torchft only the lowest live replica group
+writes (`set_writer`; each group its own process group). Within one process group, `dp_replica` is
+the rank's data-parallel replica (rank // shard size under DDP or HSDP): only the ranks of replica
+0 snapshot and write the model and optimizer state; the others add just their own RNG states and
+data-loader progress (`driver.parallel.Topology.replica_of`).
 """
 
 from __future__ import annotations

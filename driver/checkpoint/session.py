@@ -66,11 +66,6 @@ class CheckpointSession:
             log.warning("resumed from %s (attempt %d)", self.resumed.uri, self.attempt)
         return self.start
 
-    @property
-    def rng_restored(self) -> bool:
-        """Whether the checkpoint gave this rank its own RNG states back (same world size)."""
-        return bool(self.resumed and self.resumed.same_layout)
-
     def after_step(self, step: int, row: dict) -> None:
         """Save when the interval says so; add the checkpoint fields to the metrics row."""
         if self.ckpt.due(step) and self.ckpt.save(step, self.state, defer=True):

@@ -4,7 +4,7 @@
 starts, so a bad value is exit 2 with one line naming the file and the key, never a crash
 bundle a minute later. The rules are tables: counts that must be at least 1, floats that
 must be finite and within a range, names that travel as labels and path parts, and the
-`module:Class` of the batch source.
+optimizer's betas.
 """
 
 from __future__ import annotations

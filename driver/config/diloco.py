@@ -127,7 +127,7 @@ class LearnerConfig:
 
 
 def data_shard(rank: int, world: int, cfg: LearnerConfig | None) -> tuple[int, int]:
-    """The (rank, world) a rank's batch source reads with: a DiLoCo learner's ranks read
+    """The (rank, world) a rank's batch feed reads with: a DiLoCo learner's ranks read
     their learner's slice of the global order (learner `index` of `learners`), so learners
     never see the same samples; outside an experiment, the rank's own (rank, world)."""
     if cfg is None or not cfg.address:

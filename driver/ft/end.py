@@ -1,4 +1,4 @@
-"""The end of a torchft run, for driver.ft.loop (docs/ft.md, "End of run").
+"""The end of a torchft run, for the trainer's FtStepper (docs/ft.md, "End of run").
 
 - The group that commits the last step marks `DONE_KEY` in the start gate's store. A group
   checks it before its first step and after every quorum (`finished`): a replacement that arrives
@@ -7,7 +7,7 @@
 - The writer of the last step marks its rows, final save and final figures in
   (driver.ft.records.mark_recorded); the next group in line waits for that mark and, without
   it, sends its copies of the rows and the final figures (`hand_over_at_end`).
-- No worker calls `ray.train.report` under ft (driver.loop.train_worker): in Ray Train 2.60
+- No worker calls `ray.train.report` under ft (driver.trainer.worker): in Ray Train 2.60
   it is a barrier of every worker, and a group replaced after the last step waited there
   for peers that had already returned, so the run never ended.
 """

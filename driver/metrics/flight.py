@@ -9,7 +9,7 @@ them when the group is made. Ray Train makes the group in its backend's `on_star
 the training function runs, so `torch_config` returns a TorchConfig whose backend first sets
 them in every worker (and makes the dump folder). Size: `debug.flight_recorder_entries`
 (0: off). A failing rank attaches `observability.flight_recorder.snapshot()` to its failure
-record (driver.loop), which the crash bundle analyses (driver.output.crash).
+record (driver.trainer.loop), which the crash bundle analyses (driver.output.crash).
 """
 
 from __future__ import annotations

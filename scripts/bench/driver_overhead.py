@@ -12,10 +12,10 @@ first in each round so that load drifting on the machine hits both alike:
 - driver: `python -m driver.train CONFIG ...` on an embedded Ray (Ray Train workers, the run's
   channel, progress thread); its per-step times come from metrics.jsonl.
 - plain: torch.multiprocessing workers + init_process_group("gloo") + DDP + AdamW with the
-  same composed config, batch source, accumulation and clipping.
-Fairness: both use the same composed config and the same batch source class, whose
-constructor records each worker's intra-op threads, OMP_NUM_THREADS, CPU affinity and
-niceness; the script prints them and refuses a ratio when they differ. Both get one
+  same composed config, batch feed (driver.data.feed.Feed), accumulation and clipping.
+Fairness: both use the same composed config and the same batch feed; the script reads each
+training worker's OMP_NUM_THREADS, CPU affinity and niceness from /proc (`worker_probe`),
+prints them and refuses a ratio when they differ. Both get one
 intra-op thread per `parallelism.cpus_per_worker` (the driver's loop calls
 torch.set_num_threads; Ray sets OMP_NUM_THREADS; the plain workers get both before torch
 starts). Neither side pins CPUs. Ray runs its workers at niceness 15 (RAY_worker_niceness),

@@ -1,5 +1,5 @@
 """The `ft` group at composition, the ft parts of the driver that need no processes: the
-layout checks, the planned topology, the slot batch source, the shrink target from the pod
+layout checks, the planned topology, the slot plan, the shrink target from the pod
 environment."""
 
 from __future__ import annotations
