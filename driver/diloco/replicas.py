@@ -48,6 +48,7 @@ from driver.config.diloco import LearnerConfig
 from driver.diloco import outer, weights
 from driver.diloco.learner import KINDS, Learner, Update, several_ranks
 from driver.diloco.streaming import Parts, fragment_names
+from driver.ft.manager import group_ok
 
 log = logging.getLogger("driver.diloco.replicas")
 HOLDS, OWNS, WAITS = 0, 1, 2
@@ -114,7 +115,7 @@ class FtLearner(Parts):
         self.position = plan.position if plan is not None else None
         self.exchanged = [None] * len(self.parts)
         talked, waiting = False, None
-        while not manager.errored():
+        while group_ok(manager, self.device):  # the group's members decide as one
             for i in range(len(self.parts)):
                 self._poll(i, 0.0)
             table = self._table(manager)
@@ -246,7 +247,7 @@ class FtLearner(Parts):
             torch.distributed.broadcast(rows, 0)
         table = torch.zeros(len(self.parts), self.groups, 3, device=self.device)
         table[:, self.group] = rows
-        return table.cpu() if _allreduce(manager, table) else None
+        return table.cpu() if _allreduce(manager, table, self.device) else None
 
     def _orphan(self, i: int, table: torch.Tensor) -> bool:
         """A join or push that the state needs and no live group has outstanding."""
@@ -272,7 +273,7 @@ class FtLearner(Parts):
                     flat[3:] = torch.cat([update.base[k].reshape(-1) for k in mine])
             if several_ranks():
                 torch.distributed.broadcast(flat, 0)
-        if not _allreduce(manager, flat):
+        if not _allreduce(manager, flat, self.device):
             return None
         flat = flat.cpu()
         base, offset = None, 3
@@ -326,11 +327,12 @@ def fresh(kind: str, answer_round: int, round_: int, joining: bool) -> bool:
     return answer_round > round_ or (joining and answer_round == round_)
 
 
-def _allreduce(manager, tensor: torch.Tensor) -> bool:
-    """SUM `tensor` across the live groups through torchft; False if it failed (the
-    process group is aborted then, so a peer blocked in it fails now, as sum_grads does)."""
+def _allreduce(manager, tensor: torch.Tensor, device) -> bool:
+    """SUM `tensor` across the live groups through torchft; False if it failed for any
+    member of this group (driver.ft.manager.group_ok: the members go on alike). A member
+    whose own collective failed aborts its process group, so a peer blocked in it fails
+    now, as sum_grads does."""
     manager.allreduce(tensor, reduce_op=torch.distributed.ReduceOp.SUM).wait()
     if manager.errored():
         manager._pg.abort()
-        return False
-    return True
+    return group_ok(manager, device)

@@ -4,6 +4,8 @@ flat SUM of gradients through its process group.
     manager, store = build_manager(cfg, group, lighthouse, host, load, state_dict,
                                    group_rank=1, group_size=2, device="cpu")
     loss, allocated = sum_grads(manager, model.parameters(), loss_sum)   # after backward
+    if group_ok(manager, device):   # no member of the group saw a collective fail
+        ...                          # (every member takes the same branch)
 
 A replica group is one or several workers (one Manager each, `group_rank` of `group_size`,
 meeting in the group's process group's store); the groups' members of the same group rank
@@ -145,3 +147,20 @@ def sum_grads(manager, params, loss_sum: float, midway=None) -> tuple[float, int
     if manager.errored():
         manager._pg.abort()
     return float(loss), allocated
+
+
+def group_ok(manager, device="cpu") -> bool:
+    """Whether no member of this replica group saw torchft's process group fail, the same
+    answer on every member (a MAX over the group's own process group, Ray Train's). Member
+    k of a group reduces with member k of the other groups only, so when a worker of one
+    group dies inside a collective, the members of a live group can disagree (member 0's
+    collective failed, member 1's went through). Decide on this, not on one member's
+    `manager.errored()`, before a collective inside the group: members that part ways
+    there wait for each other forever (one in a broadcast, the other in the commit vote)."""
+    import torch
+    import torch.distributed as dist
+
+    failed = torch.tensor([1.0 if manager.errored() else 0.0], device=device)
+    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+        dist.all_reduce(failed, op=dist.ReduceOp.MAX)
+    return not bool(failed.item())

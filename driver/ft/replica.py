@@ -38,7 +38,7 @@ import time
 from collections.abc import Callable
 
 from driver.config.ft import FtConfig
-from driver.ft.manager import build_manager, live_groups, sum_grads
+from driver.ft.manager import build_manager, group_ok, live_groups, sum_grads
 from driver.ft.plan import StepPlan, no_quorum_reason, step_plan
 from driver.ft.shards import like, local_tree
 from driver.ft.shrink import ShrinkRequest, local_shrink
@@ -83,7 +83,7 @@ class FtReplica:
         """A driver.ft.lost.ShrinkDecider: which missing groups are lost, not late; every
         group feeds it every quorum, the lowest live group asks (None: ask on the first
         smaller quorum, naming no pod)."""
-        self.group_rank, self.group_size = group_rank, group_size
+        self.group_rank, self.group_size, self.device = group_rank, group_size, device
         self.manager, self._store = build_manager(
             cfg, group, lighthouse, host, load_state_dict=self._load,
             state_dict=self._state_dict, group_rank=group_rank, group_size=group_size,
@@ -160,8 +160,8 @@ class FtReplica:
     def _restore_if_alone(self) -> None:
         """After a started-again group's first quorum: a live group ahead has healed it
         (its step moved); else every group is new, so all read the same newest checkpoint."""
-        if self.manager.errored():  # healing failed: this step fails, the next quorum decides
-            return
+        if not group_ok(self.manager, self.device):  # a member's healing failed: this step
+            return  # fails on every member, the next quorum decides (restore reads as a group)
         restore, self.restore = self.restore, None
         if self.step > 0:
             return

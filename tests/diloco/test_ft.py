@@ -91,18 +91,8 @@ def learner_run(tmp_path: Path, name: str, layout: list[str]):
     )
 
 
-KNOWN_BUG = pytest.mark.xfail(
-    reason="groups of 2: after group 0 (rank 0, the group that talks) is SIGKILLed, Ray Train "
-    "replaces only group 0, yet the run's rows of record start again at step 1 from the new "
-    "group 0 alone (seen twice, at load 30 and at load 3; docs/diloco.md, Not done yet)",
-    strict=False,
-)
-
-
-@pytest.mark.parametrize(
-    "layout", [pytest.param(name, marks=KNOWN_BUG) if "2" in name else name for name in LAYOUTS]
-)
 @pytest.mark.slow
+@pytest.mark.parametrize("layout", list(LAYOUTS))
 def test_an_ft_learner_keeps_syncing_through_the_loss_of_the_group_that_talks(
     ray_local_4, tmp_path, layout
 ):
