@@ -18,6 +18,10 @@ module, which unpickling the config does, installs `install()`):
   replacement's ranks are `index × k ..` of the whole world. A failure of any member (it
   dies, or its health check hangs past RAY_TRAIN_WORKER_HEALTH_CHECK_TIMEOUT_S) replaces its
   whole group.
+- **A group's shutdown bounded by `SHUTDOWN_S`** (5 s; the environment's
+  TORCH_PROCESS_GROUP_SHUTDOWN_TIMEOUT_S still wins), not Ray Train's 30 s: a replica
+  group is shut down because a member died or hangs (a stopped member never answers), and
+  its replacement waited out the whole 30 s while the other groups trained on without it.
 - **A Lighthouse that fits a head without CPUs.** Ray starts its `LighthouseServerActor`
   pinned to the controller's node with Ray's default request of one CPU; in a cluster the
   controller runs on the head pod, whose `num-cpus` is 0 (as rendered), so the actor could
@@ -30,11 +34,19 @@ it fails a test rather than a run.
 from __future__ import annotations
 
 import functools
+import logging
+import os
 
 import ray
+from ray.exceptions import GetTimeoutError
+from ray.train.torch.config import _shutdown_torch
 from ray.train.v2._internal.execution.worker_group import ReplicaGroup, WorkerGroup
 from ray.train.v2.torch.torchft_config import LighthouseServerActor, TorchftConfig, _TorchftBackend
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+log = logging.getLogger("driver.ft")
+SHUTDOWN_S = 5.0
+"""The longest a replica group's (or the worker group's) torch shutdown is waited for."""
 
 
 def group_size_of(worker_group) -> int:
@@ -102,6 +114,17 @@ class LighthouseBackend(_TorchftBackend):
         if isinstance(worker_group, WorkerGroup):  # the whole group's start: group first
             regroup(worker_group, int(getattr(backend_config, "replica_group_size", 1) or 1))
         super().on_start(worker_group, backend_config)
+
+    def on_shutdown(self, worker_group, backend_config) -> None:
+        """Ray Train's `_TorchBackend.on_shutdown`, bounded by `SHUTDOWN_S`."""
+        timeout = float(os.environ.get("TORCH_PROCESS_GROUP_SHUTDOWN_TIMEOUT_S", SHUTDOWN_S))
+        futures = worker_group.execute_async(
+            _shutdown_torch, destroy_process_group=len(worker_group) > 1
+        )
+        try:
+            ray.get(futures, timeout=timeout)
+        except GetTimeoutError:
+            log.warning("ft: a group's process group did not shut down in %g s", timeout)
 
     def _maybe_create_lighthouse_actor(self, backend_config: TorchftConfig) -> str:
         if self.lighthouse_actor is None:

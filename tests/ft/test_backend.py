@@ -19,6 +19,17 @@ def test_the_ray_source_it_overrides_is_as_read():
     assert "soft=False" in source and "LighthouseServerActor.options(" in source
 
 
+def test_the_shutdown_it_bounds_is_ray_trains_own():
+    from ray.train.torch.config import _TorchBackend
+
+    from driver.ft.backend import LighthouseBackend
+
+    source = inspect.getsource(_TorchBackend.on_shutdown)
+    assert "_shutdown_torch," in source and "destroy_process_group=len(worker_group) > 1" in source
+    assert "TORCH_PROCESS_GROUP_SHUTDOWN_TIMEOUT_S" in source
+    assert "on_shutdown" in LighthouseBackend.__dict__
+
+
 def test_the_worker_group_source_it_patches_is_as_read():
     from ray.train.v2._internal.execution.worker_group import worker_group
 
