@@ -13,7 +13,10 @@ workflow for each (detect, cordon, node check, reboot, DCGM diag, uncordon); at 
     name, ok, text = layer.finish()    # the check (tests/soak/warden_check.py), then stop
 
 A killed worker is started again with the same task queue; a killed server on the same port
-with the same database file, so the workflows in flight carry on where they were.
+with the same database file, so the workflows in flight carry on where they were. A worker
+that ends by itself is started again too, as Kubernetes restarts Warden's pod: a problem
+when the server was up all its life, else only counted (a worker that starts while the
+server is away, or whose start-up calls meet its restart, exits: warden.report.connect).
 """
 
 from __future__ import annotations
@@ -81,7 +84,8 @@ class Layer:
         self.config = out / "warden.yaml"
         self.config.write_text(yaml.safe_dump(config(self.server.address, out)))
         self.worker: subprocess.Popen | None = None
-        self.workers = 0
+        self.workers, self.rejoined = 0, 0
+        self.worker_started = self.server_started = 0.0
         self.kills = {WARDEN_WORKER: 0, TEMPORAL: 0}
         self.faults: list[dict] = []
         """Each fault injected: {"node", "kind", "expected", "at"}."""
@@ -90,13 +94,14 @@ class Layer:
 
     def start(self) -> str:
         self.server.start()
+        self.server_started = time.monotonic()
         self.start_worker()
         self.next_fault = time.monotonic() + self.every_s
         return (f"Temporal dev server on {self.server.address}, worker pid {self.worker.pid}, "
                 f"a fault on the fleet every {self.every_s:g} s")  # fmt: skip
 
     def start_worker(self) -> None:
-        self.workers += 1
+        self.workers, self.worker_started = self.workers + 1, time.monotonic()
         env = {k: v for k, v in os.environ.items() if not k.startswith("WARDEN_")}
         env["PYTHONPATH"] = str(ROOT)
         command = [sys.executable, "-m", "warden.worker", "--config", str(self.config),
@@ -133,21 +138,26 @@ class Layer:
         except (RuntimeError, TimeoutError) as err:
             self.problems.append(f"the Temporal dev server did not start again: {err}")
             return f"temporal server: did not start again: {err}"
+        self.server_started = time.monotonic()
         pid = self.server.process.pid
         return f"temporal server: started again on {self.server.address}: pid {pid}"
 
     def tend(self) -> list[str]:
-        """Start again what ended by itself (a problem), and inject the next fault when due."""
+        """Start again what ended by itself, and inject the next fault when due."""
         said = []
         if self.server.process.poll() is not None:
             self.problems.append(f"the Temporal dev server ended by itself: exit "
                                  f"{self.server.process.returncode}")  # fmt: skip
             said.append(self.start_server())
         if self.worker.poll() is not None:
-            self.problems.append(f"the Warden worker ended by itself: exit {self.worker.returncode}"
-                                 f" (worker-{self.workers}.txt)")  # fmt: skip
+            why = f"exit {self.worker.returncode} (worker-{self.workers}.txt)"
+            if self.server_started <= self.worker_started:  # the server was up all its life
+                self.problems.append(f"the Warden worker ended by itself: {why}")
+            else:
+                self.rejoined += 1
+                why += ", the server restarted meanwhile"
             self.start_worker()
-            said.append(f"warden worker: ended by itself; again: pid {self.worker.pid}")
+            said.append(f"warden worker: ended by itself: {why}; again: pid {self.worker.pid}")
         if time.monotonic() >= self.next_fault:
             said.append(self.inject())
             self.next_fault = time.monotonic() + self.every_s
@@ -173,6 +183,8 @@ class Layer:
         effects = {kind: self.fleet.counts(kind) for kind in ("cordon", "reboot", "uncordon")}
         ok, text = verdict(self.faults, found, effects, self.problems)
         kills = ", ".join(f"{kind} killed {n}x" for kind, n in self.kills.items())
+        if self.rejoined:
+            kills += f", the worker ended by itself {self.rejoined}x after a server restart"
         return "warden", ok, f"{text}; {kills}"
 
     def read_workflows(self, faults: Path) -> list[dict]:
