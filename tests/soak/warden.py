@@ -200,7 +200,11 @@ class Layer:
             self.problems.append(f"reading the workflows failed: exit {done.returncode}: "
                                  f"{done.stderr.strip()[-300:]}")  # fmt: skip
             return []
-        return json.loads(done.stdout)
+        try:
+            return json.loads(done.stdout)
+        except ValueError:
+            self.problems.append(f"reading the workflows said no JSON: {done.stdout[-300:]!r}")
+            return []
 
     def stop(self) -> None:
         self.worker.send_signal(signal.SIGTERM)
