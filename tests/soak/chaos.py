@@ -9,7 +9,9 @@ and the seeded choice of the next victim.
 
 A victim is SIGKILLed: no handler runs, as when a node loses power or the kernel's OOM
 killer picks it. Killing the driver is the soak's to handle: it starts the same command
-again, which must resume from the newest checkpoint (tests/soak/soak.py).
+again, which must resume from the newest checkpoint (tests/soak/soak.py). With the Warden
+layer, its worker and the Temporal dev server join the deck (`Deck(rng, warden=True)`): the
+layer starts a killed one again (tests/soak/warden.py).
 """
 
 from __future__ import annotations
@@ -27,9 +29,13 @@ KINDS = {
 """Kind -> what its command line starts with (a Ray actor's process title)."""
 SYNCHRONIZER = "synchronizer"
 """A DiLoCo pair's synchronizer: the soak's own child (tests/soak/pair.py)."""
+WARDEN_WORKER, TEMPORAL = "warden worker", "temporal server"
+"""The Warden layer's processes (`--warden`): the soak's own children (tests/soak/warden.py)."""
 ALL = sorted([DRIVER, *KINDS])
 PAIR = sorted([DRIVER, "training worker", SYNCHRONIZER])
 """The kinds of a DiLoCo pair's phase (its learners have no services)."""
+WARDEN = sorted([WARDEN_WORKER, TEMPORAL])
+"""The kinds the Warden layer adds to the run's."""
 
 
 def victims(driver: int, table: dict[int, Proc]) -> dict[str, list[int]]:
@@ -50,9 +56,11 @@ class Deck:
     short soak still kills each kind (a kind with no process now is passed over for the
     next; it comes again next round)."""
 
-    def __init__(self, rng: random.Random, pair: bool = False, spare: tuple[str, ...] = ()):
+    def __init__(self, rng: random.Random, pair: bool = False, spare: tuple[str, ...] = (),
+                 warden: bool = False):  # fmt: skip
         self.rng, self.left = rng, []
-        self.kinds = [kind for kind in (PAIR if pair else ALL) if kind not in spare]
+        kinds = (PAIR if pair else ALL) + (WARDEN if warden else [])
+        self.kinds = [kind for kind in kinds if kind not in spare]
 
     def choose(self, targets: dict[str, list]) -> tuple[str, object] | None:
         """The next kind that has a process now, and one of them at random; None: none."""

@@ -1,7 +1,8 @@
 """`scripts/soak --minutes N [--seed S] [--fault-every SECONDS] [--out DIR] [--no-baseline]
-[--diloco]`: the soak's command line, its checks and what it prints (docs/soak.md). Exit 0
-when every check passed, 1 when one failed, 2 for a bad argument, 130 when interrupted
-(Ctrl-C or SIGTERM: every process of its runs is ended first)."""
+[--spare KINDS] [--warden] [--diloco]`: the soak's command line, its checks and what it
+prints (docs/soak.md). Exit 0 when every check passed, 1 when one failed, 2 for a bad
+argument, 130 when interrupted (Ctrl-C or SIGTERM: every process of its runs is ended
+first)."""
 
 from __future__ import annotations
 
@@ -33,18 +34,20 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--out", type=Path, default=None, help="default: a new temp folder")
     parser.add_argument("--no-baseline", action="store_true",
                         help="no failure-free run (no throughput ratio)")  # fmt: skip
-    kinds = ", ".join(chaos.ALL)
+    kinds = ", ".join([*chaos.ALL, *chaos.WARDEN])
     parser.add_argument("--spare", default="", metavar="KINDS",
                         help=f"kinds never killed, comma-separated ({kinds})")  # fmt: skip
+    parser.add_argument("--warden", action="store_true",
+                        help="Warden on a fake fleet beside the run under faults")  # fmt: skip
     parser.add_argument("--diloco", action="store_true",
                         help="then a DiLoCo pair under faults for as long")  # fmt: skip
     args = parser.parse_args(argv)
     if args.minutes <= 0 or args.fault_every <= 0:
         parser.error("--minutes and --fault-every must be positive")
     args.spare = tuple(kind.strip() for kind in args.spare.split(",") if kind.strip())
-    unknown = sorted(set(args.spare) - set(chaos.ALL) - {chaos.SYNCHRONIZER})
+    unknown = sorted(set(args.spare) - set(chaos.ALL) - set(chaos.WARDEN) - {chaos.SYNCHRONIZER})
     if unknown:
-        parser.error(f"--spare: unknown kind {', '.join(unknown)} (kinds: {', '.join(chaos.ALL)})")
+        parser.error(f"--spare: unknown kind {', '.join(unknown)} (kinds: {kinds})")
     return args
 
 
@@ -70,10 +73,17 @@ def soak_and_check(soak: Soak, args: argparse.Namespace, out: Path) -> int:
         base = soak.phase([Run(out / "baseline", "soak-baseline")], args.minutes, faults=False)
     if args.diloco:
         from tests.soak import pair  # (imports torch: before the soak's own memory is read)
+    if args.warden:
+        from tests.soak import warden  # (imports Warden's fake fleet: before it too)
     fds, rss = procs.fd_count(), procs.rss_bytes()
+    layer = warden.Layer(out / "warden", args.minutes) if args.warden else None
+    if layer is not None:
+        soak.say(f"warden: {layer.start()}")
     run = Run(out / "faults", "soak")
-    faulted = soak.phase([run], args.minutes, faults=True)
+    faulted = soak.phase([run], args.minutes, faults=True, warden=layer)
     results = [rows(run), resumes(run), runs(faulted, base)]
+    if layer is not None:
+        results.append(layer.finish())
     if args.diloco:
         results += diloco(soak, out / "pair", args.minutes, pair)
     results += [*own((fds, rss)), orphans(soak)]

@@ -4,7 +4,9 @@ the checks (docs/soak.md). `scripts/soak` runs `main`.
 1. The failure-free run (unless --no-baseline): the same command for the same time.
 2. The run under faults: from its first row on, at random intervals (seeded), a SIGKILL of
    a random component (tests/soak/chaos.py); a killed driver is started again with the same
-   command, once everything of the killed launch is gone.
+   command, once everything of the killed launch is gone. With the Warden layer
+   (tests/soak/warden.py), its worker and the Temporal dev server are victims too, and
+   faults are injected into its fake fleet meanwhile.
 3. At the end of each, once the last launch has its first row: SIGTERM to the driver (it
    saves and stops), and everything it started must end. Then the checks: rows of record
    (tests/soak/records.py), resumes, orphans, the soak's own descriptors and memory, and
@@ -58,7 +60,7 @@ class Soak:
     def say(self, line: str) -> None:
         print(f"t=+{time.monotonic() - self.t0:7.1f}s {line}", flush=True)
 
-    def watch(self, runs: list[Run], sync=None) -> dict[int, procs.Proc]:
+    def watch(self, runs: list[Run], sync=None, warden=None) -> dict[int, procs.Proc]:
         table = procs.snapshot()
         for pid in procs.descendants(os.getpid(), table):
             self.seen.setdefault((pid, table[pid].start), table[pid])
@@ -69,24 +71,29 @@ class Soak:
                 mine.setdefault((pid, table[pid].start), table[pid])
         if sync is not None:
             self.own.add(sync.proc.pid)
+        if warden is not None:
+            self.own |= warden.pids()
         procs.reap(keep=self.own)
         return table
 
-    def phase(self, runs: list[Run], minutes: float, faults: bool, sync=None) -> Outcome:
-        """Every run of `runs` (and the synchronizer `sync`, a DiLoCo pair's) for `minutes`,
-        under faults or not; then stopped and checked for what outlived it."""
-        outcome, deck = (
-            Outcome(),
-            chaos.Deck(random.Random(f"kinds-{self.seed}"), bool(sync), self.spare),
-        )
+    def phase(
+        self, runs: list[Run], minutes: float, faults: bool, sync=None, warden=None
+    ) -> Outcome:
+        """Every run of `runs` (and the synchronizer `sync`, a DiLoCo pair's; the Warden
+        layer `warden`, started, its fleet's faults injected) for `minutes`, under faults or
+        not; then stopped and checked for what outlived it."""
+        rng = random.Random(f"kinds-{self.seed}")
+        outcome, deck = Outcome(), chaos.Deck(rng, bool(sync), self.spare, warden is not None)
         for run in runs:
             self.launch(run)
         deadline = runs[0].launches[0].started + minutes * 60
         next_fault = None
         while time.monotonic() < deadline:
-            table = self.watch(runs, sync)
+            table = self.watch(runs, sync, warden)
             for run in runs:
                 self.tend(run, outcome)
+            for line in warden.tend() if warden is not None else []:
+                self.say(line)
             if sync is not None and sync.proc.poll() is not None:
                 outcome.problems.append(
                     f"the synchronizer ended by itself: exit {sync.proc.returncode}"
@@ -95,7 +102,7 @@ class Soak:
             if faults and next_fault is None and any(run.metrics.exists() for run in runs):
                 next_fault = time.monotonic() + chaos.interval(self.rng, self.fault_every)
             elif faults and next_fault is not None and time.monotonic() >= next_fault:
-                self.fault(deck, runs, sync, table, outcome)
+                self.fault(deck, runs, (sync, warden), table, outcome)
                 next_fault = time.monotonic() + chaos.interval(self.rng, self.fault_every)
             time.sleep(POLL_S)
         outcome.committed = sum(check(run.segments()[0]).committed for run in runs)
@@ -149,13 +156,18 @@ class Soak:
             launch.announced = True
             self.say(f"{run.name}: launch {len(run.launches)} says: {line[:150]}")
 
-    def fault(self, deck, runs: list[Run], sync, table, outcome: Outcome) -> None:
+    def fault(self, deck, runs: list[Run], own, table, outcome: Outcome) -> None:
+        """SIGKILL the deck's next kind; `own`: (the synchronizer, the Warden layer), each
+        None when the phase has none."""
+        sync, warden = own
         targets: dict[str, list] = {}
         for run in runs:
             for kind, pids in chaos.victims(run.launches[-1].proc.pid, table).items():
                 targets.setdefault(kind, []).extend((run, pid) for pid in pids)
         if sync is not None and sync.proc.poll() is None:
             targets[chaos.SYNCHRONIZER] = [(None, sync.proc.pid)]
+        for kind, pids in warden.victims().items() if warden is not None else []:
+            targets[kind] = [(None, pid) for pid in pids]
         picked = deck.choose(targets)
         if picked is None:
             return
@@ -170,6 +182,9 @@ class Soak:
         if kind == chaos.SYNCHRONIZER:
             sync.proc.wait()
             self.say(f"synchronizer: started again: {sync.start()}")
+        elif kind in chaos.WARDEN:
+            self.say(warden.restart(kind))
+            self.own |= warden.pids()
         elif kind == chaos.DRIVER:
             run.launches[-1].proc.wait()
             self.relaunch(run, outcome)
