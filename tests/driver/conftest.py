@@ -83,3 +83,15 @@ def server():
     thread.start()
     yield f"http://127.0.0.1:{httpd.server_address[1]}"
     httpd.shutdown()
+
+
+@pytest.fixture(autouse=True)
+def _no_store_left_open():
+    """A test that leaves a chDB store open fails here: chDB is one embedded server per
+    process, so every later run in the pytest process would write its rows elsewhere (its
+    driver's StoreWriter drops them) and fail far from the cause."""
+    yield
+    from observability import store
+
+    held = store._HELD.get("path")
+    assert not held, f"the test left the chDB store {held} open (close its Progress/RunMetrics)"
