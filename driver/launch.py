@@ -72,18 +72,21 @@ def connect(cfg) -> bool:
     from driver.aux.coordinator import local_cpus
 
     quiet_token_notice()
-    preload(PRELOAD + (FT_PRELOAD if cfg.ft.enabled else ()))  # while ray.init waits
+    loading = preload(PRELOAD + (FT_PRELOAD if cfg.ft.enabled else ()))  # while ray.init waits
     cpus = cfg.run.local_cpus or local_cpus(cfg, cfg.parallelism.workers or 2)
     lean = contextlib.nullcontext() if cfg.run.local_dashboard else lean_ray_start()
-    with lean, short_raylet_wait(), own_sigterm():
-        ray.init(
-            address="local",  # a new Ray of its own, even with a `ray start` on this machine
-            num_cpus=cpus,
-            include_dashboard=bool(cfg.run.local_dashboard),
-            dashboard_host="127.0.0.1",
-            log_to_driver=False,
-            logging_level="WARNING",
-        )
+    try:
+        with lean, short_raylet_wait(), own_sigterm():
+            ray.init(
+                address="local",  # a new Ray of its own, even with a `ray start` here
+                num_cpus=cpus,
+                include_dashboard=bool(cfg.run.local_dashboard),
+                dashboard_host="127.0.0.1",
+                log_to_driver=False,
+                logging_level="WARNING",
+            )
+    finally:  # a stop during start-up too: never exit with an import half done
+        loading.join()  # no import of the driver's races the preload's (see `preload`)
     started_ray()
     return True
 
@@ -98,15 +101,20 @@ PRELOAD = (
 """What the driver of an embedded run imports after `ray.init` to build the trainer (Ray
 Train with pandas and Ray Data: a second and more), imported while `ray.init` waits for
 Ray's daemons. Not torch: the driver of an embedded run never needs it (a test checks)."""
-FT_PRELOAD = ("torch", "driver.ft.launch")
-"""What a torchft run adds (torchft's backend config imports torch)."""
+FT_PRELOAD = ("torch", "torch.distributed", "driver.ft.launch")
+"""What a torchft run adds (torchft's backend config imports torch). torch.distributed's
+C++ initialization runs here, off the main thread: a stop signal's handler (the main
+thread's) raising inside it would end the process with SIGABRT."""
 
 
 def preload(modules: tuple[str, ...]) -> threading.Thread:
     """Import `modules` in a background thread, in order: the driver needs them only after
     `ray.init`, which spends most of its seconds waiting for Ray's daemons to start. The
-    import system's module locks keep the two threads apart; a failure here is left to the
-    driver's own import of the module, which then raises it."""
+    driver joins the thread once `ray.init` returns, before it imports anything else: two
+    threads importing torch.distributed's C++ part at once can make its initialization
+    raise inside C++, which ends the process with SIGABRT (exit 134, seen at start-up of
+    torchft runs). A failure here is left to the driver's own import of the module, which
+    then raises it."""
 
     def run() -> None:
         for name in modules:
