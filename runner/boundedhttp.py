@@ -160,7 +160,7 @@ class _Closer:
                 if not self._waiting:
                     return
                 waiting = dict(self._waiting)
-            ready = select.select(list(waiting), [], [], 0.05)[0]
+            ready = _readable(waiting, 0.05)
             now = time.monotonic()
             for sock, deadline in waiting.items():
                 try:
@@ -171,6 +171,18 @@ class _Closer:
                     with self._lock:
                         self._waiting.pop(sock, None)
                     sock.close()
+
+
+def _readable(socks, timeout_s: float) -> set:
+    """Those of `socks` with data or an end to read within `timeout_s`. poll, not select:
+    select() refuses a descriptor past 1023, which a busy process reaches."""
+    poller, by_fd = select.poll(), {}
+    for sock in socks:
+        fd = sock.fileno()
+        if fd >= 0:
+            poller.register(fd, select.POLLIN)
+            by_fd[fd] = sock
+    return {by_fd[fd] for fd, _ in poller.poll(timeout_s * 1000) if fd in by_fd}
 
 
 def _refuse(sock, reason: str) -> None:

@@ -243,8 +243,9 @@ class StopWatch:
         deadline = None
         while True:
             wait = None if deadline is None else max(0.0, deadline - time.monotonic())
-            ready, _, _ = select.select([read], [], [], wait)
-            if not ready:  # the grace period is over
+            poller = select.poll()  # not select(): a descriptor past 1023 is refused there
+            poller.register(read, select.POLLIN)
+            if not poller.poll(None if wait is None else wait * 1000):  # the grace period is over
                 self._end(f"did not stop within {self.grace_s:g} s of {_name(self.first)}")
             data = os.read(read, 64)
             if not data:

@@ -76,7 +76,9 @@ class FrameQueue:
             raise ValueError(f"a record of {len(data)} bytes is longer than PIPE_BUF")
         if self.slots is not None and not self.slots.acquire(False):
             return False
-        if not select.select([], [self.writer], [], 0)[1]:
+        poller = select.poll()  # not select(): a descriptor past 1023 is refused there
+        poller.register(self.writer.fileno(), select.POLLOUT)
+        if not poller.poll(0):
             if self.slots is not None:
                 self.slots.release()
             return False

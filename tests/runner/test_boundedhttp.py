@@ -150,3 +150,30 @@ def test_a_closed_server_leaves_no_thread_behind():
     server.shutdown()
     server.server_close()
     wait_for(lambda: not mine())
+
+
+def test_sockets_past_select_s_limit_are_watched():
+    """A busy process holds descriptors past 1023, which select() refuses: the lingering
+    connections are watched with poll (a whole-suite run failed here)."""
+    import os
+    import resource
+    import socket
+
+    from runner.boundedhttp import _readable
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < 1200:
+        pytest.skip("this machine allows fewer than 1200 descriptors")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, 1200), hard))
+    filler = [os.open(os.devnull, os.O_RDONLY) for _ in range(1100)]
+    try:
+        a, b = socket.socketpair()
+        assert a.fileno() > 1023
+        assert _readable({a: 0}, 0.01) == set()
+        b.sendall(b"x")
+        assert _readable({a: 0}, 5) == {a}
+        a.close(), b.close()
+    finally:
+        for fd in filler:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))

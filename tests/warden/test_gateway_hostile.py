@@ -42,6 +42,14 @@ def no_pods_finding(fleet) -> bytes:
     return json.dumps({"findings": [finding]}).encode()
 
 
+def readable(sock, timeout_s: float) -> bool:
+    """Whether `sock` has data or an end to read within `timeout_s` (poll: the whole suite's
+    process holds descriptors past select()'s 1023)."""
+    poller = select.poll()
+    poller.register(sock, select.POLLIN)
+    return bool(poller.poll(timeout_s * 1000))
+
+
 def trickle(port: int, head: bytes, data: bytes, every_s: float, stop: threading.Event,
             out: list) -> None:  # fmt: skip
     """Send `head`, then `data` a byte every `every_s` seconds until the server answers or
@@ -49,13 +57,13 @@ def trickle(port: int, head: bytes, data: bytes, every_s: float, stop: threading
     with socket.create_connection(("127.0.0.1", port), timeout=60) as sock:
         sock.sendall(head)
         for byte in data:
-            if select.select([sock], [], [], 0)[0]:  # an answer, or the end
+            if readable(sock, 0):  # an answer, or the end
                 break
             try:
                 sock.sendall(bytes([byte]))
             except OSError:
                 break
-            if select.select([sock], [], [], every_s)[0] or stop.is_set():
+            if readable(sock, every_s) or stop.is_set():
                 break
         sock.settimeout(30)
         try:
