@@ -107,6 +107,12 @@ class DataPipeline(Checkpointable):
             if not self._receive():
                 self._check(key, waited_since)
         message = self._buffer.pop(key)
+        if message[0] == "collate_error":
+            _, epoch, step, _, indices, reason, _ = message
+            raise PipelineError(
+                f"data collator failed on step {step} of epoch {epoch} (samples {indices[:8]}): "
+                f"{reason}"
+            )
         self._report_skipped(*key, message[5])  # when consumed: prefetched batches of the
         self.consumed += 1  # next epoch are not reported (or counted in state_dict) early
         return self._unpack(message)
@@ -125,16 +131,11 @@ class DataPipeline(Checkpointable):
         return True
 
     def _handle(self, head: list, values: list) -> None:
-        """Act on a worker message: a batch is buffered (its skipped samples are reported when
-        the loop takes it), a collator failure raised."""
+        """Buffer a worker message: a batch, or a collator's failure, is acted on when the loop
+        takes its step (its skipped samples reported, the failure raised), so the failure a
+        run reports is its first step's, whichever collator finished first."""
         kind, message = head[0], (*head, values[0] if values else None)
-        if kind == "collate_error":
-            _, epoch, step, _, indices, reason, _ = message
-            raise PipelineError(
-                f"data collator failed on step {step} of epoch {epoch} (samples {indices[:8]}): "
-                f"{reason}"
-            )
-        if kind == "batch":
+        if kind in ("batch", "collate_error"):
             _, epoch, step = message[:3]
             self._buffer[(epoch, step)] = message
 

@@ -219,3 +219,17 @@ def test_collator_error_before_every_worker_is_ready_is_not_lost(monkeypatch):
     with DataPipeline(IndexDataset(32), cfg, 0, 1, collate_fn=collate) as data:
         with pytest.raises(PipelineError, match=r"collator failed on step 0 .*ragged batch"):
             ids_of(data)
+
+
+def test_a_later_steps_collator_error_is_raised_at_its_step():
+    def collate(samples):  # step 2's batch fails; it is collated while steps 0 and 1 train
+        if any(int(s["id"]) >= 8 for s in samples):
+            raise ValueError("ragged batch")
+        return default_collate(samples)
+
+    got = []
+    with DataPipeline(IndexDataset(32), _cfg(batch_timeout_s=5), 0, 1, collate_fn=collate) as data:
+        with pytest.raises(PipelineError, match=r"collator failed on step 2 .*ragged batch"):
+            for batch in data:
+                got.append(batch["id"].tolist())
+    assert got == [[0, 1, 2, 3], [4, 5, 6, 7]]
