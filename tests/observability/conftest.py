@@ -27,13 +27,26 @@ def chdb_session():
     s.close()
 
 
-@contextmanager
-def loaded(session, folder, scenario, seed: int):
-    """A fresh run holding the scenario's records; its name, its columns; rows deleted after."""
+def load(session, folder, scenario, seed: int) -> tuple[str, dict]:
+    """A fresh run holding the scenario's records: its name and its columns."""
     run = f"syn-{uuid.uuid4().hex[:10]}"
     cols = generate(scenario, seed)
     insert_chdb(session, scenario, cols, folder, TEAM, run)
+    return run, cols
+
+
+def drop(session, runs: list[str]) -> None:
+    """Delete the runs' rows: one mutation for them all (each costs about 0.15 s)."""
+    if runs:
+        names = ", ".join(f"'{r}'" for r in runs)
+        session.query(f"DELETE FROM platform.nccl_collectives WHERE run IN ({names})")
+
+
+@contextmanager
+def loaded(session, folder, scenario, seed: int):
+    """A fresh run holding the scenario's records; its name, its columns; rows deleted after."""
+    run, cols = load(session, folder, scenario, seed)
     try:
         yield run, cols
     finally:
-        session.query(f"DELETE FROM platform.nccl_collectives WHERE run = '{run}'")
+        drop(session, [run])

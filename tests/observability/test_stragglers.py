@@ -11,7 +11,7 @@ from observability.stragglers import Thresholds
 from observability.synthetic import Scenario, Slow, generate, to_pandas
 
 from .cases import KINDS, case, judge
-from .conftest import TEAM, loaded
+from .conftest import TEAM, drop, load, loaded
 
 FAR = (0, 4_000_000_000)  # every record of the run
 
@@ -21,12 +21,16 @@ def analyse(session, run: str, names=("straggler_ranks", "straggler_nodes"), t=s
 
 
 def accuracy(session, folder, kind: str, seeds: range) -> tuple[float, list[str]]:
-    failures = []
-    for seed in seeds:
-        c = case(kind, seed)
-        with loaded(session, folder, c.scenario, seed) as (run, cols):
+    failures, runs = [], []
+    try:
+        for seed in seeds:  # runs are keyed by name: their rows are deleted together at the end
+            c = case(kind, seed)
+            run, cols = load(session, folder, c.scenario, seed)
+            runs.append(run)
             wrong = judge(c, cols, *analyse(session, run))
-        failures += [f"seed {seed}: {w}" for w in wrong[:2]]
+            failures += [f"seed {seed}: {w}" for w in wrong[:2]]
+    finally:
+        drop(session, runs)
     bad = len({f.split(":")[0] for f in failures})
     return 1 - bad / len(seeds), failures
 
