@@ -49,9 +49,9 @@ SUPERVISED = textwrap.dedent(
     from driver.embedded.supervise import supervise
 
     def run():
-        print("child", os.getpid(), os.getsid(0), flush=True)
         subprocess.Popen(["sleep", "300"])  # stands for a Ray daemon of the run
-        try:
+        try:  # the test signals once it reads this line: inside the `try`
+            print("child", os.getpid(), os.getsid(0), flush=True)
             time.sleep(60)
         except KeyboardInterrupt:
             print("interrupted", flush=True)
