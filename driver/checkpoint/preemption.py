@@ -91,6 +91,10 @@ class PreemptionGuard:
     """Another source of the notice, asked after every step: the wall-clock time of a
     notice, or None (the training driver relays its own SIGTERM this way, because Ray Train
     runs the loop outside the worker's main thread, where no signal handler can be set)."""
+    agreed: Callable[[], float | None] | None = None
+    """A notice every rank learns after the same step (under torchft: the run's stop, carried
+    by the step's reduce to every live group, driver.ft.leave): acted on at that step, not at
+    the next scheduled agreement, so every group stops after the same step."""
     give_up: Callable[[], str | None] | None = None
     """Asked on rank 0 once the ranks agreed to stop, after the writes in flight: a reason
     to skip the final save (e.g. storage failing every save), or None."""
@@ -132,11 +136,13 @@ class PreemptionGuard:
 
     def on_step_end(self, step: int, state) -> bool:
         """After each step: False to go on; True (after a final checkpoint if it fits) to stop."""
-        if self.requested_at is None and self.poll is not None:
-            at = self.poll()
+        agreed = self.agreed() if self.agreed is not None else None
+        if self.requested_at is None:
+            at = agreed if agreed is not None else self.poll() if self.poll else None
             if at is not None:  # the notice's age counts against the budget
                 self.requested_at = time.monotonic() - max(0.0, time.time() - at)
-        if self._distributed and self._next_check is not None and step < self._next_check:
+        scheduled = self._next_check is None or step >= self._next_check
+        if self._distributed and not scheduled and agreed is None:
             return False
         if not self._agree(step, self.requested_at is not None):
             return False

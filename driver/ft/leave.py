@@ -21,6 +21,14 @@ The checkpoint hook after this one (driver.trainer.hooks.CheckpointHook) sees th
 notice through its PreemptionGuard: a group that writes checkpoints (the lowest live one)
 writes a final one before it ends, if it fits `checkpoint.preemption_budget_s`, so a whole
 job preempted at once (every pod, the driver too) still saves; the others write nothing.
+
+The run's own stop (the driver's SIGTERM or SIGINT) is not a group leaving: every group
+stops, after the same step. Groups poll the driver's notice at their own pace, so it rides
+on the step's reduce instead (FtReplica.run_notice: every live group's same member learns it
+from the same step's sums, `run_stop_at`); the hook agrees on it inside the group with the
+pod flag (one all-reduce of both) and hands it to the PreemptionGuard (`run_stopped`, its
+`agreed` poll), which acts on it at that step: the lowest live group writes the final
+checkpoint and reports the run's final figures, the others stop without writing.
 """
 
 from __future__ import annotations
@@ -44,32 +52,36 @@ class LeaveHook(Hook):
         self.group_size = group_size
         self.left_at: float | None = None
         """Wall-clock time the group left (None: it did not)."""
+        self.run_stop: float | None = None
+        """The run's stop notice as the group agreed on it after the newest step."""
 
     def ending(self) -> float | None:
         """When this group's pod's termination was heard, or None."""
         times = [t for t in (self.heard(), self.pods() if self.pods else None) if t is not None]
         return min(times, default=None)
 
-    def agreed(self) -> float | None:
-        """The group's answer: when any member heard its pod ending (the earliest), or
-        None; every member gets the same answer after the same step."""
+    def agreed(self, run_stop: float | None = None) -> tuple[float | None, float | None]:
+        """The group's answers, the same on every member after the same step: when any
+        member heard its pod ending (the earliest), and the run's stop notice as the step's
+        reduce carried it to any member (`run_stop`: FtReplica.run_stop_at); None each."""
         at = self.ending()
         if self.group_size <= 1:
-            return at
+            return at, run_stop
         import torch
         import torch.distributed as dist
 
         from driver.checkpoint.groups import training_cpu_group
 
-        flag = torch.tensor([-at if at is not None else float("-inf")], dtype=torch.float64)
-        dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=training_cpu_group())
-        return None if flag.item() == float("-inf") else -flag.item()
+        flags = torch.tensor([-t if t is not None else float("-inf") for t in (at, run_stop)],
+                             dtype=torch.float64)  # fmt: skip
+        dist.all_reduce(flags, op=dist.ReduceOp.MAX, group=training_cpu_group())
+        return tuple(None if f == float("-inf") else -f for f in flags.tolist())
 
     def should_stop(self, trainer, step: int) -> bool:
-        at = self.agreed()
-        if at is None:
-            return False
         ft = trainer.stepper.ft
+        at, self.run_stop = self.agreed(getattr(ft, "run_stop_at", None))
+        if at is None:
+            return False  # the run's stop: every group's guard acts on it (`run_stopped`)
         ft.leave()
         self.left_at = time.time()
         trainer.finished_elsewhere = True  # the run goes on without it: no final figures
@@ -77,3 +89,8 @@ class LeaveHook(Hook):
                     "being terminated (heard %.2f s ago)", self.group, step,
                     self.left_at - at)  # fmt: skip
         return True
+
+    def run_stopped(self) -> float | None:
+        """The run's stop notice once every live group has it after the same step (a
+        PreemptionGuard's `agreed` poll), else None."""
+        return self.run_stop

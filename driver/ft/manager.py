@@ -3,7 +3,7 @@ flat SUM of gradients through its process group.
 
     manager, store = build_manager(cfg, group, lighthouse, host, load, state_dict,
                                    group_rank=1, group_size=2, device="cpu")
-    loss, allocated = sum_grads(manager, model.parameters(), loss_sum)   # after backward
+    loss, allocated, rider = sum_grads(manager, model.parameters(), loss_sum, rider=(1.0,))
     if group_ok(manager, device):   # no member of the group saw a collective fail
         ...                          # (every member takes the same branch)
 
@@ -120,13 +120,16 @@ def live_groups(manager) -> tuple[int, ...]:
     return tuple(sorted(int(rid.split(":", 1)[0].rsplit("_", 1)[1]) for rid in ids))
 
 
-def sum_grads(manager, params, loss_sum: float, midway=None) -> tuple[float, int]:
+def sum_grads(manager, params, loss_sum: float, midway=None,
+              rider: tuple[float, ...] = ()) -> tuple[float, int, list[float]]:  # fmt: skip
     """SUM every gradient across the live groups in place, from its own storage (a sharded
     gradient: this member's shard, `to_local()`), the collectives issued all at once and then
-    waited for; and `loss_sum`. No gradient is copied: the bytes allocated are only those of
-    zeros for a parameter that got no gradient. Returns (the summed loss, bytes allocated).
-    On a failed collective the process group is aborted at once, so a peer blocked in the
-    same collective fails now rather than at `ft.timeout_s`."""
+    waited for; and `loss_sum` with the `rider` numbers (small facts every group learns at
+    the same step, summed in the loss's collective, float64). No gradient is copied: the
+    bytes allocated are only those of zeros for a parameter that got no gradient. Returns
+    (the summed loss, bytes allocated, the summed rider). On a failed collective the process
+    group is aborted at once, so a peer blocked in the same collective fails now rather than
+    at `ft.timeout_s`; the sums are garbage then (the commit vote fails)."""
     import torch
 
     futures, allocated, device = [], 0, None
@@ -140,13 +143,14 @@ def sum_grads(manager, params, loss_sum: float, midway=None) -> tuple[float, int
         grad = p.grad.to_local() if hasattr(p.grad, "to_local") else p.grad
         device = grad.device
         futures.append(manager.allreduce(grad, reduce_op=torch.distributed.ReduceOp.SUM))
-    loss = torch.tensor([loss_sum], dtype=torch.float32, device=device)
-    futures.append(manager.allreduce(loss, reduce_op=torch.distributed.ReduceOp.SUM))
+    small = torch.tensor([loss_sum, *rider], dtype=torch.float64, device=device)
+    futures.append(manager.allreduce(small, reduce_op=torch.distributed.ReduceOp.SUM))
     for future in futures:
         future.wait()
     if manager.errored():
         manager._pg.abort()
-    return float(loss), allocated
+    sums = small.tolist()
+    return sums[0], allocated, sums[1:]
 
 
 def group_ok(manager, device="cpu") -> bool:

@@ -96,6 +96,14 @@ class FtReplica:
         """A DiLoCo learner's exchange (driver.diloco.replicas.FtLearner): `exchange(manager,
         plan)` inside each step before the vote, `voted(ok)` after it, so a merge is applied
         by every group or by none."""
+        self.run_notice: Callable[[], float | None] | None = None
+        """The run's stop notice as this member polls it (the driver's SIGTERM or SIGINT:
+        driver.channel.stops.NoticePoll.run): it rides on the step's reduce, so every live
+        group learns it after the same step (`run_stop_at`)."""
+        self.run_stop_at: float | None = None
+        """The notice's wall-clock time once a committed step's reduce carried it from any
+        live group (None: not yet), the same step for every live group's same member."""
+        self._rider: list[float] = []
         self.restore: Callable[[], int] | None = None
         """Set on a group started again: reads the newest checkpoint, returns its step (0:
         none). Called at the first quorum only if no live group is ahead to heal from."""
@@ -200,7 +208,9 @@ class FtReplica:
         member sums with the same member of every other group). Returns the summed loss.
         On a failed collective the gradients are garbage and `commit` returns False."""
         started = time.perf_counter()
-        total, allocated = sum_grads(self.manager, params, loss_sum, midway)
+        heard = self.run_notice() if self.run_notice and self.run_stop_at is None else None
+        rider = (1.0, heard) if heard is not None else (0.0, 0.0)  # (members that heard, time)
+        total, allocated, self._rider = sum_grads(self.manager, params, loss_sum, midway, rider)
         self.counters["ft_reduce_s"] += time.perf_counter() - started
         self.counters["ft_reduce_copied_bytes"] = allocated
         return total
@@ -215,6 +225,7 @@ class FtReplica:
         if self.outer is not None:
             self.outer.voted(ok)
         if ok:
+            self._heard_run_stop()
             scale = self.plan.lr_scale if self.plan else 1.0
             saved = [g["lr"] for g in optimizer.param_groups]
             for g in optimizer.param_groups:
@@ -231,6 +242,14 @@ class FtReplica:
         optimizer.zero_grad(set_to_none=True)
         self.counters["ft_commit_s"] += time.perf_counter() - started
         return ok
+
+    def _heard_run_stop(self) -> None:
+        """After a passed vote: the run's notice if the step's reduce carried it (each
+        member that heard sent the same time, the driver's)."""
+        if self.run_stop_at is None and len(self._rider) == 2 and self._rider[0] >= 0.5:
+            self.run_stop_at = self._rider[1] / self._rider[0]
+            log.warning("ft: group %d: the run's stop notice reached every live group by "
+                        "step %d", self.group, self.step)  # fmt: skip
 
     @property
     def lowest_live(self) -> bool:

@@ -13,8 +13,8 @@ CheckpointSession's: the first start follows `checkpoint.resume`; a started-agai
 (its channel attempt > 0) hands `resume` to `FtReplica.restore`, which calls it only
 when the group's first quorum has no live group ahead to heal from (a full restart).
 
-Every group polls the run's notice (`notices`, a driver.channel.stops.NoticePoll shared with
-driver.ft.leave's hook): the driver's SIGTERM or SIGINT stops every group, and the writing
+The driver's SIGTERM or SIGINT stops every group after the same step: the run's notice rides
+on a step's reduce (driver.ft.leave) and reaches the guard as its `agreed` poll; the writing
 group writes the final checkpoint. The termination of this group's own pod (`heard`, or
 `notices.pods()`) stops it too: it leaves the quorum (driver.ft.leave) and, if it is the
 group that writes, writes a final checkpoint first when it fits the budget.
@@ -52,7 +52,9 @@ class FtCheckpointSession(CheckpointSession):
         )
         if notices is None and control is not None:
             notices = NoticePoll(control, ranks=[group if rank is None else rank])
-        poll = first_of(notices.first if notices else None, heard)
+        # the run's own notice is not polled here: it reaches every group after the same
+        # step through the reduce (driver.ft.leave; build_trainer sets `guard.agreed`)
+        poll = first_of(notices.pods if notices else None, heard)
         self.guard = PreemptionGuard(self.ckpt, poll=poll, give_up=self.failing)
         self.resumed = None
         self.start = 0

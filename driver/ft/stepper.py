@@ -134,10 +134,13 @@ class FtStepper:
         the writer's group (the lowest live one)."""
         return self.in_writer_copy()
 
-    def end(self, reporter, logger, completed: bool) -> bool:
+    def end(self, reporter, logger, completed: bool, stopped: bool = False) -> bool:
         """After the last step (`completed`): the done mark; the next group in line sends
         its copies when the writer's mark does not come. Whether this rank sends the run's
-        final figures (never after an early stop: the writer's rows say it all)."""
+        final figures: after the last step, or when the run's stop notice stopped every
+        group after the same step (driver.ft.leave), the writer; never a group that left."""
+        if stopped and self.ft.run_stop_at is not None:
+            return self.ft.plan is not None and self.writer()
         if not completed:
             return False
         wrote = self.ft.plan is not None and self.writer()

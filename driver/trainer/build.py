@@ -44,9 +44,14 @@ def build_trainer(cfg, ctx, channel, logger, attempt: int, args: dict) -> Traine
     faults = Faults(cfg.debug, rank, attempt, marks=cfg.run.output_dir)
     stepper.core.faults = faults
     logger.info("rank %d/%d on %s starts at step %d", rank, world, device, stepper.step)
+    leave = leave_hook(cfg, heard, notices, rank, world) if cfg.ft.enabled else None
+    if leave is not None:  # the run's stop rides on the reduce; every group acts after one step
+        stepper.ft.run_notice = notices.run if notices else None
+        if session is not None:
+            session.guard.agreed = leave.run_stopped
     order = [
         h.DilocoHook(learner, model) if learner else None,
-        leave_hook(cfg, heard, notices, rank, world) if cfg.ft.enabled else None,
+        leave,
         h.CheckpointHook(session) if session else None,
         h.AuxHook(aux, model) if aux else None,
         h.ReportHook(),

@@ -33,6 +33,8 @@ class Trainer:
         """Whether this rank wrote the newest step's records."""
         self.finished_elsewhere = False
         """The run ended without this worker (torchft: other groups committed the end)."""
+        self.stopped = False
+        """Whether a hook stopped the run early here (a notice, saves failing)."""
         self.reports = False
         """Whether this rank sends the run's final figures (set as the loop ends)."""
 
@@ -69,14 +71,16 @@ class Trainer:
             for hook in self.hooks:
                 hook.after_step(self, row)
             stops = [hook.should_stop(self, row["step"]) for hook in self.hooks]  # all of them
-            if any(stops):
+            if any(stops):  # a group leaving is not the run stopping (`finished_elsewhere`)
+                self.stopped = not self.finished_elsewhere
                 return
 
     def _close(self, finished: bool) -> dict:
         final = {"final_loss": self.row.get("loss"), "steps": self.steps}
         completed = finished and not self.finished_elsewhere and self.stepper.step >= self.steps
         try:
-            self.reports = finished and self.stepper.end(self.reporter, self.logger, completed)
+            self.reports = finished and self.stepper.end(self.reporter, self.logger, completed,
+                                                         stopped=self.stopped)  # fmt: skip
             self.reporter.flush()
         finally:
             for hook in self.hooks:

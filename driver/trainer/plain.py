@@ -64,7 +64,7 @@ class PlainStepper:
         """None: every rank writes its shard of every checkpoint."""
         return None
 
-    def end(self, reporter, logger, completed: bool) -> bool:
+    def end(self, reporter, logger, completed: bool, stopped: bool = False) -> bool:
         """After the loop (the last step, or an early stop): whether this rank sends the
         run's final figures (rank 0)."""
         return self.rank == 0

@@ -58,6 +58,23 @@ def test_polled_notice_stops_the_loop_after_a_final_save(root, checkpointers):
     assert time.monotonic() - guard.requested_at >= 1.0  # the notice's age counts
 
 
+def test_an_agreed_notice_is_acted_on_at_its_step_not_the_next_scheduled_check(root, checkpointers):
+    ckpt = checkpointers(config(root, interval_steps=100), "team", "run")
+    agreed = [None, None, time.time()]  # every rank learns it after step 3
+    guard = PreemptionGuard(ckpt, poll=lambda: None, agreed=lambda: agreed.pop(0))
+    checks = []
+    guard._distributed, guard._next_check = True, 50  # the next scheduled agreement: step 50
+    guard._agree = lambda step, seen: checks.append(step) or seen
+    guard._from_rank0 = lambda decision: decision
+    state = make_state()
+    for step in (1, 2):
+        train(state, ckpt, step, step)
+        assert guard.on_step_end(step, state) is False
+    train(state, ckpt, 3, 3)
+    assert guard.on_step_end(3, state) is True and checks == [3]
+    assert (guard.stopped_at, guard.final_saved) == (3, True)
+
+
 def test_run_control_counts_attempts_and_keeps_the_first_notice():
     control = RunControl()
     assert [control.start(0), control.start(1), control.restarts()] == [0, 0, 0]

@@ -148,3 +148,32 @@ def test_ctrl_c_without_checkpoints_stops_at_once_with_a_summary(tmp_path):
     text = output(tmp_path)
     assert code == 130 and "stopped by SIGINT (no checkpoint: checkpoints are off)" in text
     assert json.loads((tmp_path / "out" / "summary.json").read_text())["stopped_by"] == "SIGINT"
+
+
+@pytest.mark.parametrize("rows", [1, pytest.param(8, marks=pytest.mark.slow)])
+def test_sigterm_to_a_torchft_run_stops_every_group_after_the_same_step(tmp_path, rows):
+    """ft on, 2 replica groups: a SIGTERM to the driver alone (its workers' pods live on),
+    in the run's first steps and later. The groups poll the driver's notice at their own
+    pace; it rides on a step's reduce, so both stop after the same step: the lowest live
+    group writes the final checkpoint and reports the run's figures, the exit is 143."""
+    from tests.driver.test_termination import last_steps
+
+    proc = start_driver(tmp_path, "ft=on", "train.steps=3000", "checkpoint.interval_steps=1000",
+                        "debug.digest=true")  # fmt: skip
+    try:
+        wait_for_rows(proc, tmp_path, rows)
+        proc.send_signal(signal.SIGTERM)
+        code = proc.wait(timeout=120)
+    finally:
+        proc.kill()
+    text = output(tmp_path)
+    assert code == 128 + signal.SIGTERM, text
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    stopped = summary["preempted_at"]
+    assert rows <= stopped < 3000 and summary["stopped_by"] == "SIGTERM", summary
+    assert summary["preempt_lost_steps"] == 0, summary
+    step = tmp_path / "ckpt" / "t" / "r" / f"step-{stopped}"
+    assert summary["ckpt_uri"] == str(step) and (step / MARKER).exists()
+    assert last_steps(tmp_path / "out") == {0: stopped, 1: stopped}  # after the same step
+    assert f"stopped by SIGTERM after step {stopped}" in text
+    assert "Traceback" not in text

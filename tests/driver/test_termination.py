@@ -166,6 +166,36 @@ def test_the_leave_hook_leaves_once_the_groups_pod_is_ending():
     assert trainer.stepper.ft.left and trainer.finished_elsewhere and hook.left_at
 
 
+def test_the_runs_stop_is_handed_to_the_guard_not_a_reason_to_leave():
+    hook = LeaveHook(lambda: None, lambda: None, group=1)
+    ft = _Ft()
+    ft.run_stop_at = None
+    trainer = SimpleNamespace(stepper=SimpleNamespace(ft=ft), finished_elsewhere=False)
+    assert hook.should_stop(trainer, 3) is False and hook.run_stopped() is None
+    ft.run_stop_at = 123.5  # the step's reduce carried the driver's notice
+    assert hook.should_stop(trainer, 4) is False and hook.run_stopped() == 123.5
+    assert not ft.left and not trainer.finished_elsewhere
+
+
+@pytest.mark.parametrize(
+    "rider, want",
+    [
+        ([0.0, 0.0], None),  # nobody heard
+        ([1.0, 100.0], 100.0),  # one member of the live groups heard
+        ([2.0, 200.0], 100.0),  # two heard the same notice: its time, not the sum
+        ([], None),  # no reduce yet
+    ],
+)
+def test_the_run_notice_rides_on_the_reduce(rider, want):
+    from driver.ft.replica import FtReplica
+
+    ft = FtReplica.__new__(FtReplica)
+    ft.run_stop_at, ft._rider, ft.group = None, rider, 0
+    ft.manager = SimpleNamespace(current_step=lambda: 7)
+    ft._heard_run_stop()
+    assert ft.run_stop_at == want
+
+
 # ---- real processes: the driver, an embedded Ray, Ray Train workers --------------------
 
 

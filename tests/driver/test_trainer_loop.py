@@ -54,7 +54,7 @@ class Stepper:
     def checkpoint_writer(self):
         return None
 
-    def end(self, reporter, logger, completed):
+    def end(self, reporter, logger, completed, stopped=False):
         self.ended = completed
         return completed
 
