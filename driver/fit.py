@@ -80,9 +80,11 @@ def run_summary(cfg, progress, channel, result, started, interrupted, stops, aux
     summary.update({k: v for k, v in final.items() if k.startswith(("ckpt_", "preempt", "ft_"))})
     if cfg.ft.enabled:  # the run's ft figures and the groups Ray Train replaced
         from driver.ft.launch import summary_fields
+        from driver.parallel import Topology
 
-        hosts = channel.all_hosts()
-        summary.update(summary_fields(progress.rows, hosts, progress.metrics.first_attempt))
+        hosts, first = channel.all_hosts(), progress.metrics.first_attempt
+        size = Topology.from_config(cfg.parallelism, result.world_size).group_size
+        summary.update(summary_fields(progress.rows, hosts, first, size))
     ending = channel.terminations()
     if ending:  # workers' pods heard terminating (driver.trainer.signals)
         summary["pods_terminated"] = terminated(ending, channel.all_hosts())

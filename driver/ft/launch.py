@@ -17,7 +17,7 @@
 - `driver.ft.stop.FtStopCallback` among Ray Train's controller callbacks: below
   `ft.min_replicas` the run ends at once instead of being retried; `stop_reason(err)` gives
   the one-line reason from `fit`'s error.
-- `summary_fields(rows, hosts, first_attempt)`: the end-of-run summary's ft fields.
+- `summary_fields(rows, hosts, first_attempt, group_size)`: the end-of-run summary's ft fields.
 """
 
 from __future__ import annotations
@@ -65,18 +65,26 @@ RUN_FIELDS = ("ft_quorum_size", "ft_failures_survived", "ft_steps_degraded")
 one group may be missing: its writer can die after the last step)."""
 
 
-def groups_replaced(hosts: dict[int, dict], first_attempt: int) -> int:
-    """Replica groups Ray Train started again in this run: every start of a rank after its
-    first (the attempt each rank's newest start said hello with, driver.channel.state.Sink).
-    Not the summary's `restarts` (the most starts of any one rank, which counts whole
-    worker-group restarts: two replacements of one rank and one of another are 3, not 2)."""
-    return sum(max(0, int(h.get("attempt", first_attempt)) - first_attempt) for h in hosts.values())
+def groups_replaced(hosts: dict[int, dict], first_attempt: int, group_size: int = 1) -> int:
+    """Replica groups Ray Train started again in this run: per group of `group_size`
+    consecutive ranks, the most starts after the first of any of its ranks (the attempt each
+    rank's newest start said hello with, driver.channel.state.Sink); a group's members are
+    started again together. Not the summary's `restarts` (the most starts of any one rank,
+    which counts whole worker-group restarts: two replacements of one group and one of
+    another are 3, not 2)."""
+    size = max(1, group_size)
+    per_group: dict[int, int] = {}
+    for rank, host in hosts.items():
+        again = max(0, int(host.get("attempt", first_attempt)) - first_attempt)
+        per_group[int(rank) // size] = max(per_group.get(int(rank) // size, 0), again)
+    return sum(per_group.values())
 
 
-def summary_fields(rows: list[dict], hosts: dict[int, dict], first_attempt: int) -> dict:
+def summary_fields(rows: list[dict], hosts: dict[int, dict], first_attempt: int,
+                   group_size: int = 1) -> dict:  # fmt: skip
     """The end-of-run summary's ft fields: the run's figures from the last row of record,
-    and `ft_groups_replaced`."""
+    and `ft_groups_replaced` (replica groups of `group_size` workers)."""
     last = rows[-1] if rows else {}
     out = {key: last[key] for key in RUN_FIELDS if key in last}
-    out["ft_groups_replaced"] = groups_replaced(hosts, first_attempt)
+    out["ft_groups_replaced"] = groups_replaced(hosts, first_attempt, group_size)
     return out

@@ -26,6 +26,20 @@ def test_groups_replaced_counts_every_start_after_a_ranks_first(attempts, first,
     assert groups_replaced(hosts(*attempts), first) == replaced
 
 
+@pytest.mark.parametrize(
+    ("attempts", "replaced"),
+    [
+        ((0, 0, 0, 0), 0),
+        ((1, 1, 0, 0), 1),  # group 0 (ranks 0, 1) replaced once: both members start again
+        ((2, 2, 1, 1), 3),  # group 0 twice, group 1 once
+        ((1, 0, 0, 0), 1),  # one member's newest hello is the only trace left: still once
+        ((1, 1, 1, 1), 2),  # a whole worker-group restart starts both groups again
+    ],
+)
+def test_a_group_of_two_is_replaced_once_not_once_per_member(attempts, replaced):
+    assert groups_replaced(hosts(*attempts), 0, group_size=2) == replaced
+
+
 def test_the_runs_figures_come_from_the_last_row_of_record():
     rows = [
         {"step": 1, "ft_quorum_size": 3, "ft_failures_survived": 0, "ft_steps_degraded": 0},
