@@ -36,6 +36,9 @@ class RunControl:
         self.notice_at: float | None = None
         self.ending: dict[int, float] = {}
         """Rank -> wall-clock time its pod's termination was heard (the first per rank)."""
+        self.started_at: dict[int, float] = {}
+        """Rank -> wall-clock time of its newest start (a termination heard before it was
+        its previous process's: Ray Train's teardown of a worker group signals it too)."""
         self.outcome: dict = {}
 
     def finish(self, outcome: dict) -> None:
@@ -49,6 +52,7 @@ class RunControl:
         """Record that `rank` started; how many times it had started before (the attempt)."""
         attempt = self.starts.get(rank, 0)
         self.starts[rank] = attempt + 1
+        self.started_at[rank] = time.time()
         return attempt
 
     def restarts(self) -> int:
@@ -64,17 +68,23 @@ class RunControl:
         """A worker says `rank`'s pod is being terminated since wall-clock time `at` (no
         later than now: a clock ahead of the driver's never lengthens the time left)."""
         rank, at = valid_rank(rank), valid_time(at)
-        self.ending.setdefault(rank, at)
+        heard = self.ending.get(rank)
+        if heard is None or heard < self.started_at.get(rank, -math.inf):  # none this start
+            self.ending[rank] = at
 
     def notice(self, ranks: list[int] | None = None) -> dict:
         """What a worker polls: `run`, the run's notice (every rank stops), and `pods`, the
-        first termination heard of a pod hosting one of `ranks` (any rank: None)."""
+        first termination heard of a pod hosting one of `ranks` (any rank: None), since
+        that rank's newest start (an earlier one ended the rank's previous process, which
+        a worker-group restart or a replaced replica group has already replaced)."""
         if ranks is None:
-            times = list(self.ending.values())
+            asked = list(self.ending)
         else:
             if not isinstance(ranks, list) or len(ranks) > MAX_RANKS_ASKED:
                 raise ValueError("ranks: a list of at most 65536 ranks")
-            times = [self.ending[r] for r in map(valid_rank, ranks) if r in self.ending]
+            asked = [r for r in map(valid_rank, ranks) if r in self.ending]
+        since = self.started_at
+        times = [self.ending[r] for r in asked if self.ending[r] >= since.get(r, -math.inf)]
         return {"run": self.notice_at, "pods": min(times, default=None)}
 
     def terminations(self) -> dict[int, float]:

@@ -138,6 +138,27 @@ def test_a_time_ahead_counts_as_now_and_the_first_per_rank_stays():
     assert control.terminations() == {1: first}
 
 
+def test_a_termination_heard_before_the_ranks_newest_start_is_its_old_process():
+    """Ray Train's teardown of a worker group (a restart, a replaced replica group) sends
+    its workers SIGTERM: what they heard is no notice for the processes that replace them."""
+    control = RunControl()
+    control.start(0), control.start(1)
+    time.sleep(0.01)
+    control.terminating(1, time.time())  # rank 1's process heard a SIGTERM
+    assert control.notice()["pods"] is not None and control.notice([1])["pods"] is not None
+    time.sleep(0.01)
+    control.start(0), control.start(1)  # the worker group started again
+    assert control.notice() == {"run": None, "pods": None}
+    assert control.notice([1]) == {"run": None, "pods": None}
+    late = time.time() - 2  # the old process's message arriving after the new start
+    control.terminating(1, late)
+    assert control.notice([1])["pods"] is None
+    now = time.time()
+    control.terminating(1, now)  # the new process's own pod ending: a notice again
+    assert control.notice([1])["pods"] == pytest.approx(now)
+    assert control.terminations() == {1: pytest.approx(now)}
+
+
 @pytest.mark.parametrize(
     "times, want",
     [((), None), ((None,), None), ((None, 5.0), 5.0), ((7.0, 5.0), 5.0), ((7.0, None), 7.0)],
