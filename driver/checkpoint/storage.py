@@ -61,7 +61,12 @@ class Storage:
             return True
         uri = self.uri(f"step-{step}")
         try:
-            problem = self.check(self.read_marker(uri), uri)
+            marker = self.read_marker(uri)
+            if marker is None:  # gone since it was listed: another rank's retention deleted it
+                return False
+            problem = self.check(marker, uri)
+        except FileNotFoundError:  # the same, between the check and the read
+            return False
         except (ValueError, KeyError, TypeError, OSError) as exc:
             problem = f"its commit marker is unreadable ({type(exc).__name__})"
         if problem and step not in self._reported:
