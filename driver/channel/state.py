@@ -35,7 +35,8 @@ class RunControl:
         self.starts: dict[int, int] = {}
         self.notice_at: float | None = None
         self.ending: dict[int, float] = {}
-        """Rank -> wall-clock time its pod's termination was heard (the first per rank)."""
+        """Rank -> wall-clock time its pod's termination was heard (the first one heard
+        since the rank's newest start)."""
         self.started_at: dict[int, float] = {}
         """Rank -> wall-clock time of its newest start (a termination heard before it was
         its previous process's: Ray Train's teardown of a worker group signals it too)."""

@@ -33,6 +33,7 @@ reason no quorum formed, driver.ft.plan's.
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable
@@ -245,9 +246,12 @@ class FtReplica:
 
     def _heard_run_stop(self) -> None:
         """After a passed vote: the run's notice if the step's reduce carried it (each
-        member that heard sent the same time, the driver's)."""
+        member that heard sent the same time, the driver's). A time that is not finite or
+        lies ahead of this clock (a skewed or garbled sum) is taken as now: the notice
+        still stops the run, and its deadline never moves past what the driver allows."""
         if self.run_stop_at is None and len(self._rider) == 2 and self._rider[0] >= 0.5:
-            self.run_stop_at = self._rider[1] / self._rider[0]
+            at, now = self._rider[1] / self._rider[0], time.time()
+            self.run_stop_at = at if math.isfinite(at) and at <= now else now
             log.warning("ft: group %d: the run's stop notice reached every live group by "
                         "step %d", self.group, self.step)  # fmt: skip
 

@@ -205,11 +205,16 @@ def test_the_runs_stop_is_handed_to_the_guard_not_a_reason_to_leave():
         ([1.0, 100.0], 100.0),  # one member of the live groups heard
         ([2.0, 200.0], 100.0),  # two heard the same notice: its time, not the sum
         ([], None),  # no reduce yet
+        ([1.0, float("nan")], 500.0),  # a garbled time: still a stop, taken as now
+        ([1.0, float("inf")], 500.0),
+        ([1.0, 900.0], 500.0),  # ahead of this clock (skew): now, never later
     ],
 )
-def test_the_run_notice_rides_on_the_reduce(rider, want):
+def test_the_run_notice_rides_on_the_reduce(rider, want, monkeypatch):
+    from driver.ft import replica
     from driver.ft.replica import FtReplica
 
+    monkeypatch.setattr(replica.time, "time", lambda: 500.0)
     ft = FtReplica.__new__(FtReplica)
     ft.run_stop_at, ft._rider, ft.group = None, rider, 0
     ft.manager = SimpleNamespace(current_step=lambda: 7)
