@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 import os
+import shutil
 import tempfile
 import uuid
 from dataclasses import dataclass, field
@@ -122,6 +123,8 @@ class AuxRuntime:
 
     services: dict[str, ServiceRuntime] = field(default_factory=dict)
     fleet: object = None
+    root: str = ""
+    """The folder of the workers' IPC sockets (`ipc_root`), removed by `stop`."""
 
     def spec(self, cfg) -> dict:
         """What a training rank gets (driver.aux.session.AuxSession's argument)."""
@@ -163,7 +166,8 @@ class AuxRuntime:
         }
 
     def stop(self) -> None:
-        """Kill the actors and remove the placement groups."""
+        """Kill the actors, remove the placement groups and the sockets' folder (this
+        machine's: on a cluster, a worker node's goes with its pod)."""
         import ray
         from ray.util import remove_placement_group
 
@@ -181,6 +185,8 @@ class AuxRuntime:
                 remove_placement_group(rt.group)
         if self.fleet is not None:
             ray.kill(self.fleet, no_restart=True)
+        if self.root:
+            shutil.rmtree(self.root, ignore_errors=True)
 
 
 def start_services(cfg, plan, use_gpu: bool, say=print) -> AuxRuntime:
@@ -193,7 +199,7 @@ def start_services(cfg, plan, use_gpu: bool, say=print) -> AuxRuntime:
     from driver.output.runlogs import LogSpec
 
     runtime.fleet = start_fleet(cfg.aux.fleet_interval_s)
-    root = ipc_root()
+    root = runtime.root = ipc_root()
     logs = LogSpec.of(cfg)  # each worker's log lines: labelled with its service and worker
     try:
         for name, replicas in plan.replicas.items():

@@ -97,11 +97,17 @@ def run(args: list[str]) -> int:
     try:
         return train.main(args)
     finally:
-        import ray
+        stop(cluster)
 
-        ray.shutdown()  # the driver's connection first: the head goes last
-        cluster.shutdown()
-        shutil.rmtree(os.environ["RAY_TMPDIR"], ignore_errors=True)
+
+def stop(cluster) -> None:
+    """End what `start` started: this process's connection first (the head goes last),
+    the nodes, then Ray's folder of its own."""
+    import ray
+
+    ray.shutdown()
+    cluster.shutdown()
+    shutil.rmtree(os.environ.get("RAY_TMPDIR", ""), ignore_errors=True)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import sys
 import time
 from types import SimpleNamespace
@@ -172,9 +171,7 @@ def aux_figures(args: argparse.Namespace) -> dict[str, float]:
     finally:
         if runtime is not None:
             runtime.stop()
-        ray.shutdown()
-        cluster.shutdown()
-        shutil.rmtree(os.environ.get("RAY_TMPDIR", ""), ignore_errors=True)
+        shape.stop(cluster)
     return report(samples)
 
 

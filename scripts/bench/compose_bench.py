@@ -120,7 +120,7 @@ def run_driver(address: str, overrides: list[str], steps: int, out: Path) -> lis
 
 def steps_figure(args) -> None:
     from driver.checkpoint.auth import KEY_ENV, load_secret
-    from driver.embedded.cluster import start
+    from driver.embedded.cluster import start, stop
 
     os.environ.setdefault(KEY_ENV, load_secret().decode())
     cluster = start(2, 2, 1.0)
@@ -147,10 +147,7 @@ def steps_figure(args) -> None:
                 where = ", ".join(f"{k} {v:.1f}" for k, v in cpus[side].most_common(8))
                 print(f"  {side} CPU s by process (whole run): {where}", flush=True)
     finally:
-        import ray
-
-        ray.shutdown()
-        cluster.shutdown()
+        stop(cluster)
     print(
         f"steps/s composed ÷ plain on 2x2: {statistics.median(ratios):.3f} "
         f"(rounds {', '.join(f'{r:.3f}' for r in ratios)}; goal >= 0.85)"

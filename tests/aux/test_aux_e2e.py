@@ -8,8 +8,10 @@ a worker killed mid-run is restarted by Ray and training finishes."""
 from __future__ import annotations
 
 import json
+import tempfile
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -47,7 +49,9 @@ def rows_of(out) -> list[dict]:
 
 def test_dit_with_encoder_and_evaluator(ray_aux, tmp_path, capsys):
     out = tmp_path / "dit"
+    sockets = set(Path(tempfile.gettempdir()).glob("aux-*"))
     assert main([TINY_DIT, *FAST, f"run.output_dir={out}"]) == 0
+    assert set(Path(tempfile.gettempdir()).glob("aux-*")) <= sockets  # the run's folder went
     rows = rows_of(out)
     assert [row["step"] for row in rows] == list(range(1, 13))
     aux = {k: v for row in rows for k, v in row.items() if k.startswith("aux/")}

@@ -45,10 +45,9 @@ CELLS = pairwise()
 @pytest.fixture(scope="module")
 def shape_cluster():
     """A Ray cluster of 2 nodes x 2 stand-in GPUs, this process the driver joined to it."""
-    import ray
 
     from driver.checkpoint.auth import KEY_ENV
-    from driver.embedded.cluster import start
+    from driver.embedded.cluster import start, stop
 
     saved = dict(os.environ)
     os.environ[KEY_ENV] = "composition-" + "k" * 52  # before the nodes: every pod has it
@@ -57,8 +56,7 @@ def shape_cluster():
     try:
         yield cluster
     finally:
-        ray.shutdown()
-        cluster.shutdown()
+        stop(cluster)
         os.environ.clear()
         os.environ.update(saved)
 
