@@ -4,7 +4,6 @@ the synchronizer, and a synchronizer that misbehaves against a learner's link.""
 from __future__ import annotations
 
 import random
-import tempfile
 import time
 
 import torch
@@ -15,6 +14,7 @@ from driver.diloco.link import Client
 from driver.messaging import wire
 from tests.hostile import cases as c
 from tests.hostile.peers import COMMON, Suite, dealer, encoded
+from tests.support.tmp import temp_folder
 
 SHAPES = {"w": (4, 3), "b": (3,)}  # the synchronizer suite's model
 LEARNER_SHAPES = {"weight": (4, 8), "bias": (4,)}  # the learner target's torch.nn.Linear(8, 4)
@@ -22,7 +22,7 @@ NAN, INF = float("nan"), float("inf")
 
 
 def keys_folder(learners: list[str]) -> str:
-    return str(keys.generate(tempfile.mkdtemp(prefix="hostile-keys-"), learners))
+    return str(keys.generate(temp_folder("hostile-keys-"), learners))
 
 
 def tensors(shapes: dict, fill: float, dtype=torch.float32) -> dict:

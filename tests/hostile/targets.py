@@ -16,10 +16,12 @@ import json
 import math
 import multiprocessing as mp
 import os
-import tempfile
+import shutil
 import threading
 import time
 from typing import Any
+
+from tests.support.tmp import temp_folder
 
 SPAWN = mp.get_context("spawn")
 
@@ -90,7 +92,7 @@ class _Proxy:
         from driver.aux.worker import WorkerServer
         from tests.aux.transport import Echo
 
-        self.folder = tempfile.mkdtemp(prefix="hostile-")
+        self.folder = temp_folder("hostile-")
         limit = options["limit"]
         self.worker = WorkerServer(Echo(), f"ipc://{self.folder}/w.sock", max_message_bytes=limit)
         self.proxy = ProxyServer("echo", [self.worker.start()], max_message_bytes=limit)
@@ -107,6 +109,7 @@ class _Proxy:
     def close(self) -> None:
         self.proxy.stop()
         self.worker.stop()
+        shutil.rmtree(self.folder, ignore_errors=True)  # (a spawned child runs no atexit)
 
 
 class _Worker:
@@ -150,7 +153,7 @@ class _Synchronizer:
         from driver.diloco.link import Server
         from driver.diloco.synchronizer import OuterConfig, Synchronizer
 
-        self.folder = tempfile.mkdtemp(prefix="hostile-sync-")
+        self.folder = temp_folder("hostile-sync-")
         self.server = Server("tcp://127.0.0.1:*", options["keys"], options["limit"])
         cfg = OuterConfig(lr=1.0, momentum=0.5, round_timeout_s=0.2, compression="fp32")
         self.sync = Synchronizer(self.server, self.folder, cfg)
@@ -174,6 +177,7 @@ class _Synchronizer:
         self.sync.stop()
         self.thread.join(10)
         self.server.close(0)
+        shutil.rmtree(self.folder, ignore_errors=True)
 
 
 class _Learner:

@@ -22,10 +22,11 @@ import logging
 import os
 import subprocess
 import sys
-import tempfile
 import threading
 from dataclasses import replace
 from pathlib import Path
+
+from tests.support.tmp import temp_folder
 
 ROOT = Path(__file__).resolve().parents[2]
 NS, CLUSTER, GROUP = "research", "lm-x7", "h200"
@@ -81,7 +82,7 @@ def _ui(request_s: float):
     from runner.ui import server as module
     from runner.ui.sources import LocalSource
 
-    outputs = Path(tempfile.mkdtemp(prefix="hostile-ui-"))
+    outputs = Path(temp_folder("hostile-ui-"))
     folder = outputs / TEAM / RUN
     folder.mkdir(parents=True)
     rows = [
