@@ -28,7 +28,10 @@ on the step's reduce instead (FtReplica.run_notice: every live group's same memb
 from the same step's sums, `run_stop_at`); the hook agrees on it inside the group with the
 pod flag (one all-reduce of both) and hands it to the PreemptionGuard (`run_stopped`, its
 `agreed` poll), which acts on it at that step: the lowest live group writes the final
-checkpoint and reports the run's final figures, the others stop without writing.
+checkpoint and reports the run's final figures, the others stop without writing. Saves
+that keep failing (`checkpoint.max_failed_saves`) stop the run the same way: only the
+writing group saves, so its members send "now" as the run's stop (`run_notice`), and every
+group stops after the same step rather than the writer alone.
 """
 
 from __future__ import annotations
@@ -94,3 +97,17 @@ class LeaveHook(Hook):
         """The run's stop notice once every live group has it after the same step (a
         PreemptionGuard's `agreed` poll), else None."""
         return self.run_stop
+
+
+def run_notice(notices=None, session=None) -> Callable[[], float | None]:
+    """What a member sends on the step's reduce as the run's stop (FtReplica.run_notice):
+    the driver's notice (`notices.run`), else now when its group's checkpoint saves keep
+    failing (`session.failing()`), else None."""
+
+    def heard() -> float | None:
+        at = notices.run() if notices is not None else None
+        if at is None and session is not None and session.failing():
+            return time.time()
+        return at
+
+    return heard

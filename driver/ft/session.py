@@ -59,3 +59,10 @@ class FtCheckpointSession(CheckpointSession):
         self.resumed = None
         self.start = 0
         self._reported = 0
+
+    def should_stop(self, step: int) -> bool:
+        """After each step: whether the guard stops this group here. Saves that keep
+        failing do not stop the writing group alone: they ride on the reduce as the run's
+        stop (driver.ft.leave.run_notice) and reach the guard, in every group after the
+        same step, as its `agreed` poll; the writer then skips its final save (`give_up`)."""
+        return self.guard.on_step_end(step, self.state)

@@ -46,7 +46,9 @@ def build_trainer(cfg, ctx, channel, logger, attempt: int, args: dict) -> Traine
     logger.info("rank %d/%d on %s starts at step %d", rank, world, device, stepper.step)
     leave = leave_hook(cfg, heard, notices, rank, world) if cfg.ft.enabled else None
     if leave is not None:  # the run's stop rides on the reduce; every group acts after one step
-        stepper.ft.run_notice = notices.run if notices else None
+        from driver.ft.leave import run_notice
+
+        stepper.ft.run_notice = run_notice(notices, session)
         if session is not None:
             session.guard.agreed = leave.run_stopped
     order = [

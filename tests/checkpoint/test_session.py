@@ -277,6 +277,69 @@ def test_saves_failing_in_a_row_stop_the_run_after_max_failed_saves(root, limit,
         assert "ckpt_stopped" not in final and final["ckpt_failures"] == 5  # 2-5 and the end
 
 
+def test_under_ft_failing_saves_stop_every_group_through_the_reduce_not_the_writer_alone(root):
+    """Under torchft only the writing group saves: its failing saves ride on the next
+    step's reduce as the run's stop (driver.ft.leave.run_notice), so the writer does not
+    stop alone after step 3; every group's guard gets the stop after step 4 (`agreed`),
+    and the writer skips the final save and says why."""
+    from driver.config.compose import compose
+    from driver.ft.leave import run_notice
+    from driver.ft.session import FtCheckpointSession
+
+    tiny = str(Path(__file__).resolve().parents[2] / "runs/train/tiny-lm.yaml")
+    sets = [f"checkpoint.root={root}", "checkpoint.interval_steps=1", "train.steps=10",
+            "checkpoint.async_mode=sync", "run.team=t",
+            "checkpoint.max_failed_saves=2"]  # fmt: skip
+    cfg, _ = compose(tiny, sets)
+    session = FtCheckpointSession(cfg, make_state(), group=0)
+    rider = run_notice(None, session)
+    agreed = [None]
+    session.guard.agreed = lambda: agreed[0]  # one group: the reduce's sum is its own rider
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    previous = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    stopped = None
+    try:
+        for step in range(1, 7):
+            agreed[0] = rider()  # sent in the step's reduce, learned after its vote
+            train(session.state, None, step, step)
+            if step == 2:
+                resource.setrlimit(resource.RLIMIT_FSIZE, (4096, hard))
+            session.after_step(step, {})
+            if session.should_stop(step):
+                stopped = step
+                break
+        final = session.finish()
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+        signal.signal(signal.SIGXFSZ, previous)
+    assert stopped == 4  # failing after step 3's save; on the reduce of step 4
+    assert not session.guard.final_saved and final["ckpt_uri"].endswith("step-1")
+    assert final["ckpt_stopped"].startswith("3 checkpoint saves in a row failed")
+
+
+@pytest.mark.parametrize(
+    "notice, failing, want",
+    [
+        (None, None, None),
+        (5.0, None, 5.0),
+        (None, "saves failing", "now"),
+        (5.0, "saves failing", 5.0),
+    ],  # fmt: skip
+)
+def test_the_run_notice_a_member_sends_is_the_drivers_or_its_groups_failing_saves(
+    notice, failing, want, monkeypatch
+):
+    from types import SimpleNamespace
+
+    from driver.ft import leave
+
+    monkeypatch.setattr(leave.time, "time", lambda: 77.0)
+    notices = SimpleNamespace(run=lambda: notice)
+    session = SimpleNamespace(failing=lambda: failing)
+    assert leave.run_notice(notices, session)() == (77.0 if want == "now" else want)
+    assert leave.run_notice(None, None)() is None
+
+
 def test_max_failed_saves_must_be_a_count():
     with pytest.raises(Exception, match="checkpoint.max_failed_saves: must be an integer >= 0"):
         CheckpointConfig(max_failed_saves=-1)

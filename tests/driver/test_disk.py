@@ -1,7 +1,9 @@
 """A full checkpoint disk through the driver: every save fails, each failure shows in the
 metrics rows and the summary, and after `checkpoint.max_failed_saves` in a row the run stops
-with one line (exit 1). A real 1 MiB tmpfs (needs CAP_SYS_ADMIN; skipped where it cannot be
-mounted; tests/checkpoint covers refused writes everywhere with RLIMIT_FSIZE)."""
+with one line (exit 1); under torchft every replica group stops after the same step (the
+writer's failing saves ride on the reduce as the run's stop), not the writer alone. A real
+1 MiB tmpfs (needs CAP_SYS_ADMIN; skipped where it cannot be mounted; tests/checkpoint
+covers refused writes everywhere with RLIMIT_FSIZE)."""
 
 from __future__ import annotations
 
@@ -24,8 +26,10 @@ def full_disk(tmp_path):
     subprocess.run(["umount", "-l", str(mnt)], check=True)
 
 
-def test_saves_failing_on_a_full_disk_stop_the_run_with_one_line(tmp_path, full_disk):
-    extra = ["train.steps=400", "checkpoint.interval_steps=2", "checkpoint.max_failed_saves=2"]
+@pytest.mark.parametrize("ft", ["off", "on"])
+def test_saves_failing_on_a_full_disk_stop_the_run_with_one_line(tmp_path, full_disk, ft):
+    extra = ["train.steps=400", "checkpoint.interval_steps=2", "checkpoint.max_failed_saves=2",
+             f"ft={ft}", "debug.digest=true"]  # fmt: skip
     proc = start_driver(tmp_path, *extra, f"checkpoint.root={full_disk}")
     try:
         code = proc.wait(timeout=300)
@@ -43,3 +47,7 @@ def test_saves_failing_on_a_full_disk_stop_the_run_with_one_line(tmp_path, full_
     summary = json.loads((tmp_path / "out/summary.json").read_text())
     assert summary["ckpt_failures"] >= 2 and summary["ckpt_uri"] is None
     assert "checkpoint saves failed" in text and "checkpoints are failing" in text
+    if ft == "on":  # both groups stopped after the same step, the writer's row the last
+        from tests.driver.test_termination import last_steps
+
+        assert last_steps(tmp_path / "out") == {0: rows[-1]["step"], 1: rows[-1]["step"]}
