@@ -19,6 +19,13 @@ that long in a collective with a hung one, then runs the step again), and be at 
 live groups' next quorum waiting until the hung group's watchdog ends it (it started its
 step first, so it fires first). The driver also sets Ray Train's health-check timeout to
 it.
+
+A stopped member never ends by itself, and Ray's kill of its actor has been seen not to end
+it either: its placement-group bundle stays taken, and the group's replacement waits for
+it for good. So a member whose watchdog fires first ends its group mates on the same host
+(`mates`: their process ids, gathered once at the start, `group_mates`), stopped ones
+included, then itself. A replica group is a node's workers, in one pod: one process
+namespace.
 """
 
 from __future__ import annotations
@@ -33,8 +40,11 @@ import time
 class Watchdog:
     """Ends this process when a step outlives `timeout_s` (None or 0: never)."""
 
-    def __init__(self, timeout_s: float | None, log=None, clock=time.monotonic):
+    def __init__(self, timeout_s: float | None, log=None, clock=time.monotonic,
+                 mates: list[int] | None = None):  # fmt: skip
         self.timeout_s, self.log, self.clock = timeout_s, log, clock
+        self.mates = list(mates or [])
+        """Process ids of this group's other members on this host, ended with this one."""
         self._armed_at: float | None = None
         self._step = -1
         self._wake = threading.Event()
@@ -63,9 +73,35 @@ class Watchdog:
             if self.overdue() is not None:
                 if self.log is not None:
                     self.log.error("ft: step %d made no progress for %.0f s (ft.watchdog_s): "
-                                   "this member ends so its group is replaced", self._step,
-                                   self.timeout_s)  # fmt: skip
+                                   "this member ends, with %d group mates on this host, so "
+                                   "its group is replaced", self._step, self.timeout_s,
+                                   len(self.mates))  # fmt: skip
+                for pid in self.mates:  # a stopped mate too: SIGKILL ends it
+                    with contextlib.suppress(OSError):
+                        os.kill(pid, signal.SIGKILL)
                 os.kill(os.getpid(), signal.SIGKILL)
 
     def close(self) -> None:
         self._wake.set()
+
+
+def group_mates() -> list[int]:
+    """Process ids of this replica group's other members on this host: one all-gather of
+    (host, pid) over the group's CPU collectives (under torchft the default process group
+    is the replica group), integers only. Every member calls it at the same point."""
+    import socket
+    import zlib
+
+    import torch
+    import torch.distributed as dist
+
+    from driver.checkpoint.groups import training_cpu_group
+
+    if not dist.is_initialized() or dist.get_world_size() <= 1:
+        return []
+    host = zlib.crc32(socket.gethostname().encode())
+    mine = torch.tensor([host, os.getpid()], dtype=torch.int64)
+    every = [torch.zeros_like(mine) for _ in range(dist.get_world_size())]
+    dist.all_gather(every, mine, group=training_cpu_group())
+    pairs = [tuple(int(v) for v in t.tolist()) for t in every]
+    return [pid for h, pid in pairs if h == host and pid != os.getpid()]

@@ -127,9 +127,10 @@ def ft_parts(cfg, work, feed, aux, device, rank, world, channel, args, heard=Non
     ft.outer = learner.learner  # a merge rides on a step's commit vote (None: no learner)
     core = StepCore(cfg, model, work, optimizer, scheduler, device, feed, condition_of(aux),
                     offset=slot_offset(cfg, rank, world))  # fmt: skip
-    from driver.ft.watchdog import Watchdog
+    from driver.ft.watchdog import Watchdog, group_mates
 
-    watchdog = Watchdog(cfg.ft.watchdog_s, logging.getLogger("driver.worker"))
+    mates = group_mates() if cfg.ft.watchdog_s and topo.group_size > 1 else []
+    watchdog = Watchdog(cfg.ft.watchdog_s, logging.getLogger("driver.worker"), mates=mates)
     stepper = FtStepper(core, ft, topo, rank, done=gate_store(args.get("ft_gate")),
                         watchdog=watchdog)  # fmt: skip
     session = None
