@@ -16,7 +16,7 @@ from pathlib import Path
 
 from tests.soak import chaos, procs
 from tests.soak.launch import Run
-from tests.soak.records import check
+from tests.soak.records import check, losses, same_curve
 from tests.soak.soak import FD_BOUND, RSS_BOUND, Outcome, Soak
 
 
@@ -68,9 +68,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def soak_and_check(soak: Soak, args: argparse.Namespace, out: Path) -> int:
-    base = None
+    base, clean = None, Run(out / "baseline", "soak-baseline")
     if not args.no_baseline:
-        base = soak.phase([Run(out / "baseline", "soak-baseline")], args.minutes, faults=False)
+        base = soak.phase([clean], args.minutes, faults=False)
     if args.diloco:
         from tests.soak import pair  # (imports torch: before the soak's own memory is read)
     if args.warden:
@@ -82,6 +82,8 @@ def soak_and_check(soak: Soak, args: argparse.Namespace, out: Path) -> int:
     run = Run(out / "faults", "soak")
     faulted = soak.phase([run], args.minutes, faults=True, warden=layer)
     results = [rows(run), resumes(run), runs(faulted, base)]
+    if base is not None:
+        results.append(curve(run, clean))
     if layer is not None:
         results.append(layer.finish())
     if args.diloco:
@@ -128,6 +130,15 @@ def rows(run: Run) -> tuple[str, bool, str]:
             f"{torn} torn lines)")  # fmt: skip
     text += "".join(f"\n    {line}" for line in verdict.problems[:10])
     return "rows", not verdict.problems and not torn, text
+
+
+def curve(run: Run, clean: Run) -> tuple[str, bool, str]:
+    """The faulted run's loss at every step against the failure-free run's (records.same_curve:
+    with a constant global batch, the faults change only the order of the sums)."""
+    faulted, base = (losses(r.metrics.read_bytes()) if r.metrics.exists() else {}
+                     for r in (run, clean))  # fmt: skip
+    ok, text = same_curve(faulted, base)
+    return "loss curve", ok, text
 
 
 def resumes(run: Run) -> tuple[str, bool, str]:

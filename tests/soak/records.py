@@ -116,3 +116,40 @@ def split(resumed: int, rows: list[tuple[int, int]]) -> list[Segment]:
         segments[-1].steps.append(step)
         last_attempt = attempt
     return segments
+
+
+LOSS_REL = 1e-3
+"""How far a faulted run's loss may be from the failure-free run's at the same step. With
+`ft.constant_batch` every step trains the same samples whatever the faults; what differs is
+the order of the sums (a survivor runs a lost group's micro-batches), which moves the loss
+by ~1e-6 a step and grows slowly with the steps (docs/soak.md)."""
+
+
+def losses(data: bytes) -> dict[int, float]:
+    """Step -> the loss of its row of record in a metrics file: the last whole row of the
+    step (a resumed launch's row replaces the row a killed launch never committed)."""
+    found = {}
+    for line in data.splitlines():
+        try:
+            row = json.loads(line)
+            found[int(row["step"])] = float(row["loss"])
+        except (ValueError, KeyError, TypeError, AttributeError):
+            continue
+    return found
+
+
+def same_curve(faulted: dict[int, float], base: dict[int, float],
+               rel: float = LOSS_REL) -> tuple[bool, str]:  # fmt: skip
+    """Whether the faulted run's loss equals the failure-free run's within `rel` at every
+    step both rowed; and the text of the check."""
+    common = sorted(set(faulted) & set(base))
+    if not common:
+        return False, "no step in common with the failure-free run"
+    gaps = {s: abs(faulted[s] - base[s]) / max(abs(base[s]), 1e-12) for s in common}
+    worst = max(common, key=lambda s: gaps[s])
+    off = [s for s in common if not gaps[s] <= rel]  # a NaN counts as off
+    text = (f"{len(common)} steps in common, largest relative loss difference "
+            f"{gaps[worst]:.1e} at step {worst} (bound {rel:g})")  # fmt: skip
+    if off:
+        text += f"; first beyond the bound: step {off[0]}"
+    return not off, text

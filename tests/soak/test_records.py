@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.soak.records import Segment, check, read_rows, runs_on, split
+from tests.soak.records import Segment, check, losses, read_rows, runs_on, same_curve, split
 
 
 def steps(first: int, last: int) -> list[int]:
@@ -55,3 +55,28 @@ def test_a_restart_inside_a_launch_is_a_segment_of_its_own():
     assert split(4, ft) == [Segment(4, [5, 6, 7])]
     twice = [(1, 0), (2, 0), (2, 0)]  # the same attempt again: a duplicate, not a restart
     assert split(0, twice) == [Segment(0, [1, 2, 2])]
+
+
+def test_the_loss_of_record_is_the_last_row_of_its_step():
+    lines = ['{"step": 1, "loss": 2.0}', '{"step": 2, "loss": 1.9}', '{"step": 2, "lo',
+             '{"step": 2, "loss": 1.8}', '{"step": 3}']  # fmt: skip
+    data = "\n".join(lines).encode()
+    assert losses(data) == {1: 2.0, 2: 1.8}  # a torn line and a row without loss skipped
+
+
+NAN = float("nan")
+
+
+@pytest.mark.parametrize(
+    "faulted, ok, said",
+    [
+        ({1: 2.0, 2: 1.9}, True, "2 steps in common, largest relative loss difference 0.0e+00"),
+        ({1: 2.0, 2: 1.9001}, True, "5.3e-05 at step 2"),
+        ({1: 2.0, 2: 1.95, 3: 1.0}, False, "first beyond the bound: step 2"),
+        ({1: 2.0, 2: NAN}, False, "first beyond the bound: step 2"),
+        ({7: 1.0}, False, "no step in common"),
+    ],
+)
+def test_the_faulted_runs_loss_curve_against_the_failure_free_one(faulted, ok, said):
+    got, text = same_curve(faulted, {1: 2.0, 2: 1.9}, rel=1e-3)
+    assert got is ok and said in text
