@@ -233,6 +233,31 @@ def test_listener_names():
         listener_name("")
 
 
+def _refusing_from_step_2(session, steps: int, rows: list, each=None):
+    """Train up to `steps` steps, the storage refusing every write from step 2 on (here
+    RLIMIT_FSIZE: EFBIG, as a full disk gives ENOSPC); `each(step)` first in every step, a
+    row per step into `rows`. (The step the session stopped after or None, its figures.)"""
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    previous = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    stopped = None
+    try:
+        for step in range(1, steps + 1):
+            if each is not None:
+                each(step)
+            train(session.state, None, step, step)
+            if step == 2:  # step 1 saved; from step 2 on the storage refuses every write
+                resource.setrlimit(resource.RLIMIT_FSIZE, (4096, hard))
+            rows.append({})
+            session.after_step(step, rows[-1])
+            if session.should_stop(step):
+                stopped = step
+                break
+        return stopped, session.finish()
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+        signal.signal(signal.SIGXFSZ, previous)
+
+
 def _session(root: str, *overrides: str):
     from driver.checkpoint.session import CheckpointSession
     from driver.config.compose import compose
@@ -248,23 +273,8 @@ def test_saves_failing_in_a_row_stop_the_run_after_max_failed_saves(root, limit,
     """A refused write (here RLIMIT_FSIZE: EFBIG, as a full disk gives ENOSPC) counts; after
     `checkpoint.max_failed_saves` in a row the session stops the loop and says why."""
     session = _session(root, f"checkpoint.max_failed_saves={limit}")
-    rows, stopped = [], None
-    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
-    previous = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
-    try:
-        for step in range(1, 6):
-            train(session.state, None, step, step)
-            if step == 2:  # step 1 saved; from step 2 on the storage refuses every write
-                resource.setrlimit(resource.RLIMIT_FSIZE, (4096, hard))
-            rows.append({})
-            session.after_step(step, rows[-1])
-            if session.should_stop(step):
-                stopped = step
-                break
-        final = session.finish()
-    finally:
-        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
-        signal.signal(signal.SIGXFSZ, previous)
+    rows = []
+    stopped, final = _refusing_from_step_2(session, 5, rows)
     assert stopped == stops_after
     assert [r["ckpt_failures"] for r in rows][:3] == [0, 1, 2]
     assert "File too large" in rows[1]["ckpt_error"]
@@ -295,23 +305,11 @@ def test_under_ft_failing_saves_stop_every_group_through_the_reduce_not_the_writ
     rider = run_notice(None, session)
     agreed = [None]
     session.guard.agreed = lambda: agreed[0]  # one group: the reduce's sum is its own rider
-    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
-    previous = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
-    stopped = None
-    try:
-        for step in range(1, 7):
-            agreed[0] = rider()  # sent in the step's reduce, learned after its vote
-            train(session.state, None, step, step)
-            if step == 2:
-                resource.setrlimit(resource.RLIMIT_FSIZE, (4096, hard))
-            session.after_step(step, {})
-            if session.should_stop(step):
-                stopped = step
-                break
-        final = session.finish()
-    finally:
-        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
-        signal.signal(signal.SIGXFSZ, previous)
+
+    def reduce(step: int) -> None:  # the rider is sent in the step's reduce, heard after it
+        agreed[0] = rider()
+
+    stopped, final = _refusing_from_step_2(session, 6, [], each=reduce)
     assert stopped == 4  # failing after step 3's save; on the reduce of step 4
     assert not session.guard.final_saved and final["ckpt_uri"].endswith("step-1")
     assert final["ckpt_stopped"].startswith("3 checkpoint saves in a row failed")
