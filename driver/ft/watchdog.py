@@ -89,8 +89,8 @@ def group_mates() -> list[int]:
     """Process ids of this replica group's other members on this host: one all-gather of
     (host, pid) over the group's CPU collectives (under torchft the default process group
     is the replica group), integers only. Every member calls it at the same point."""
+    import hashlib
     import socket
-    import zlib
 
     import torch
     import torch.distributed as dist
@@ -99,7 +99,8 @@ def group_mates() -> list[int]:
 
     if not dist.is_initialized() or dist.get_world_size() <= 1:
         return []
-    host = zlib.crc32(socket.gethostname().encode())
+    # 56 bits of the host name's hash: a positive int64, and no collision between hosts
+    host = int.from_bytes(hashlib.blake2b(socket.gethostname().encode(), digest_size=7).digest())
     mine = torch.tensor([host, os.getpid()], dtype=torch.int64)
     every = [torch.zeros_like(mine) for _ in range(dist.get_world_size())]
     dist.all_gather(every, mine, group=training_cpu_group())
