@@ -70,11 +70,14 @@ def backend_config(backend: str, embedded: bool):
 def trainer_class(embedded: bool) -> tuple[type, str]:
     """Ray Train's trainer class and the name of its backend config argument: on an
     embedded Ray, its base DataParallelTrainer (which imports no torch) without the
-    callbacks an embedded run does not use; in a cluster, TorchTrainer."""
+    callbacks an embedded run does not use; in a cluster, TorchTrainer. Either way its workers
+    send their unsent rows before Ray Train tears them down (driver.metrics.teardown)."""
+    from driver.metrics.teardown import with_rows_kept
+
     if embedded:
         from ray.train.v2.api.data_parallel_trainer import DataParallelTrainer
 
-        return lean_trainer(DataParallelTrainer), "backend_config"
+        return lean_trainer(with_rows_kept(DataParallelTrainer)), "backend_config"
     from ray.train.torch import TorchTrainer
 
-    return TorchTrainer, "torch_config"
+    return with_rows_kept(TorchTrainer), "torch_config"

@@ -15,7 +15,10 @@ Sending is one fire-and-forget message per batch (`sink.send("push_many", rows)`
 driver.channel client) from a small thread, so a step never waits on the driver, and a
 rank stuck in a collective (a peer failed) still sends its last rows; `flush` waits
 (bounded) for the driver's answer to a `sync` sent after them, so the last rows of a failing
-rank reach the driver before it re-raises.
+rank reach the driver before it re-raises. A rank whose peer failed is torn down by Ray
+Train; just before, `leave_all` sends what it has not sent yet the same way
+(driver.metrics.teardown: Ray Train's worker shutdown hook), so its last rows are kept
+even when its sending thread has not had its turn (a loaded machine).
 Memory: RSS from /proc/self/statm (one small read), CUDA's peak allocation from the
 caching allocator's counters (no device sync); sampled at most once per `MEMORY_EVERY_S`
 (a step's row carries the newest sample), so a fast step does not pay a file read.
@@ -30,6 +33,7 @@ import math
 import os
 import threading
 import time
+import weakref
 
 from driver.metrics.names import PER_RANK_KEYS
 
@@ -38,6 +42,8 @@ PUSH_EVERY_S = 1.0
 spend CPU on each, which a small machine's training workers feel)."""
 IDLE_S = 0.2
 DURABLE_S = 30.0
+_LIVE: weakref.WeakSet = weakref.WeakSet()
+"""This process's reporters not flushed yet (`leave_all`)."""
 """The longest a commit waits for its steps' rows to be written by the driver."""
 MEMORY_EVERY_S = 1.0
 """The oldest memory sample a row may carry."""
@@ -135,6 +141,7 @@ class RankReporter:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="metrics-push", daemon=True)
         self._thread.start()
+        _LIVE.add(self)
 
     def due(self) -> bool:
         """True at the first call, then once per `every_s` (rank 0 then adds the aux services'
@@ -194,9 +201,22 @@ class RankReporter:
     def flush(self, timeout_s: float = 10.0) -> None:
         """Stop the thread, send what is pending and wait until the driver has it (never
         raises)."""
+        _LIVE.discard(self)
         self._stop.set()
         self._thread.join()
+        self.leave(timeout_s)
+
+    def leave(self, timeout_s: float) -> None:
+        """Send what is pending now and wait (bounded) until the driver has it; never
+        raises. From any thread: the training thread may be blocked in a collective."""
         with self._lock:
             self._push()
         with contextlib.suppress(Exception):
             self.sink.call("sync", timeout_s=timeout_s)
+
+
+def leave_all(timeout_s: float) -> None:
+    """`leave` for every reporter of this process not flushed yet (its worker is about to
+    be torn down)."""
+    for reporter in list(_LIVE):
+        reporter.leave(timeout_s)

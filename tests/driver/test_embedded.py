@@ -44,7 +44,7 @@ def test_an_embedded_run_gets_the_lean_trainer(tmp_path):
     assert isinstance(local, DataParallelTrainer) and type(local).__name__ == "LeanTrainer"
     assert isinstance(local.backend_config, LocalTorchConfig)
     assert local.backend_config.backend == "gloo" and local.backend_config.timeout_s == 1800
-    assert type(cluster) is TorchTrainer and isinstance(cluster.backend_config, TorchConfig)
+    assert isinstance(cluster, TorchTrainer) and isinstance(cluster.backend_config, TorchConfig)
 
 
 def test_the_driver_of_an_embedded_run_never_imports_torch(tmp_path):
