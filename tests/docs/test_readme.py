@@ -18,6 +18,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 RUN, SLOW = "run", "slow"
+SETUP_INPUTS = ("pyproject.toml", "scripts/setup")  # what scripts/setup hashes into its stamp
 COMMANDS = {
     "./scripts/try": SLOW,
     "./scripts/test": "covered: .ci/run runs it (the whole suite)",
@@ -84,10 +85,28 @@ def clone(tmp_path_factory) -> Path:
     """A fresh clone of this checkout's HEAD with its .venv and tools linked in."""
     where = tmp_path_factory.mktemp("readme") / "repo"
     subprocess.run(["git", "clone", "-q", str(ROOT), str(where)], check=True)
+    stale = _stale_setup(where)
+    if stale:
+        pytest.fail(stale, pytrace=False)
     for name in (".venv", ".tools"):
         if (ROOT / name).exists():
             (where / name).symlink_to(ROOT / name)
     return where
+
+
+def _stale_setup(clone: Path) -> str:
+    """Why this checkout's .venv cannot be linked into `clone`, or "". Its set-up stamp
+    must match the clone's files: with another stamp, the clone's `./scripts/setup` would
+    reinstall the project into the shared .venv, its editable install then pointing at the
+    clone (which pytest deletes later) for every test after it."""
+    import hashlib
+
+    stamp = ROOT / ".venv" / ".setup-stamp"
+    want = hashlib.sha256(b"".join((clone / f).read_bytes() for f in SETUP_INPUTS)).hexdigest()
+    if not stamp.exists() or stamp.read_text().strip() == want:
+        return ""  # no .venv here to link, or an up-to-date one
+    return (".venv/.setup-stamp is not HEAD's pyproject.toml and scripts/setup: commit "
+            "them and run ./scripts/setup first")  # fmt: skip
 
 
 def run_as_written(command: str, cwd: Path, timeout: float) -> subprocess.CompletedProcess:
