@@ -159,6 +159,7 @@ def launch(cfg, config_yaml: str, fmt: str, say=print, stops=None) -> dict:
     """Run training to the end; the summary, or RunFailed after writing a crash bundle.
     `stops` (a driver.channel.stops.StopRelay, installed) turns SIGTERM and SIGINT into
     a final checkpoint and an early end; the summary then has `stopped_by`."""
+    from driver.channel.drain import watch_drains
     from driver.channel.server import start_channel
     from driver.fit import train
 
@@ -168,7 +169,9 @@ def launch(cfg, config_yaml: str, fmt: str, say=print, stops=None) -> dict:
     result, use_gpu = plan_capacity(cfg)
     say(capacity.format_plan(result))
     channel = start_channel()  # metrics, failures, attempts, preemption notices
+    drains = watch_drains(channel)  # a draining Ray node: its ranks' pods are ending
     try:
         return train(cfg, config_yaml, fmt, stops, channel, result, use_gpu, embedded, started)
     finally:
+        drains.close()
         channel.close()

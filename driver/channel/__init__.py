@@ -9,9 +9,11 @@ with the address and the run's token that the driver hands it in the loop's argu
     # (= DriverChannel.start(RunChannel(), host); stops.py relays SIGTERM/SIGINT to it)
     spec = channel.address                                  # -> the workers' arguments
     client = spec.connect(rank)                             # worker
-    attempt = client.call("hello", rank, host, timeout_s=60)
+    attempt = client.call("hello", rank, host, ray_node, timeout_s=60)
     client.send("push_many", rows)                          # no reply
     rows = channel.drain()                                  # driver: under the state's lock
+    drains = watch_drains(channel)                          # driver: drain.py, a draining
+                                                            # node's ranks told they end
     client.call("persist", timeout_s=30)                    # worker: rows written? (before a
                                                             # checkpoint commits)
 

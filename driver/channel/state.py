@@ -6,7 +6,8 @@ threads call it through `DriverChannel`).
 
 - `Sink`: metrics rows (one per step, batched every second by driver.metrics.rank, drained
   by the driver every 2 s: driver.output.progress), failure records for the crash bundle,
-  and where each rank runs (`pods_of`: the pods of a lost replica group, for a shrink);
+  and where each rank runs (`pods_of`: the pods of a lost replica group, for a shrink;
+  `ranks_on`: the ranks on Ray nodes that are draining, driver.channel.drain);
   a rank's `hello` returns its attempt: the run's first attempt
   in this driver (after the attempts already in metrics.jsonl, set by `begin`) plus the
   times this rank started before (worker-group restarts).
@@ -100,6 +101,13 @@ def valid_rank(rank) -> int:
     return rank
 
 
+def valid_node_id(node) -> str:
+    """A Ray node id from a worker: hex digits, at most 64 ("" when unknown)."""
+    if not isinstance(node, str) or len(node) > 64 or node.strip("0123456789abcdef"):
+        raise ValueError(f"ray_node: a Ray node id in hex, not {node!r:.40}")
+    return node
+
+
 def valid_time(at, now: float | None = None) -> float:
     """A notice's wall-clock time from a worker: a finite number at most
     NOTICE_MAX_AGE_S old; one ahead of now counts as now (ValueError otherwise)."""
@@ -139,6 +147,8 @@ class Sink:
         self.hosts: dict[int, dict] = {}
         self.first_attempt = 0
         self.hellos: dict[int, int] = {}
+        self.ray_nodes: dict[int, str] = {}
+        """Rank -> the Ray node (hex id) of its newest start (driver.channel.drain)."""
         self.dead_pods: Callable[[], set[str]] | None = None
         """The pods whose Ray node is dead (start_channel: from `ray.nodes()`)."""
 
@@ -146,12 +156,20 @@ class Sink:
         """The attempt number of this driver's first worker group."""
         self.first_attempt = int(first_attempt)
 
-    def hello(self, rank: int, host: dict) -> int:
-        """Where a rank runs ({"pod", "node"}), sent once when it starts; its attempt."""
+    def hello(self, rank: int, host: dict, ray_node: str = "") -> int:
+        """Where a rank runs ({"pod", "node"}; its Ray node's id), sent once when it
+        starts; its attempt."""
+        node = valid_node_id(ray_node)
         attempt = self.first_attempt + self.hellos.get(rank, 0)
         self.hellos[rank] = self.hellos.get(rank, 0) + 1
         self.hosts[rank] = {**host, "attempt": attempt}
+        self.ray_nodes[rank] = node
         return attempt
+
+    def ranks_on(self, ray_nodes: list[str]) -> list[int]:
+        """The ranks whose newest start was on one of these Ray nodes (hex ids)."""
+        wanted = set(ray_nodes)
+        return sorted(rank for rank, node in self.ray_nodes.items() if node and node in wanted)
 
     def host(self, rank: int) -> dict:
         return dict(self.hosts.get(rank, {}))

@@ -21,6 +21,7 @@ def train_worker(args: dict) -> None:
     """Ray Train entry point: `args` holds `cfg` (TrainConfig) and `channel` (the run's
     channel address, driver/channel), and `aux` (the services' spec) and `ft_gate` (the
     torchft start gate) when the run has them."""
+    import ray
     import ray.train
 
     from driver.output.logs import where_am_i, worker_logger
@@ -32,7 +33,8 @@ def train_worker(args: dict) -> None:
     channel = args["channel"].connect(rank)
     host, handlers = where_am_i(), []
     try:
-        attempt = channel.call("hello", rank, host, timeout_s=60)  # tags its rows
+        ray_node = ray.get_runtime_context().get_node_id()  # for driver.channel.drain
+        attempt = channel.call("hello", rank, host, ray_node, timeout_s=60)  # tags its rows
         tags = {"run": cfg.run.name, "rank": rank, "attempt": attempt, **host}
         logger, tail = worker_logger(cfg.logging.tail_lines, tags)
         handlers = LogSpec.of(cfg).install([logger.name, ""], rank=rank, attempt=attempt, **host)
