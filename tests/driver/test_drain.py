@@ -151,3 +151,18 @@ def test_a_node_drained_through_the_gcs_is_seen_and_its_ranks_told():
     finally:
         ray.shutdown()
         cluster.shutdown()
+
+
+def test_without_a_gcs_client_the_run_goes_on_unwatched(monkeypatch, caplog):
+    from driver.channel import drain
+
+    def no_client():
+        raise ConnectionError("no gcs")
+
+    monkeypatch.setattr(drain, "gcs_draining", no_client)
+    with caplog.at_level(logging.WARNING, logger="driver.channel"):
+        watcher = drain.watch_drains(channel_of({0: A}), every_s=3600)
+    try:
+        assert watcher.poll() == [] and "no gcs" in caplog.text
+    finally:
+        watcher.close()
