@@ -147,8 +147,11 @@ SCRIPT = textwrap.dedent(
     print(json.dumps({"state": state, "seen": seen, "kids": kids}), flush=True)
     if sys.argv[2] == "kill":
         os.kill(os.getpid(), signal.SIGKILL)
-    for batch in it:   # keep training until interrupted
+    for batch in it:   # keep training until interrupted: this epoch,
         time.sleep(0.01)
+    while True:        # then the next ones (a signal that comes late still finds it training)
+        for batch in data:
+            time.sleep(0.01)
     """
 )
 
