@@ -67,6 +67,8 @@ class DataPipeline(Checkpointable):
         self._buffer: dict[tuple[int, int], tuple] = {}
         self._released: deque[int] = deque()
         self._leased: set[int] = set()
+        self._leases: dict[int, tuple[weakref.ref, int]] = {}  # id(ref to a batch) → slot
+        self._dropped: deque[weakref.ref] = deque()  # batches no longer referenced
         self._feeder: Feeder | None = None
         self._free: deque[int] = deque()  # batch slots with no step yet
         self._backlog: deque[list] = deque()  # tasks not queued yet (the queue was full)
@@ -161,10 +163,15 @@ class DataPipeline(Checkpointable):
         size = self.config.slot_bytes
         base = np.frombuffer(self._runtime.shm.buf, np.uint8, count=size, offset=slot * size)
         self._leased.add(slot)
-        weakref.finalize(base, self._released.append, slot)
+        # The callback is a builtin, so dropping a batch runs no Python code: a Ctrl-C
+        # whose KeyboardInterrupt were raised inside a weakref callback would be lost.
+        ref = weakref.ref(base, self._dropped.append)
+        self._leases[id(ref)] = (ref, slot)
         return codec.decode(codec.spec_in(spec), base, to_torch=self.config.output == "torch")
 
     def _recycle(self) -> None:
+        while self._dropped:
+            self._released.append(self._leases.pop(id(self._dropped.popleft()))[1])
         while self._released:
             slot = self._released.popleft()
             self._leased.discard(slot)
@@ -214,6 +221,7 @@ class DataPipeline(Checkpointable):
         self._runtime = runtime
         self._finalizer = weakref.finalize(self, runtime.shutdown)
         self._buffer, self._released, self._leased = {}, deque(), set()
+        self._leases, self._dropped = {}, deque()
         runtime.start(self.config, self.rank, self.world_size, self.dataset, self.stages,
                       self.collate_fn)  # fmt: skip
         cfg = self.config

@@ -24,6 +24,7 @@ from driver.data import (
 from driver.data.runtime import SHM_PREFIX
 from driver.data.sampling import epoch_permutation
 from tests.data.conftest import IndexDataset, ids_of
+from tests.support.signals import describe_tree
 
 CFG = PipelineConfig(batch_size=4, producers=2, seed=5, poll_interval_s=0.05, shuffle=False)
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -196,12 +197,31 @@ def test_keyboard_interrupt_stops_workers_and_frees_memory():
         # in whole-suite runs on two pytest workers: this says which, if so)
         assert out["sigint"] == {"handler": str(signal.default_int_handler), "blocked": False}
         proc.send_signal(signal.SIGINT)
-        assert proc.wait(30) != 0
+        try:
+            assert proc.wait(30) != 0
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"still training 30 s after SIGINT:\n{describe_tree(proc.pid)}")
     finally:
         if proc.poll() is None:  # never left training for the rest of the suite
             proc.kill()
             proc.wait(30)
     assert _gone(out["kids"], f"{SHM_PREFIX}{proc.pid}-")
+
+
+def test_dropping_a_batch_runs_no_python_code():
+    """A KeyboardInterrupt raised inside a weakref callback is printed and dropped, so a
+    Ctrl-C that lands while a batch is freed would be lost: the slot is given back by a
+    builtin callback, where no signal handler can run."""
+    with DataPipeline(IndexDataset(32), CFG, 0, 1) as data:
+        batch = next(iter(data))
+        calls = []
+        sys.setprofile(lambda frame, event, arg: calls.append((event, frame.f_code)))
+        try:
+            del batch
+        finally:
+            sys.setprofile(None)
+        assert [code for event, code in calls if event == "call"] == []
+        assert len(ids_of(data)) == 7  # and the slot came back
 
 
 def test_batch_timeout_describes_every_worker():

@@ -15,7 +15,10 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from driver.diloco.children import Children
+from tests.support.signals import describe_tree, kill_tree
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -90,10 +93,22 @@ def two_sleepers(tmp_path: Path) -> subprocess.Popen:
     return proc
 
 
+def communicate_or_describe(proc: subprocess.Popen, sent: str) -> tuple[str, str]:
+    """Its output once it ended; if it has not within 120 s, fail with every process of
+    the tree and its signal masks (and kill them: none is left for later tests)."""
+    try:
+        return proc.communicate(timeout=120)
+    except subprocess.TimeoutExpired:
+        tree = describe_tree(proc.pid)
+        kill_tree(proc.pid)
+        out, err = proc.communicate(timeout=30)
+        pytest.fail(f"still running 120 s after {sent}:\n{tree}\n{out}{err}")
+
+
 def test_ctrl_c_stops_every_process(tmp_path):
     proc = two_sleepers(tmp_path)
     os.killpg(proc.pid, signal.SIGINT)  # the terminal's Ctrl-C reaches the whole group
-    out, err = proc.communicate(timeout=120)
+    out, err = communicate_or_describe(proc, "SIGINT to its group")
     assert proc.returncode == 130, out + err
     assert out.splitlines()[-1] == "stopped"
     pids = [int(p.name) for p in tmp_path.iterdir() if p.name.isdigit()]
@@ -144,7 +159,7 @@ def test_sigterm_is_handed_to_every_learner(tmp_path):
     hands it to each learner (a driver saves a final checkpoint) and exits 143."""
     proc = two_sleepers(tmp_path)
     proc.terminate()  # to it alone, not its group
-    out, err = proc.communicate(timeout=120)
+    out, err = communicate_or_describe(proc, "SIGTERM")
     assert proc.returncode == 143, out + err
     pids = [int(p.name) for p in tmp_path.iterdir() if p.name.isdigit()]
     assert not any(alive(pid) for pid in pids)
