@@ -3,18 +3,27 @@
 Under pytest-xdist (`./scripts/test` runs two workers) each worker gets a Ray folder of its
 own (RAY_TMPDIR): a Ray process that looks for "the" local Ray with no address (Ray Train's
 placement-group cleaner does, through the state API) reads the cluster address that Ray
-wrote in that folder, so it finds its own worker's cluster, never the other worker's."""
+wrote in that folder, so it finds its own worker's cluster, never the other worker's.
+
+The tests that press Ctrl-C on a child need SIGINT to act there. A shell without job
+control starts a background command (`./scripts/test &`) with SIGINT ignored, and every
+child inherits that (Python then installs no KeyboardInterrupt handler at all): the test
+process restores Python's own handler, so its children start with SIGINT at its default.
+Other signals are left as found."""
 
 from __future__ import annotations
 
 import os
 import shutil
+import signal
 import tempfile
 
 _OWN_RAY_FOLDER = "REVE_TEST_RAY_TMPDIR"
 
 
 def pytest_configure(config) -> None:
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     worker = os.environ.get("PYTEST_XDIST_WORKER")
     if worker and "RAY_TMPDIR" not in os.environ:
         folder = tempfile.mkdtemp(prefix=f"ray-{worker}-")

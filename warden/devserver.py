@@ -55,19 +55,38 @@ class DevServer:
         return cmd
 
     def start(self, timeout_s: float = 60.0) -> DevServer:
+        """Start the server and return once its frontend is healthy: it listens before
+        that and answers "Frontend is not healthy yet" meanwhile (seen by a client calling
+        at once after a restart on a loaded machine)."""
         quiet = subprocess.DEVNULL
         self.process = subprocess.Popen(self.command(), stdout=quiet, stderr=quiet)
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
                 raise RuntimeError(f"temporal dev server exited with {self.process.returncode}")
-            try:
-                socket.create_connection(("127.0.0.1", self.port), timeout=0.5).close()
+            if self.listening() and self.healthy(deadline - time.monotonic()):
                 return self
-            except OSError:
-                time.sleep(0.2)
+            time.sleep(0.2)
         self.stop()
-        raise TimeoutError(f"temporal dev server not listening on {self.address}")
+        raise TimeoutError(f"temporal dev server not serving on {self.address}")
+
+    def listening(self) -> bool:
+        try:
+            socket.create_connection(("127.0.0.1", self.port), timeout=0.5).close()
+        except OSError:
+            return False
+        return True
+
+    def healthy(self, timeout_s: float) -> bool:
+        """Whether the frontend's health check says SERVING (`temporal operator cluster
+        health`)."""
+        cmd = [temporal_binary(), "operator", "cluster", "health", "--address", self.address]
+        try:
+            done = subprocess.run(cmd, capture_output=True, text=True,
+                                  timeout=max(1.0, min(timeout_s, 10.0)))  # fmt: skip
+        except subprocess.TimeoutExpired:
+            return False
+        return done.returncode == 0 and "SERVING" in done.stdout.split()
 
     def stop(self, grace_s: float = 15.0) -> None:
         """Stop the server: SIGTERM and up to `grace_s` to shut down, then SIGKILL."""

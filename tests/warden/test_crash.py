@@ -25,7 +25,7 @@ from datetime import timedelta
 
 import yaml
 from temporalio.api.enums.v1 import EventType
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowExecutionStatus
 
 from catalog import labels
 from warden.fakefleet import FakeCluster
@@ -135,6 +135,35 @@ async def retried_side_effects(handles) -> list[str]:
     return retried
 
 
+async def results_or_describe(handles, fleet: FakeCluster, timeout_s: float) -> dict:
+    """Every workflow's result; if one has none within `timeout_s`, fail with where each
+    unfinished workflow stands and the fleet's last side effects."""
+    try:
+        return await asyncio.wait_for(_results(handles), timeout_s)
+    except TimeoutError:
+        pass
+    lines = []
+    for handle in handles:
+        described = await handle.describe()
+        if described.status != WorkflowExecutionStatus.COMPLETED:
+            try:
+                phase = await asyncio.wait_for(handle.query(NodeWorkflow.current_phase), 10)
+            except Exception as err:  # noqa: BLE001 (a description, whatever it is)
+                phase = f"no phase ({type(err).__name__})"
+            lines.append(f"{handle.id}: {described.status.name}, {phase}")
+    tail = [f"{kind} {what}" for _, kind, what in fleet.log()[-12:]]
+    raise AssertionError(
+        f"not completed within {timeout_s:.0f} s:\n"
+        + "\n".join(lines)
+        + "\nlast: "
+        + "; ".join(tail)
+    )
+
+
+async def _results(handles) -> dict:
+    return {h.id: await h.result() for h in handles}
+
+
 async def crash_and_finish(address, queue, plan, config, state, fleet):
     client = await Client.connect(address)
     handles = [
@@ -160,7 +189,7 @@ async def crash_and_finish(address, queue, plan, config, state, fleet):
         kills.append(time.time())
     upcoming.go()
     try:
-        results = {h.id: await asyncio.wait_for(h.result(), 240) for h in handles}
+        results = await results_or_describe(handles, fleet, 240)
     finally:
         stopped = upcoming.kill(signal.SIGTERM)  # as Kubernetes stops a pod: a clean exit
     assert stopped == 0
