@@ -103,7 +103,8 @@ class _Control:
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
 def test_stop_relay_leaves_a_notice_then_a_second_signal_acts_at_once(signum):
     control, lines = _Control(), []
-    before = signal.getsignal(signum)
+    both = (signal.SIGTERM, signal.SIGINT)  # after a signal both keep their default action
+    before = {each: signal.getsignal(each) for each in both}
     stops = StopRelay(lines.append).install()
     stops.attach(control)
     sent = time.time()
@@ -117,7 +118,8 @@ def test_stop_relay_leaves_a_notice_then_a_second_signal_acts_at_once(signum):
         assert signal.getsignal(signum) is signal.SIG_DFL  # a second signal stops at once
     finally:
         stops.restore()
-        signal.signal(signum, before)
+        for each, handler in before.items():  # this test process keeps its own handlers
+            signal.signal(each, handler)
 
 
 def test_stop_relay_before_attach_or_without_checkpoints_interrupts():

@@ -137,3 +137,13 @@ def test_readme_command_runs(command, clone):
 def test_readme_slow_command_runs(command, clone):
     done = run_as_written(command, clone, timeout=1800)
     assert done.returncode == 0, done.stderr[-2000:]
+
+
+@pytest.mark.parametrize("workers", ["two", "0", "-1", "2x"])
+def test_a_bad_number_of_test_workers_is_one_line(workers):
+    env = {**os.environ, "TEST_WORKERS": workers}
+    cmd = [str(ROOT / "scripts" / "test")]
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=30)
+    assert done.returncode == 2 and done.stdout == ""
+    expected = f"TEST_WORKERS={workers}: expected a number of pytest workers (1, 2, ...)"
+    assert done.stderr == f"error: {expected}\n"
