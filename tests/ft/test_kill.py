@@ -37,7 +37,7 @@ def check_survivors(result, names: list[str], steps: int) -> None:
     to one survivor only, that one commits the step and the other heals from it at the
     next quorum: a step a group did not commit itself is not lost.)"""
     for name in names:
-        assert result.codes[name] == 0, result.stderr[name][-2000:]
+        assert result.codes[name] == 0, result.stderr[name][-6000:]
         mine = [r["step"] for r in result.rows[name]]
         assert mine == sorted(set(mine)) and mine[-1] == steps, name
         assert all(r["finite"] and math.isfinite(r["loss"]) for r in result.rows[name])
@@ -186,7 +186,7 @@ def test_below_the_minimum_stops_with_the_reason_and_the_checkpoint_resumes(tmp_
 
 def check_survivors_from(result, names: list[str], first: int, last: int) -> None:
     for name in names:
-        assert result.codes[name] == 0, result.stderr[name][-2000:]
+        assert result.codes[name] == 0, result.stderr[name][-6000:]
         assert [r["step"] for r in result.rows[name]] == list(range(first, last + 1)), name
     for i in range(last - first + 1):
         assert len({result.rows[n][i]["digest"] for n in names}) == 1

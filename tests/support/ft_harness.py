@@ -77,8 +77,9 @@ class Drill:
         path = self.folder / f"{name}.json"
         path.write_text(json.dumps(spec))
         err = open(self.folder / f"{name}.err", "w")  # noqa: SIM115 (closed with the process)
-        return subprocess.Popen(
-            [sys.executable, "-m", "tests.support.ft_drill", str(path)],
+        cmd = [sys.executable, "-X", "faulthandler", "-m", "tests.support.ft_drill", str(path)]
+        return subprocess.Popen(  # faulthandler: a native crash shows every thread's stack
+            cmd,
             stdout=err,
             stderr=subprocess.STDOUT,
             env=env,
