@@ -1,0 +1,106 @@
+"""Run tests several times beside busy loops: the rule a slow test meets before it joins CI
+(five runs under load, two busy loops beside it, no failure). `scripts/under-load` is the
+command; this module is its logic.
+
+    runs = run_under_load(["tests/ft/test_kill.py"], times=5, loops=2)
+    print(table(runs))               # one line per test: passes, failures, slowest run
+
+Each run is a pytest process of its own (slow tests included) with a JUnit XML report,
+read back for each test's outcome and time. The busy loops are processes of their own,
+killed when the runs end, however they end.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import subprocess
+import sys
+import tempfile
+import time
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass, field
+from pathlib import Path
+
+BUSY = "while True: pass"
+
+
+@dataclass
+class Outcome:
+    test: str
+    passed: int = 0
+    failed: list[int] = field(default_factory=list)
+    """The runs (1-based) in which it failed or errored."""
+    slowest_s: float = 0.0
+
+
+def outcomes(xml_text: str) -> dict[str, tuple[bool, float]]:
+    """{test id: (passed, seconds)} from a JUnit XML report; skipped tests are left out."""
+    found = {}
+    for case in ET.fromstring(xml_text).iter("testcase"):
+        if case.find("skipped") is not None:
+            continue
+        module = case.get("classname", "").replace(".", "/")
+        test = f"{module}.py::{case.get('name')}"
+        bad = case.find("failure") is not None or case.find("error") is not None
+        found[test] = (not bad, float(case.get("time") or 0.0))
+    return found
+
+
+def tally(reports: list[dict[str, tuple[bool, float]]]) -> list[Outcome]:
+    """Per test, over the runs in order: passes, the runs that failed, the slowest time."""
+    by_test: dict[str, Outcome] = {}
+    for run, report in enumerate(reports, start=1):
+        for test, (passed, seconds) in report.items():
+            outcome = by_test.setdefault(test, Outcome(test))
+            if passed:
+                outcome.passed += 1
+            else:
+                outcome.failed.append(run)
+            outcome.slowest_s = max(outcome.slowest_s, seconds)
+    return sorted(by_test.values(), key=lambda o: o.test)
+
+
+def table(rows: list[Outcome], runs: int) -> str:
+    lines = []
+    for row in rows:
+        failed = f"FAILED in run {', '.join(map(str, row.failed))}" if row.failed else "ok"
+        missing = runs - row.passed - len(row.failed)
+        gone = f", not run {missing}x" if missing else ""
+        lines.append(
+            f"{row.passed}/{runs} {failed}{gone}  slowest {row.slowest_s:.1f}s  {row.test}"
+        )
+    return "\n".join(lines)
+
+
+@contextlib.contextmanager
+def busy_loops(count: int):
+    procs = [subprocess.Popen([sys.executable, "-c", BUSY]) for _ in range(count)]
+    try:
+        yield procs
+    finally:
+        for proc in procs:
+            proc.kill()
+            proc.wait()
+
+
+def one_run(tests: list[str], report: Path, extra: list[str]) -> int:
+    cmd = [sys.executable, "-m", "pytest", "-q", "-m", "slow or not slow", "-p",
+           "no:cacheprovider", f"--junitxml={report}", *extra, *tests]  # fmt: skip
+    return subprocess.run(cmd, stdout=subprocess.DEVNULL, check=False).returncode
+
+
+def run_under_load(tests: list[str], times: int, loops: int, extra: list[str] | None = None,
+                   say=print) -> list[Outcome]:  # fmt: skip
+    """Run `tests` `times` times, one pytest process after another, beside `loops` busy
+    loops; each run's result is said as it ends."""
+    reports = []
+    with tempfile.TemporaryDirectory(prefix="under-load-") as folder, busy_loops(loops):
+        for run in range(1, times + 1):
+            report, started = Path(folder) / f"run{run}.xml", time.monotonic()
+            code = one_run(tests, report, extra or [])
+            text = report.read_text() if report.exists() else "<testsuites/>"
+            reports.append(outcomes(text))
+            failed = sum(not ok for ok, _ in reports[-1].values())
+            say(f"run {run}/{times}: exit {code}, {len(reports[-1])} tests, {failed} failed, "
+                f"{time.monotonic() - started:.0f} s")  # fmt: skip
+    return tally(reports)
