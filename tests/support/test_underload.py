@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
+from tests.soak.procs import descendants, snapshot
 from tests.support.underload import Outcome, outcomes, table, tally
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -51,16 +54,41 @@ def test_the_table_names_the_failed_runs_and_the_runs_a_test_missed():
     ]
 
 
-def test_two_runs_beside_a_busy_loop(tmp_path):
+def test_two_runs_beside_a_busy_loop_keep_each_runs_output(tmp_path):
     test = tmp_path / "test_tiny.py"
-    test.write_text("def test_one():\n    assert True\n")
+    test.write_text("def test_one():\n    assert True\n\ndef test_two():\n    assert 1 == 2\n")
+    out = tmp_path / "out"
     done = subprocess.run(
         [sys.executable, str(ROOT / "scripts" / "under-load"), "--times", "2", "--loops", "1",
-         str(test)], capture_output=True, text=True, timeout=120, cwd=ROOT,
+         "--out", str(out), str(test)], capture_output=True, text=True, timeout=120, cwd=ROOT,
     )  # fmt: skip
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.splitlines()[-1].startswith("2/2 ok  slowest ")
-    assert done.stdout.count("exit 0, 1 tests, 0 failed") == 2
+    assert done.returncode == 1, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[-2].startswith("2/2 ok  slowest ") and lines[-2].endswith("::test_one")
+    assert lines[-1].startswith("0/2 FAILED in run 1, 2  slowest ")
+    assert done.stdout.count("exit 1, 2 tests, 1 failed") == 2
+    assert "assert 1 == 2" in (out / "run2.log").read_text()
+
+
+def test_sigterm_stops_it_and_leaves_no_process(tmp_path):
+    test = tmp_path / "test_sleep.py"
+    test.write_text("import time\n\ndef test_sleeps():\n    time.sleep(60)\n")
+    proc = subprocess.Popen(
+        [sys.executable, str(ROOT / "scripts" / "under-load"), "--times", "3", "--loops", "2",
+         str(test)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
+    )  # fmt: skip
+    deadline = time.monotonic() + 60
+    while len(descendants(proc.pid, snapshot())) < 3 and time.monotonic() < deadline:
+        time.sleep(0.1)  # two busy loops and the pytest run
+    below = descendants(proc.pid, snapshot())
+    assert len(below) >= 3
+    proc.terminate()
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130 and "under load: stopped" in err
+    deadline = time.monotonic() + 10
+    while [p for p in below if os.path.exists(f"/proc/{p}")] and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert [p for p in below if os.path.exists(f"/proc/{p}")] == []
 
 
 def test_a_missing_test_file_is_refused():

@@ -2,7 +2,7 @@
 (five runs under load, two busy loops beside it, no failure). `scripts/under-load` is the
 command; this module is its logic.
 
-    runs = run_under_load(["tests/ft/test_kill.py"], times=5, loops=2)
+    runs = run_under_load(["tests/ft/test_kill.py"], times=5, loops=2, out=Path("/tmp/u"))
     print(table(runs))               # one line per test: passes, failures, slowest run
 
 Each run is a pytest process of its own (slow tests included) with a JUnit XML report,
@@ -13,9 +13,9 @@ killed when the runs end, however they end.
 from __future__ import annotations
 
 import contextlib
+import signal
 import subprocess
 import sys
-import tempfile
 import time
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
@@ -72,9 +72,18 @@ def table(rows: list[Outcome], runs: int) -> str:
     return "\n".join(lines)
 
 
+def _die_with_parent() -> None:
+    import ctypes
+    import signal
+
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
+
+
 @contextlib.contextmanager
 def busy_loops(count: int):
-    procs = [subprocess.Popen([sys.executable, "-c", BUSY]) for _ in range(count)]
+    """`count` spinning processes; killed on leaving, and by the kernel if this one dies."""
+    procs = [subprocess.Popen([sys.executable, "-c", BUSY], preexec_fn=_die_with_parent)
+             for _ in range(count)]  # fmt: skip
     try:
         yield procs
     finally:
@@ -83,21 +92,34 @@ def busy_loops(count: int):
             proc.wait()
 
 
-def one_run(tests: list[str], report: Path, extra: list[str]) -> int:
+def one_run(tests: list[str], report: Path, log: Path, extra: list[str]) -> int:
+    """One pytest process; its output (failures with their tracebacks) into `log`. If this
+    process is stopped meanwhile, pytest gets SIGINT (it then cleans up) and 30 s."""
     cmd = [sys.executable, "-m", "pytest", "-q", "-m", "slow or not slow", "-p",
            "no:cacheprovider", f"--junitxml={report}", *extra, *tests]  # fmt: skip
-    return subprocess.run(cmd, stdout=subprocess.DEVNULL, check=False).returncode
+    with log.open("w") as out:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
+        try:
+            return proc.wait()
+        except BaseException:
+            proc.send_signal(signal.SIGINT)
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+            raise
 
 
-def run_under_load(tests: list[str], times: int, loops: int, extra: list[str] | None = None,
-                   say=print) -> list[Outcome]:  # fmt: skip
+def run_under_load(tests: list[str], times: int, loops: int, out: Path,
+                   extra: list[str] | None = None, say=print) -> list[Outcome]:  # fmt: skip
     """Run `tests` `times` times, one pytest process after another, beside `loops` busy
-    loops; each run's result is said as it ends."""
+    loops; each run's result is said as it ends, its output kept in `out`/run<N>.log."""
     reports = []
-    with tempfile.TemporaryDirectory(prefix="under-load-") as folder, busy_loops(loops):
+    out.mkdir(parents=True, exist_ok=True)
+    with busy_loops(loops):
         for run in range(1, times + 1):
-            report, started = Path(folder) / f"run{run}.xml", time.monotonic()
-            code = one_run(tests, report, extra or [])
+            report, started = out / f"run{run}.xml", time.monotonic()
+            code = one_run(tests, report, out / f"run{run}.log", extra or [])
             text = report.read_text() if report.exists() else "<testsuites/>"
             reports.append(outcomes(text))
             failed = sum(not ok for ok, _ in reports[-1].values())
