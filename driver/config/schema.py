@@ -306,6 +306,10 @@ class DebugConfig:
     """Raise an error at this step (to exercise failure handling and crash bundles)."""
     fail_rank: int = 0
     """Rank that raises at fail_at_step; -1 for every rank."""
+    hold_replacement_s: float = 0.0
+    """A started-again `fail_rank` (Ray Train's replacement after fail_at_step) waits this
+    long before it joins the run: a replacement that finds no capacity, to drill a run
+    left below `ft.min_replicas`."""
     hang_storage_check: bool = False
     """Hold the driver's main thread in native code during the storage check, for good, as
     a cloud client retrying does (drills the stop deadline: driver/checkpoint/reach.py)."""

@@ -38,10 +38,11 @@ def build_trainer(cfg, ctx, channel, logger, attempt: int, args: dict) -> Traine
     aux = aux_session(cfg, args.get("aux"), rank)
     work = build(cfg.model, cfg.data, cond_dim=aux.cond_dim() if aux else 0)
     feed = make_feed(cfg, work.dataset, rank, world, aux)
+    faults = Faults(cfg.debug, rank, attempt, marks=cfg.run.output_dir)
+    faults.before_start()
     parts = ft_parts if cfg.ft.enabled else plain_parts
     stepper, model, session, learner = parts(cfg, work, feed, aux, device, rank, world,
                                              channel, args, heard, notices)  # fmt: skip
-    faults = Faults(cfg.debug, rank, attempt, marks=cfg.run.output_dir)
     stepper.core.faults = faults
     logger.info("rank %d/%d on %s starts at step %d", rank, world, device, stepper.step)
     leave = leave_hook(cfg, heard, notices, rank, world) if cfg.ft.enabled else None

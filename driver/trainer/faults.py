@@ -11,7 +11,9 @@
   worker: the replica group's liveness watchdog must notice, driver.ft.watchdog).
 - `debug.term_at_step` / `kill_rank`: SIGTERM it before the step's forward pass (its pod
   is being terminated: driver.trainer.signals); the marker file holds the signal's time.
-- `debug.fail_at_step` / `fail_rank` (-1: every rank): raise after the step's row left.
+- `debug.fail_at_step` / `fail_rank` (-1: every rank): raise after the step's row left;
+  with `debug.hold_replacement_s`, that rank started again waits so long before it joins
+  (a replacement that finds no capacity).
 - `debug.digest`: `param_digest(model)` for each rank's row.
 """
 
@@ -35,6 +37,14 @@ class Faults:
         self.debug, self.rank, self.attempt = debug, rank, attempt
         self.marks = Path(marks) / ".faults" if marks else None
         self.kills = kill_table(debug)
+
+    def before_start(self) -> None:
+        """Before this rank joins the run: a started-again `fail_rank` (a replacement)
+        waits `debug.hold_replacement_s`."""
+        d = self.debug
+        failing = d.fail_at_step is not None and d.fail_rank in (-1, self.rank)
+        if failing and self.attempt > 0 and d.hold_replacement_s > 0:
+            time.sleep(d.hold_replacement_s)
 
     def at(self, step: int, phase: str) -> None:
         """At `phase` of 0-based `step`: do what the config asks of this rank, if anything."""

@@ -85,14 +85,17 @@ def test_rows_of_record_keep_coming_while_rank0s_group_is_replaced(ray_local, tm
 def test_below_the_minimum_the_driver_stops_with_the_reason_and_the_run_resumes(
     ray_local, tmp_path, capsys
 ):
-    """Two groups, ft.min_replicas=2: rank 1 fails after step 6 and rank 0 gives up after
-    ft.quorum_timeout_s (before Ray Train's replacement can join): the driver stops at once
-    with the one-line reason and exit code 3; the same run resumes from step 6."""
+    """Two groups, ft.min_replicas=2: rank 1 fails after step 6, its replacement finds no
+    capacity (debug.hold_replacement_s) and rank 0 gives up after ft.quorum_timeout_s: the
+    driver stops at once with the one-line reason and exit code 3; the same run resumes
+    from step 6. (With a 1 s quorum timeout and no hold, two live groups on a loaded
+    machine fell more than 1 s apart and stopped before the failure; a longer timeout
+    alone lets the replacement join in time.)"""
     ckpt = [f"checkpoint.root={tmp_path / 'ckpt'}", "checkpoint.interval_steps=2"]
     common = [TINY_LM, "ft=on", "train.steps=20", "logging.format=json", "run.name=stop", *ckpt]
-    stop = ["ft.min_replicas=2", "ft.quorum_timeout_s=1", "ft.watchdog_s=0",  # groups of one
+    stop = ["ft.min_replicas=2", "ft.quorum_timeout_s=15", "ft.watchdog_s=0",  # groups of one
             "checkpoint.max_failures=3"]  # fmt: skip
-    fail = ["debug.fail_at_step=5", "debug.fail_rank=1"]
+    fail = ["debug.fail_at_step=5", "debug.fail_rank=1", "debug.hold_replacement_s=300"]
     out = tmp_path / "first"
     assert main([*common, *stop, *fail, f"run.output_dir={out}"]) == 3
     err = capsys.readouterr().err
