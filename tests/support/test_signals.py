@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 
 import pytest
 
@@ -25,7 +27,17 @@ def test_summary_names_the_masks_holding_each_signal(blk, ign, cgt, summary):
     assert signal_summary(masks(status)) == summary
 
 
-def test_the_tree_starts_with_its_root():
-    first = describe_tree(os.getpid()).splitlines()[0]
-    assert first.startswith(f"{os.getpid()} (parent {os.getppid()}) state R")
-    assert "INT: SigCgt" in first  # Python's own KeyboardInterrupt handler
+def test_the_tree_starts_with_its_root_and_shows_an_ignored_sigint():
+    # a child of known state: this test process's own SIGINT depends on the tests before it
+    code = "import signal, time; signal.signal(signal.SIGINT, signal.SIG_IGN); " \
+           "print('ready', flush=True); time.sleep(60)"  # fmt: skip
+    child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout.readline() == "ready\n"
+        lines = describe_tree(os.getpid()).splitlines()
+        assert lines[0].startswith(f"{os.getpid()} (parent {os.getppid()}) state R")
+        mine = [line for line in lines if line.startswith(f"{child.pid} (parent {os.getpid()})")]
+        assert len(mine) == 1 and "INT: SigIgn," in mine[0], lines
+    finally:
+        child.kill()
+        child.wait()
