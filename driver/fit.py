@@ -31,6 +31,9 @@ def train(cfg, config_yaml, fmt, stops, channel, result, use_gpu, embedded, star
     channel.persist = progress.persist  # rows written before a checkpoint commits
     progress.log(f"ray {'embedded' if embedded else 'cluster'}: {ray.cluster_resources()}")
     services_up = start_services(cfg, result, use_gpu, progress.log)  # before any training
+    if cfg.debug.hold_start_s > 0:  # a drill: start-up held, no worker listens yet
+        progress.log(f"debug: start-up held {cfg.debug.hold_start_s:g} s (debug.hold_start_s)")
+        time.sleep(cfg.debug.hold_start_s)
     progress.log(f"starting {result.world_size} training workers ({'GPU' if use_gpu else 'CPU'})")
     trainer = trainer_for(cfg, result.world_size, use_gpu, channel.address, output_dir, embedded,
                           services_up.spec(cfg))  # fmt: skip

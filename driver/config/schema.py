@@ -310,6 +310,9 @@ class DebugConfig:
     """A started-again `fail_rank` (Ray Train's replacement after fail_at_step) waits this
     long before it joins the run: a replacement that finds no capacity, to drill a run
     left below `ft.min_replicas`."""
+    hold_start_s: float = 0.0
+    """The driver waits this long once Ray and the run's services are up, before it starts
+    the training workers: a long start-up, to drill a stop signal during start-up."""
     hang_storage_check: bool = False
     """Hold the driver's main thread in native code during the storage check, for good, as
     a cloud client retrying does (drills the stop deadline: driver/checkpoint/reach.py)."""

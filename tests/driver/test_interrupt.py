@@ -113,14 +113,17 @@ def test_a_signal_to_the_process_group_saves_a_final_checkpoint(tmp_path, signum
     assert "Token authentication" not in text  # Ray's notice asks nothing of the user
 
 
-def test_ctrl_c_during_start_up_stops_at_once_and_leaves_nothing(tmp_path):
-    proc = start_driver(tmp_path, "train.steps=3000")
+@pytest.mark.parametrize("when", ["ray", "held"])
+def test_ctrl_c_during_start_up_stops_at_once_and_leaves_nothing(tmp_path, when):
+    """`ray`: the signal as soon as Ray's GCS server runs (ray.init waits for the raylet);
+    `held`: once Ray is up, while the driver holds before starting its workers. The hold
+    is on in both, so a quick ray.init still leaves the signal in start-up."""
+    proc = start_driver(tmp_path, "train.steps=3000", "debug.hold_start_s=120")
     try:
-        deadline = time.monotonic() + 60
-        while "config: " not in output(tmp_path):  # the driver is about to start its Ray
+        deadline = time.monotonic() + 120
+        while not started_up_to(when, proc.pid, output(tmp_path)):
             assert proc.poll() is None and time.monotonic() < deadline, output(tmp_path)
-            time.sleep(0.1)
-        time.sleep(2)
+            time.sleep(0.02)
         run = descendants(proc.pid)
         os.killpg(proc.pid, signal.SIGINT)
         code = proc.wait(timeout=120)
@@ -129,11 +132,25 @@ def test_ctrl_c_during_start_up_stops_at_once_and_leaves_nothing(tmp_path):
     text = output(tmp_path)
     assert code == 130, text
     assert "stopped by SIGINT during start-up: nothing trained" in text, text
-    assert "Traceback" not in text
+    assert "Traceback" not in text and "training workers" not in text
     deadline = time.monotonic() + 30
     while alive(run) and time.monotonic() < deadline:
         time.sleep(0.5)
     assert alive(run) == {}
+
+
+def started_up_to(when: str, pid: int, text: str) -> bool:
+    """Whether the driver's start-up reached `when` (test_ctrl_c_during_start_up...)."""
+    if when == "held":
+        return "debug: start-up held" in text
+    return any(_comm(p) == "gcs_server" for p in descendants(pid))
+
+
+def _comm(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return ""
 
 
 @pytest.mark.slow
