@@ -9,7 +9,11 @@ The tests that press Ctrl-C on a child need SIGINT to act there. A shell without
 control starts a background command (`./scripts/test &`) with SIGINT ignored, and every
 child inherits that (Python then installs no KeyboardInterrupt handler at all): the test
 process restores Python's own handler, so its children start with SIGINT at its default.
-Other signals are left as found."""
+Other signals are left as found.
+
+Every process a test starts (drivers, Ray workers, spawned ranks) runs with Python's
+faulthandler (PYTHONFAULTHANDLER): a process that ends on a fatal signal in native code
+prints every thread's Python stack first (docs/ft.md, "Seen once")."""
 
 from __future__ import annotations
 
@@ -22,6 +26,7 @@ _OWN_RAY_FOLDER = "REVE_TEST_RAY_TMPDIR"
 
 
 def pytest_configure(config) -> None:
+    os.environ.setdefault("PYTHONFAULTHANDLER", "1")
     if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
     worker = os.environ.get("PYTEST_XDIST_WORKER")

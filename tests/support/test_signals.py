@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 
@@ -41,3 +42,11 @@ def test_the_tree_starts_with_its_root_and_shows_an_ignored_sigint():
     finally:
         child.kill()
         child.wait()
+
+
+def test_a_process_the_tests_start_prints_its_stacks_on_a_native_crash():
+    # tests/conftest.py: what a native abort in a rank or a Ray worker leaves to read
+    code = "import ctypes; print('started', flush=True); ctypes.CDLL(None).abort()"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == -signal.SIGABRT and done.stdout == "started\n"
+    assert "Fatal Python error: Aborted" in done.stderr and 'File "<string>"' in done.stderr
