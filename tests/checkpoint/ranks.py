@@ -11,6 +11,7 @@ import torch.distributed as dist
 
 from driver.checkpoint import Checkpointer
 from tests.checkpoint.toy import config, full_params, init_dist, make_state, train
+from tests.support.gloo_exit import exit_now
 
 LAST_STEP = 8
 
@@ -33,6 +34,7 @@ def run_rank(rank: int, world_size: int, port: int, root: str, out: str, tag: st
     finally:
         dist.barrier()
         dist.destroy_process_group()
+    exit_now()  # done: no finalization (tests/support/gloo_exit.py)
 
 
 def preempt_rank(rank: int, world_size: int, port: int, root: str, out: str, tag: str, resume: str):
@@ -69,6 +71,7 @@ def preempt_rank(rank: int, world_size: int, port: int, root: str, out: str, tag
     finally:
         dist.barrier()
         dist.destroy_process_group()
+    exit_now()  # done: no finalization (tests/support/gloo_exit.py)
 
 
 def ddp_rank(rank: int, world_size: int, port: int, root: str, out: str, tag: str, resume: str):
@@ -92,6 +95,7 @@ def ddp_rank(rank: int, world_size: int, port: int, root: str, out: str, tag: st
     finally:
         dist.barrier()
         dist.destroy_process_group()
+    exit_now()  # done: no finalization (tests/support/gloo_exit.py)
 
 
 def gloo_loops() -> int:
@@ -135,3 +139,4 @@ def groups_rank(rank: int, world_size: int, port: int, root: str, out: str, tag:
     finally:
         dist.barrier()
         dist.destroy_process_group()
+    exit_now()  # done: no finalization (tests/support/gloo_exit.py)

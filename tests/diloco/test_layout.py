@@ -69,6 +69,7 @@ json.dump({
     "sharded": any(weights.sharded(p) for p in model.parameters()),
 }, open(f"{out}/rank{rank}.json", "w"))
 dist.destroy_process_group()
+import os; os._exit(0)  # done: no finalization (tests/support/gloo_exit.py)
 """
 
 

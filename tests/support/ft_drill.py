@@ -232,4 +232,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from tests.support.gloo_exit import exit_now
+
+    exit_now(main())  # done: no finalization, where a gloo thread can abort the process
