@@ -13,7 +13,7 @@ Other signals are left as found.
 
 Every process a test starts (drivers, Ray workers, spawned ranks) runs with Python's
 faulthandler (PYTHONFAULTHANDLER): a process that ends on a fatal signal in native code
-prints every thread's Python stack first (docs/ft.md, "Seen once")."""
+prints every thread's Python stack first (docs/ft.md, "A survivor that aborted...")."""
 
 from __future__ import annotations
 

@@ -7,8 +7,9 @@ freeing a tensor that Python made then needs the GIL, CPython 3.11 ends a thread
 for the GIL during finalization with `pthread_exit`, and that unwinding through the
 collective's destructor calls `std::terminate`. The process, its work done, ends with
 SIGABRT ("terminate called without an active exception"; a core dump showed exactly that
-stack: docs/ft.md, "Seen once"). `dist.destroy_process_group()` does not prevent it: the
-worker thread still holds the collective.
+stack: docs/ft.md, "A survivor that aborted after its work was done").
+`dist.destroy_process_group()` does not prevent it: the worker thread still holds the
+collective.
 
 Ray Train's workers never reach finalization (Ray kills them), so only the tests' own
 processes (spawned ranks, drills, scripts) end this way, and only once their work is done
