@@ -37,8 +37,11 @@ _FLOATS = (
     ("optimizer.min_lr_ratio", 0.0, 1.0, True),
     ("train.max_grad_norm", 0.0, math.inf, True),
     ("parallelism.cpus_per_worker", 0.0, math.inf, False),
+    ("debug.hold_replacement_s", 0.0, math.inf, True),
+    ("debug.hold_start_s", 0.0, math.inf, True),
+    ("debug.slow_save_s", 0.0, math.inf, True),
 )
-_NON_NEGATIVE = ("run.local_cpus", "logging.tail_lines")
+_NON_NEGATIVE = ("run.local_cpus", "logging.tail_lines", "debug.flight_recorder_entries")
 _NAMES = ("run.name", "run.team", "run.cluster")
 _MISSING = object()
 

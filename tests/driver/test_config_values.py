@@ -49,6 +49,15 @@ TINY_DIT = "runs/train/tiny-dit.yaml"
         (TINY_LM, "data.collators=0", "data.collators", "must be at least 1"),
         (TINY_LM, "data.prefetch_batches=1", "data.prefetch_batches", "must be at least 2"),
         (TINY_LM, "data.work_queue_size=0", "data.work_queue_size", "must be at least 1"),
+        (TINY_LM, "debug.hold_start_s=-1", "debug.hold_start_s", "at least 0"),
+        (TINY_LM, "debug.hold_replacement_s=nan", "debug.hold_replacement_s", "finite"),
+        (TINY_LM, "debug.slow_save_s=-0.5", "debug.slow_save_s", "at least 0"),
+        (
+            TINY_LM,
+            "debug.flight_recorder_entries=-1",
+            "debug.flight_recorder_entries",
+            "must not be negative",
+        ),
     ],
 )
 def test_bad_value_is_one_line_before_ray(config, override, field, message):
@@ -69,6 +78,8 @@ def test_bad_value_is_one_line_before_ray(config, override, field, message):
         "train.max_grad_norm=0",
         "data.loader=pipeline",
         "data.producers=3",
+        "debug.hold_start_s=0",
+        "debug.slow_save_s=2.5",
     ],
 )
 def test_good_values_compose(override):
