@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.soak.procs import descendants, snapshot
-from tests.support.underload import Outcome, outcomes, table, tally
+from tests.support.underload import Outcome, outcomes, quiet, table, tally
 
 ROOT = Path(__file__).resolve().parents[2]
 REPORT = """<testsuites><testsuite>
@@ -99,3 +99,18 @@ def test_a_missing_test_file_is_refused():
     assert (
         done.returncode == 2 and "no such test file or folder: tests/no_such_test.py" in done.stderr
     )
+
+
+@pytest.mark.parametrize(
+    ("extra", "expected"),
+    [
+        ([], ["-q"]),
+        (["-x"], ["-q"]),
+        (["-v"], []),
+        (["-vv", "-x"], []),
+        (["--verbose"], []),
+        (["-k", "v"], ["-q"]),
+    ],
+)
+def test_verbose_options_drop_quiet(extra, expected):
+    assert quiet(extra) == expected

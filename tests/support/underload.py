@@ -13,6 +13,7 @@ killed when the runs end, however they end.
 from __future__ import annotations
 
 import contextlib
+import re
 import signal
 import subprocess
 import sys
@@ -92,10 +93,17 @@ def busy_loops(count: int):
             proc.wait()
 
 
+def quiet(extra: list[str]) -> list[str]:
+    """`-q` unless the pytest options ask for verbose output (a `-v` after `-q` only
+    cancels it, so each test's outcome would not be printed as it ends)."""
+    verbose = any(arg == "--verbose" or re.fullmatch(r"-v+", arg) for arg in extra)
+    return [] if verbose else ["-q"]
+
+
 def one_run(tests: list[str], report: Path, log: Path, extra: list[str]) -> int:
     """One pytest process; its output (failures with their tracebacks) into `log`. If this
     process is stopped meanwhile, pytest gets SIGINT (it then cleans up) and 30 s."""
-    cmd = [sys.executable, "-m", "pytest", "-q", "-m", "slow or not slow", "-p",
+    cmd = [sys.executable, "-m", "pytest", *quiet(extra), "-m", "slow or not slow", "-p",
            "no:cacheprovider", f"--junitxml={report}", *extra, *tests]  # fmt: skip
     with log.open("w") as out:
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
