@@ -20,9 +20,12 @@ from __future__ import annotations
 import contextlib
 import time
 
-RAYLET_WAIT_S = 30.0
-"""How long the short steps go on (Ray 2.60's `Node.__init__` gives a new raylet 30 s);
-then Ray's own wait (`GlobalStateAccessor::GetNode`, `raylet_start_wait_time_s`) decides."""
+RAYLET_WAIT_S = 90.0
+"""How long the short steps go on; then Ray's own wait (`GlobalStateAccessor::GetNode`)
+decides. Ray 2.60's `Node.__init__` gives a new raylet a fixed 30 s, counted from before
+its first `get_node` call, so this wait is also the whole start's: under two test workers
+and two busy loops a raylet (which registers once its Python agents are up) took longer
+than 30 s and the run failed with "The current node timed out during startup"."""
 NODE_POLL_S = 0.05
 
 
