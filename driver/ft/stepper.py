@@ -12,8 +12,10 @@ group's: driver.ft.batch) -> `ft.reduce` (gradients and loss SUMmed across the l
 checkpoint, the same step runs again with the next quorum. The lowest rank of the lowest
 live group (`driver.parallel.Topology.is_writer`) writes the checkpoints and the step's full
 metrics row; a group that becomes the writer first sends copies of the rows the old writer
-may have lost (driver.ft.records). The end of the run (the done mark, the writer's mark, the
-next group's copies) is driver.ft.end's.
+may have lost (driver.ft.records), and a writer that hands the rows back to a lower group
+(a replacement is back) sends its unsent rows at once (`hand_back`), a step before the new
+writer has its first: the rows of record reach the driver in step order. The end of the run
+(the done mark, the writer's mark, the next group's copies) is driver.ft.end's.
 
 A group started again (attempt > 0) reads no checkpoint up front: it heals from a live group
 at its first quorum, and reads the newest checkpoint only when no group is ahead (a full
@@ -42,6 +44,9 @@ class FtStepper:
         self.copies = Copies()
         self.took_over = False
         self.committed = 0  # steps this process committed
+        self.wrote = False  # whether this rank wrote the newest committed step's row
+        self.hand_back = lambda: None
+        """Sends this rank's unsent rows now (driver.trainer.build: the reporter's `send_now`)."""
 
     @property
     def step(self) -> int:
@@ -84,6 +89,7 @@ class FtStepper:
             raise
         if finished(self.done):  # a quorum without the groups that finished the run
             raise RunFinished
+        self.after_quorum(plan.position)
         core, ft = self.core, self.ft
         times = Times(started=time.perf_counter())
         core.inject(plan.step, "before")
@@ -124,9 +130,18 @@ class FtStepper:
         """Whether this rank's replica group is the writer's (the lowest live group)."""
         return self.ft.plan is not None and self.ft.plan.position == 0
 
+    def after_quorum(self, position: int) -> None:
+        """A rank that wrote the last step but not this one (a lower group is back) sends
+        its unsent rows now, before this step's collectives: the new writer's first row
+        comes after this step, so the old writer's last rows are at the driver first."""
+        if self.wrote and not self.topo.is_writer(self.rank, position):
+            self.wrote = False
+            self.hand_back()
+
     def rows(self, row: dict, writer: bool) -> list[tuple[dict, bool]]:
         """The copies of the old writer's rows this group sends on becoming the writer,
         then the step's own row."""
+        self.wrote = writer
         return [(copy, True) for copy in self.copies.after_step(row, writer)] + [(row, writer)]
 
     def checkpoint_writer(self) -> bool:

@@ -121,6 +121,13 @@ def of_record(row: dict) -> bool:
     return "loss" in row and not row.get(COPY)
 
 
+def records_in_order(rows: list[dict]) -> list[dict]:
+    """A drained batch's rows of record in the order their steps were trained (their
+    `time`): rows from two connections (an old and a new torchft writer) may be handled out
+    of order within one drain. Sort after `RecordBook.admit`, which goes by arrival."""
+    return sorted((row for row in rows if of_record(row)), key=lambda row: row.get("time", 0.0))
+
+
 class RankReporter:
     """Batches one rank's rows to the run's channel (see the module docstring). A small thread sends
     them: every `every_s`, or `idle_s` after the newest row when no other follows (a slow
@@ -182,6 +189,12 @@ class RankReporter:
             with contextlib.suppress(Exception):  # a closed channel: the rows are lost
                 self.sink.send("push_many", self.pending)
         self.pending, self.pushed = [], time.monotonic()
+
+    def send_now(self) -> None:
+        """Send the pending rows at once, not at the next batch (a torchft writer handing
+        the rows of record back to a lower group: driver.ft.stepper.after_quorum)."""
+        with self._lock:
+            self._push()
 
     def durable(self, step: int, timeout_s: float = DURABLE_S) -> None:
         """Return once the driver has written this rank's rows through `step` (the row of

@@ -5,7 +5,8 @@ driver.metrics.clickhouse and driver.metrics.otel, ClickHouse and OpenTelemetry.
 tagged with `rank` and `attempt`) and the ranks' hosts (`{rank: {"pod", "node"}}`); each row
 gets the run's label set (catalog.labels) and goes to every configured writer. metrics.jsonl
 gets each step's row of record (`driver.metrics.rank.of_record`: rank 0's, or under torchft
-the lowest live group's writer's): the run's step record, which the summary, the benchmark
+the lowest live group's writer's), a batch's in the order they were trained
+(`records_in_order`): the run's step record, which the summary, the benchmark
 and `runner ui` without a store read, appended: a restart or a resume adds rows under a new
 `attempt`, never rewrites. A writer that fails logs once and counts its dropped rows;
 training goes on.
@@ -19,7 +20,7 @@ from pathlib import Path
 
 from catalog import labels
 from driver.metrics.names import NOT_METRICS, metric_name
-from driver.metrics.rank import of_record
+from driver.metrics.rank import records_in_order
 
 log = logging.getLogger("driver.metrics")
 TAIL_BYTES = 1 << 16
@@ -73,9 +74,9 @@ class JsonlWriter:
         self.file = path.open("a")
 
     def write(self, rows: list[dict], labelled: list[dict]) -> None:
-        for row, tags in zip(rows, labelled, strict=True):
-            if of_record(row):
-                self.file.write(json.dumps({**tags, **row}) + "\n")
+        tags = {id(row): tag for row, tag in zip(rows, labelled, strict=True)}
+        for row in records_in_order(rows):
+            self.file.write(json.dumps({**tags[id(row)], **row}) + "\n")
         self.file.flush()
 
     def close(self) -> None:

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from catalog import labels
 from driver.metrics.hub import RunMetrics
-from driver.metrics.rank import of_record
+from driver.metrics.rank import records_in_order
 from driver.output.runlogs import DriverLogs, LogSpec, learner_label
 
 
@@ -167,7 +167,7 @@ class Progress:
         if not rows:
             return
         self.metrics.write(rows, self._hosts(rows))
-        mine = [row for row in rows if of_record(row)]
+        mine = records_in_order(rows)
         for row in mine:
             self._handle(row)
         if mine and self.fmt == "progress":

@@ -64,6 +64,8 @@ def build_trainer(cfg, ctx, channel, logger, attempt: int, args: dict) -> Traine
         TerminationHook(watch) if watch else None,
     ]
     reporter = RankReporter(channel, rank, attempt, device)
+    if cfg.ft.enabled:  # a writer handing back sends its last rows before the new writer's
+        stepper.hand_back = reporter.send_now
     if session is not None:  # a commit waits until its steps' rows are written
         session.ckpt.before_commit = reporter.durable
     return Trainer(cfg, stepper, [hook for hook in order if hook], reporter, logger)

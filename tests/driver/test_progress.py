@@ -50,6 +50,19 @@ def test_rows_reach_the_metrics_file_and_the_terminal(tmp_path, capsys, fmt):
     assert list(progress.lines)[-1] == "step 6 loss 3.5000 lr 1.00e-03"
 
 
+def test_a_drained_batch_is_written_in_the_order_its_steps_were_trained(tmp_path):
+    """Under torchft an old writer's last rows and a new writer's first come on two
+    connections and may be handled out of order: metrics.jsonl and the summary go by time."""
+    cfg, _ = compose(TINY_LM, ["run.name=p", "train.steps=6"])
+    progress = Progress(cfg, sink=None, output_dir=tmp_path, fmt="json")
+    batch = rows(6)
+    progress.take([*batch[:3], batch[5], *batch[3:5]])  # the new writer's row 6 came first
+    progress.close()
+    written = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [row["step"] for row in written] == [1, 2, 3, 4, 5, 6]
+    assert [row["step"] for row in progress.rows] == [1, 2, 3, 4, 5, 6]
+
+
 def test_sink_keeps_rows_until_drained_and_failures_by_rank():
     from driver.channel.state import Sink
 

@@ -126,6 +126,18 @@ def test_a_group_that_becomes_the_writer_first_sends_its_copies(store):
     assert reports  # it wrote the last step
 
 
+def test_a_writer_handing_back_sends_its_rows_before_the_steps_collectives(store):
+    """Rank 1 writes steps 1-2 while group 0 is missing; group 0 is back at step 3's quorum:
+    rank 1 sends its unsent rows then (once), before the new writer has a row of step 3."""
+    ft_stepper, sent = stepper(store), []
+    ft_stepper.hand_back = lambda: sent.append(ft_stepper.ft.step)
+    for step, position in enumerate([0, 0, 1, 1, 0], 1):
+        ft_stepper.ft.plan, ft_stepper.ft.step = SimpleNamespace(position=position), step
+        ft_stepper.after_quorum(position)
+        ft_stepper.rows(row(step), ft_stepper.writer())
+    assert sent == [3]
+
+
 def test_at_the_end_the_next_group_sends_copies_when_the_writer_left_no_mark(store, monkeypatch):
     import driver.ft.end as ft_end
 
