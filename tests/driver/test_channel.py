@@ -137,11 +137,12 @@ def test_two_threads_share_one_client(channel, client):
                     raise
                 time.sleep(0.01)
 
-    def push():
+    def push():  # paced far below the queue's bound: the calls never find it full
         step = 0
         while not stop.is_set():
             step += 1
             send({"step": step})
+            time.sleep(0.001)
         send({"step": -step})  # the count, last
 
     thread = threading.Thread(target=push)
