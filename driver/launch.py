@@ -94,7 +94,8 @@ def connect(cfg) -> bool:
 PRELOAD = (
     "ray.train.v2.api.data_parallel_trainer",
     "driver.embedded.controller",
-    "driver.embedded.backend",
+    "driver.raytrain.lean",
+    "driver.raytrain.backend",
     "driver.trainer.worker",
     "driver.raytrain",
 )

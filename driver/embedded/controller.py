@@ -1,5 +1,4 @@
-"""Ray Train's controller for an embedded (local) run: in the driver's own process, with
-Ray Train's fixed-size scaling policy without its AutoscalingCoordinator.
+"""Ray Train's controller for an embedded (local) run, in the driver's own process.
 
 `run_controller` runs Ray Train's `TrainController` in the driver's process instead of in
 an actor of its own: that actor's process would start and import Ray Train, Ray Data and
@@ -9,14 +8,7 @@ it; the driver has imported them already, while Ray's daemons started
 `ray.train.get_all_reported_checkpoints`, which the driver's loop does not call
 (`LocalWorkerGroup`).
 
-Ray Train's `FixedScalingPolicy` starts an AutoscalingCoordinator actor (a process of its
-own, which imports Ray Data) after the controller starts, and keeps asking it for the
-workers' resources so that an autoscaling cluster grows to fit them. An embedded Ray is one
-machine that never grows: the actor would only take CPU from the workers while they start.
-`lean_policy(policy)` returns the same policy without it; any other policy (elastic
-training decides from the coordinator's answers) is returned as it is.
-
-This module imports Ray Train: import it only when building a trainer (driver/embedded/lean.py).
+This module imports Ray Train: import it only when building a trainer (driver/raytrain/lean.py).
 """
 
 from __future__ import annotations
@@ -30,43 +22,10 @@ from ray.train.v2._internal.constants import (
     ENABLE_CONTROLLER_STRUCTURED_LOGGING_ENV_VAR as CONTROLLER_LOG_ENV,
 )
 from ray.train.v2._internal.execution.controller import TrainController
-from ray.train.v2._internal.execution.scaling_policy.fixed import FixedScalingPolicy
 from ray.train.v2._internal.execution.worker_group import WorkerGroup
 
 from driver.embedded import lazy_sync
 from driver.embedded.controller_thread import STOP_TIMEOUT_S, ControllerThread
-
-
-class LocalFixedScalingPolicy(FixedScalingPolicy):
-    """`FixedScalingPolicy` that asks no AutoscalingCoordinator for resources."""
-
-    def after_controller_start(self, train_run_context) -> None:
-        self._requester_id = f"train-{train_run_context.run_id}"
-
-    def _maybe_send_resource_request(self) -> None:
-        pass
-
-    def _send_resource_request(self) -> None:
-        pass
-
-    def _cancel_resource_request(self) -> None:
-        pass
-
-
-def lean_policy(policy):
-    """The policy an embedded run's controller gets: a fixed-size one without the
-    coordinator, or `policy` itself when it is not exactly Ray Train's fixed policy."""
-    if type(policy) is not FixedScalingPolicy:
-        return policy
-    return LocalFixedScalingPolicy(scaling_config=policy.scaling_config)
-
-
-def lean_kwargs(controller_init_kwargs: dict) -> dict:
-    """The controller's arguments with `lean_policy` applied to its scaling policy."""
-    kwargs = dict(controller_init_kwargs)
-    if kwargs.get("scaling_policy") is not None:
-        kwargs["scaling_policy"] = lean_policy(kwargs["scaling_policy"])
-    return kwargs
 
 
 def inherited_runtime_env(runtime_env: dict, started_env: dict[str, str]) -> dict:

@@ -9,19 +9,12 @@ fill, each wake-up takes CPU from training. A Ray cluster (a RayJob) keeps Ray's
   cluster needs, a log monitor that looks for new log files once a second rather than
   ten times, and local socket connections retried every 0.1 s rather than every second.
   A variable already set wins.
-- `lean_trainer(DataParallelTrainer)`: Ray Train's trainer without two controller
-  callbacks this run does not use: the dataset callback (its DatasetManager actor serves
-  Ray Data shards; the driver feeds its own data) and the placement-group cleaner (an
-  actor that asks the GCS every second whether the controller is alive, to free the
-  workers' placement group if it died; an embedded Ray ends with the driver, and
-  everything it holds with it); and with a fixed-size scaling policy that starts no
-  AutoscalingCoordinator actor (one machine never grows: driver/embedded/controller.py). Each
-  actor is a process that would start, and import Ray Train or Ray Data, while the
-  training workers start.
+- `lean_trainer(DataParallelTrainer)` (driver/raytrain/lean.py): Ray Train's trainer
+  without the controller callbacks and the AutoscalingCoordinator this run does not use.
 - Ray Train's controller in the driver's own process rather than in an actor, when this
   process started the Ray it runs on (`started_ray`): no process that starts and imports
   Ray Train while the workers wait for it (driver/embedded/controller.py); with the backend of
-  driver/embedded/backend.py the driver never imports torch.
+  driver/raytrain/backend.py the driver never imports torch.
 - `lean_ray_start()`, `short_raylet_wait()`, `own_sigterm()` (driver/embedded/ray_start.py; the
   first not with `run.local_dashboard`): `ray.init` without the
   autoscaler monitor and the log monitor (the driver asks Ray for no worker output), with
@@ -102,39 +95,3 @@ def quiet_token_notice() -> None:
     logger = logging.getLogger(TOKEN_LOGGER)
     if not any(isinstance(f, _DropTokenNotice) for f in logger.filters):
         logger.addFilter(_DropTokenNotice())
-
-
-UNUSED_LOCALLY = ("DatasetsCallback", "PlacementGroupCleanerCallback")
-"""Ray Train controller callbacks an embedded run goes without: Ray Train's own classes
-(defined under `ray.train`) of these names."""
-
-
-def keep_callback(callback: object) -> bool:
-    """Whether an embedded run keeps this Ray Train default callback."""
-    kind = type(callback)
-    return not (kind.__module__.startswith("ray.train.") and kind.__name__ in UNUSED_LOCALLY)
-
-
-def lean_trainer(base: type) -> type:
-    """A subclass of Ray Train's trainer `base` without the callbacks in UNUSED_LOCALLY, with
-    the lean scaling policy, and with the controller in this process when this process
-    started the Ray it runs on (driver/embedded/controller.py).
-
-    Ray Train builds its default callbacks in `_create_default_callbacks` and passes the
-    scaling policy to `_initialize_and_run_controller` (ray 2.60, pinned in pyproject.toml);
-    if a later Ray renames either, the trainer keeps Ray's defaults (a test fails, so the
-    upgrade gets looked at)."""
-
-    class LeanTrainer(base):
-        def _create_default_callbacks(self):
-            return [cb for cb in super()._create_default_callbacks() if keep_callback(cb)]
-
-        def _initialize_and_run_controller(self, **controller_init_kwargs):
-            from driver.embedded import controller as embedded_train
-
-            kwargs = embedded_train.lean_kwargs(controller_init_kwargs)
-            if started_here() and embedded_train.in_process_ok():
-                return embedded_train.run_controller(kwargs)
-            return super()._initialize_and_run_controller(**kwargs)
-
-    return LeanTrainer

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from driver.embedded.lean import UNUSED_LOCALLY, keep_callback, lean_trainer
+from driver.raytrain.lean import UNUSED_LOCALLY, keep_callback, lean_trainer
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -34,15 +34,15 @@ def test_an_embedded_run_gets_the_lean_trainer(tmp_path):
     from ray.train.v2.api.data_parallel_trainer import DataParallelTrainer
 
     from driver.config.compose import compose
-    from driver.embedded.backend import LocalTorchConfig
     from driver.raytrain import trainer_for
+    from driver.raytrain.backend import LeanTorchConfig
 
     config = Path(__file__).resolve().parents[2] / "runs/train/tiny-lm.yaml"
     cfg, _ = compose(str(config), [f"run.output_dir={tmp_path}"])
     local = trainer_for(cfg, 2, False, None, tmp_path, embedded=True)
     cluster = trainer_for(cfg, 2, False, None, tmp_path, embedded=False)
     assert isinstance(local, DataParallelTrainer) and type(local).__name__ == "LeanTrainer"
-    assert isinstance(local.backend_config, LocalTorchConfig)
+    assert isinstance(local.backend_config, LeanTorchConfig)
     assert local.backend_config.backend == "gloo" and local.backend_config.timeout_s == 1800
     assert isinstance(cluster, TorchTrainer) and isinstance(cluster.backend_config, TorchConfig)
 
@@ -50,7 +50,7 @@ def test_an_embedded_run_gets_the_lean_trainer(tmp_path):
 def test_the_driver_of_an_embedded_run_never_imports_torch(tmp_path):
     """Everything the driver imports to build and start an embedded run's trainer (the
     preloaded modules included) leaves torch out: it would cost the driver a second of
-    CPU while Ray's daemons start (driver/embedded/backend.py)."""
+    CPU while Ray's daemons start (driver/raytrain/backend.py)."""
     import subprocess
     import sys
 
@@ -89,7 +89,7 @@ def test_an_embedded_run_starts_no_autoscaling_coordinator():
     from ray.train.v2._internal.execution.scaling_policy import create_scaling_policy
     from ray.train.v2._internal.execution.scaling_policy.elastic import ElasticScalingPolicy
 
-    from driver.embedded.controller import LocalFixedScalingPolicy, lean_kwargs
+    from driver.raytrain.lean import LocalFixedScalingPolicy, lean_kwargs
 
     fixed = create_scaling_policy(ScalingConfig(num_workers=2))
     lean = lean_kwargs({"scaling_policy": fixed, "other": 1})

@@ -1,4 +1,4 @@
-"""The torch-free backend config of an embedded run (driver/embedded/backend.py): the same
+"""The torch-free backend config of an embedded run (driver/raytrain/backend.py): the same
 steps as Ray Train's own torch backend, checked against a recording worker group and
 against Ray's source (a Ray upgrade that changes its backend fails here). The real
 process group is set up by every embedded run (tests/driver/test_e2e.py)."""
@@ -9,8 +9,8 @@ import inspect
 
 import pytest
 
-from driver.embedded import backend as local_backend
-from driver.embedded.backend import LocalTorchBackend, LocalTorchConfig
+from driver.raytrain import backend as local_backend
+from driver.raytrain.backend import LeanTorchBackend, LeanTorchConfig
 
 
 class RecordingGroup:
@@ -48,7 +48,7 @@ def no_ray_get(monkeypatch):
 @pytest.mark.parametrize(("backend", "size"), [("gloo", 1), ("gloo", 3), ("nccl", 2)])
 def test_on_start_joins_every_rank_at_rank_0s_address(no_ray_get, backend, size):
     group = RecordingGroup(size)
-    LocalTorchBackend().on_start(group, LocalTorchConfig(backend=backend, timeout_s=60))
+    LeanTorchBackend().on_start(group, LeanTorchConfig(backend=backend, timeout_s=60))
     assert group.calls[0] == ("single", 0, "address_and_port", {})
     assert group.calls[1] == ("all", None, "worker_env", {"addr": "10.0.0.1", "port": 29500})
     setups = group.calls[2:]
@@ -64,7 +64,7 @@ def test_on_start_joins_every_rank_at_rank_0s_address(no_ray_get, backend, size)
 @pytest.mark.parametrize(("size", "destroy"), [(1, False), (2, True)])
 def test_on_shutdown_destroys_the_group_only_with_peers(no_ray_get, size, destroy):
     group = RecordingGroup(size)
-    LocalTorchBackend().on_shutdown(group, LocalTorchConfig())
+    LeanTorchBackend().on_shutdown(group, LeanTorchConfig())
     kwargs = {"destroy_process_group": destroy}
     assert group.calls == [("all-async", None, "shutdown_group", kwargs)]
 
@@ -72,15 +72,15 @@ def test_on_shutdown_destroys_the_group_only_with_peers(no_ray_get, size, destro
 def test_the_config_is_ray_trains_torch_config_in_kind():
     from ray.train.v2._internal.util import TrainingFramework
 
-    config = LocalTorchConfig(backend="nccl")
-    assert config.backend_cls is LocalTorchBackend
+    config = LeanTorchConfig(backend="nccl")
+    assert config.backend_cls is LeanTorchBackend
     assert config.train_func_context is local_backend.DeviceContext
     assert config.framework is TrainingFramework.TORCH
-    assert LocalTorchBackend.share_cuda_visible_devices  # one GPU per worker, all visible
+    assert LeanTorchBackend.share_cuda_visible_devices  # one GPU per worker, all visible
 
 
 def test_ray_trains_torch_backend_still_does_these_steps():
-    """Ray 2.60's `_TorchBackend`, whose steps LocalTorchBackend repeats for CPUs and GPUs."""
+    """Ray 2.60's `_TorchBackend`, whose steps LeanTorchBackend repeats for CPUs and GPUs."""
     from ray.train.torch import config
 
     on_start = inspect.getsource(config._TorchBackend.on_start)
@@ -101,6 +101,6 @@ def test_the_device_context_is_ray_trains(monkeypatch):
     entered = []
     monkeypatch.setattr(config.TorchConfigContextManager, "__enter__",
                         lambda self: entered.append(True))  # fmt: skip
-    with LocalTorchConfig().train_func_context():
+    with LeanTorchConfig().train_func_context():
         pass
     assert entered == [True]

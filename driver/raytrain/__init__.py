@@ -2,13 +2,13 @@
 loop, its arguments, scaling, backend, storage, failure policy); `trainer_class` and
 `backend_config` choose Ray Train's TorchTrainer in a cluster, and on an embedded Ray its
 base trainer without the callbacks a local run does not use, with the torch-free backend
-config (driver/embedded/lean.py, driver/embedded/backend.py)."""
+config (driver/raytrain/lean.py, driver/raytrain/backend.py)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from driver.embedded.lean import lean_trainer
+from driver.raytrain.lean import lean_trainer
 
 
 def trainer_for(
@@ -59,9 +59,9 @@ def trainer_for(
 def backend_config(backend: str, embedded: bool):
     """Ray Train's TorchConfig; on an embedded Ray, the same without torch in the driver."""
     if embedded:
-        from driver.embedded.backend import LocalTorchConfig
+        from driver.raytrain.backend import LeanTorchConfig
 
-        return LocalTorchConfig(backend=backend)
+        return LeanTorchConfig(backend=backend)
     from ray.train.torch import TorchConfig
 
     return TorchConfig(backend=backend)

@@ -5,7 +5,7 @@ The driver of an embedded run runs Ray Train's controller in its own process
 (driver/embedded/controller.py). With Ray Train's `TorchConfig` it would import torch there
 (`ray.train.torch.config` imports it at the top, and the controller calls its backend's
 `on_start`): a second of CPU, taken from Ray's daemons while they start on a machine the
-run fills. `LocalTorchConfig` is the same configuration (backend, `env://` rendezvous,
+run fills. `LeanTorchConfig` is the same configuration (backend, `env://` rendezvous,
 timeout) whose backend does, step for step, what Ray 2.60's `_TorchBackend` does for a
 worker group of Ray Train v2 on CPUs or GPUs (not TPUs), through functions of this module
 that import Ray's torch helpers on the worker, where torch is loaded anyway:
@@ -19,7 +19,7 @@ that import Ray's torch helpers on the worker, where torch is loaded anyway:
 - `train_func_context`: Ray Train's own (the worker's CUDA device set before training).
 
 A cluster run keeps Ray Train's TorchTrainer and TorchConfig, and a torchft run torchft's
-TorchftConfig (driver/raytrain.py).
+TorchftConfig (driver/raytrain/__init__.py).
 """
 
 from __future__ import annotations
@@ -85,12 +85,12 @@ class DeviceContext:
         return self._inner.__exit__(kind, value, traceback)
 
 
-class LocalTorchBackend(Backend):
+class LeanTorchBackend(Backend):
     """Ray Train's `_TorchBackend` for a v2 worker group, without torch in the controller."""
 
     share_cuda_visible_devices: bool = True
 
-    def on_start(self, worker_group, backend_config: LocalTorchConfig) -> None:
+    def on_start(self, worker_group, backend_config: LeanTorchConfig) -> None:
         addr, port = worker_group.execute_single(0, address_and_port)
         worker_group.execute(worker_env, addr=addr, port=port)
         size = len(worker_group)
@@ -102,7 +102,7 @@ class LocalTorchBackend(Backend):
             for rank in range(size)
         ])  # fmt: skip
 
-    def on_shutdown(self, worker_group, backend_config: LocalTorchConfig) -> None:
+    def on_shutdown(self, worker_group, backend_config: LeanTorchConfig) -> None:
         futures = worker_group.execute_async(
             shutdown_group, destroy_process_group=len(worker_group) > 1
         )
@@ -114,7 +114,7 @@ class LocalTorchBackend(Backend):
 
 
 @dataclass
-class LocalTorchConfig(BackendConfig):
+class LeanTorchConfig(BackendConfig):
     """`ray.train.torch.TorchConfig` with an explicit backend (`gloo`, `nccl`) and the
     `env://` rendezvous."""
 
@@ -123,7 +123,7 @@ class LocalTorchConfig(BackendConfig):
 
     @property
     def backend_cls(self):
-        return LocalTorchBackend
+        return LeanTorchBackend
 
     @property
     def train_func_context(self):
