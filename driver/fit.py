@@ -35,7 +35,7 @@ def train(cfg, config_yaml, fmt, stops, channel, result, use_gpu, embedded, star
         progress.log(f"debug: start-up held {cfg.debug.hold_start_s:g} s (debug.hold_start_s)")
         time.sleep(cfg.debug.hold_start_s)
     progress.log(f"starting {result.world_size} training workers ({'GPU' if use_gpu else 'CPU'})")
-    trainer = trainer_for(cfg, result.world_size, use_gpu, channel.address, output_dir, embedded,
+    trainer = trainer_for(cfg, result.world_size, use_gpu, channel.address, output_dir,
                           services_up.spec(cfg))  # fmt: skip
     progress.start()
     if stops is not None:  # without checkpoints no worker listens: a signal stops at once

@@ -99,9 +99,10 @@ PRELOAD = (
     "driver.trainer.worker",
     "driver.raytrain",
 )
-"""What the driver of an embedded run imports after `ray.init` to build the trainer (Ray
-Train with pandas and Ray Data: a second and more), imported while `ray.init` waits for
-Ray's daemons. Not torch: the driver of an embedded run never needs it (a test checks)."""
+"""What the driver imports after `ray.init` to build the trainer (Ray Train with pandas and
+Ray Data: a second and more), imported while `ray.init` waits for Ray's daemons (and, at a
+shape, while its nodes start: driver/embedded/cluster.py). Not torch: outside torchft the
+driver never needs it (a test checks)."""
 FT_PRELOAD = ("torch", "torch.distributed", "driver.ft.launch")
 """What a torchft run adds (torchft's backend config imports torch). torch.distributed's
 C++ initialization runs here, off the main thread: a stop signal's handler (the main

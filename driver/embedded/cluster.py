@@ -83,6 +83,7 @@ def run(args: list[str]) -> int:
     """The cluster, then the driver joined to it; the driver's exit code."""
     from driver import train
     from driver.checkpoint.auth import KEY_ENV, load_secret
+    from driver.launch import PRELOAD, preload
 
     try:
         nodes, gpus, cpus = shape_of(args)
@@ -92,7 +93,11 @@ def run(args: list[str]) -> int:
     os.environ.setdefault(KEY_ENV, load_secret().decode())  # this user's local key
     if not any(word.startswith("logging.format=") for word in args):
         args = [*args, "logging.format=progress"]  # a terminal, not a cluster's log
-    cluster = start(nodes, gpus, cpus)
+    loading = preload(PRELOAD)  # the trainer's modules, while the nodes start
+    try:
+        cluster = start(nodes, gpus, cpus)
+    finally:
+        loading.join()  # before the driver imports anything (driver.launch.preload)
     os.environ["RAY_ADDRESS"] = cluster.address
     try:
         return train.main(args)

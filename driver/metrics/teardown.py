@@ -8,7 +8,7 @@ thread pushes 0.2 s after the newest row, later on a loaded machine).
 `LeaveRowsCallback.before_worker_shutdown` sends them first (driver.metrics.rank.leave_all),
 so every rank's rows of a failed attempt are kept, not only the failing rank's own.
 
-    trainer_cls = with_rows_kept(TorchTrainer)   # driver.raytrain.trainer_class
+    trainer_cls = with_rows_kept(DataParallelTrainer)   # driver.raytrain.trainer_class
 
 Ray 2.60 (pinned in pyproject.toml): worker callbacks are the default callbacks that are
 `WorkerCallback`s (`_create_default_callbacks`), sent to every worker with its train

@@ -1,8 +1,8 @@
 """The Ray Train trainer of a run: `trainer_for` builds it from the composed config (the
 loop, its arguments, scaling, backend, storage, failure policy); `trainer_class` and
-`backend_config` choose Ray Train's TorchTrainer in a cluster, and on an embedded Ray its
-base trainer without the callbacks a local run does not use, with the torch-free backend
-config (driver/raytrain/lean.py, driver/raytrain/backend.py)."""
+`backend_config` choose Ray Train's base trainer without the callbacks a run does not use,
+with Ray Train's torch backend from a module without torch, for every run, embedded or in a
+cluster (driver/raytrain/lean.py, driver/raytrain/backend.py)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from driver.raytrain.lean import lean_trainer
 
 
 def trainer_for(
-    cfg, world: int, use_gpu: bool, channel, output_dir: Path, embedded=False, aux=None,
+    cfg, world: int, use_gpu: bool, channel, output_dir: Path, aux=None,
 ):  # fmt: skip
     """The Ray Train trainer running `driver.trainer.worker.train_worker` on `world` workers
     (`trainer_class`, `backend_config`; torchft's config under `ft.enabled`); `channel` is
@@ -33,17 +33,16 @@ def trainer_for(
 
         torch_config, failures, ft_args = trainer_parts(cfg, world, backend)
     else:
-        torch_config, failures, ft_args = backend_config(backend, embedded), None, {}
+        torch_config, failures, ft_args = backend_config(backend), None, {}
     # PyTorch's flight recorder on every rank, set before the process group starts.
     torch_config = flight.with_env(torch_config, flight.worker_env(cfg))
-    trainer, config_arg = trainer_class(embedded)
-    trainer = trainer(
+    trainer = trainer_class()(
         train_worker,
         train_loop_config={"cfg": cfg, "channel": channel, "aux": aux, **ft_args},
         scaling_config=ScalingConfig(
             num_workers=world, use_gpu=use_gpu, resources_per_worker=resources
         ),
-        **{config_arg: torch_config},
+        backend_config=torch_config,
         run_config=RunConfig(
             name=f"{cfg.run.team}-{cfg.run.name}",
             storage_path=storage,
@@ -56,28 +55,21 @@ def trainer_for(
     return trainer
 
 
-def backend_config(backend: str, embedded: bool):
-    """Ray Train's TorchConfig; on an embedded Ray, the same without torch in the driver."""
-    if embedded:
-        from driver.raytrain.backend import LeanTorchConfig
+def backend_config(backend: str):
+    """Ray Train's TorchConfig, the same without torch in the driver or Ray Train's
+    controller (driver/raytrain/backend.py)."""
+    from driver.raytrain.backend import LeanTorchConfig
 
-        return LeanTorchConfig(backend=backend)
-    from ray.train.torch import TorchConfig
-
-    return TorchConfig(backend=backend)
+    return LeanTorchConfig(backend=backend)
 
 
-def trainer_class(embedded: bool) -> tuple[type, str]:
-    """Ray Train's trainer class and the name of its backend config argument: on an
-    embedded Ray, its base DataParallelTrainer (which imports no torch) without the
-    callbacks an embedded run does not use; in a cluster, TorchTrainer. Either way its workers
-    send their unsent rows before Ray Train tears them down (driver.metrics.teardown)."""
+def trainer_class() -> type:
+    """Ray Train's trainer class: its base
+    DataParallelTrainer (which imports no torch; TorchTrainer adds only Ray's TorchConfig)
+    without the callbacks a run does not use (driver/raytrain/lean.py). Its workers send
+    their unsent rows before Ray Train tears them down (driver.metrics.teardown)."""
+    from ray.train.v2.api.data_parallel_trainer import DataParallelTrainer
+
     from driver.metrics.teardown import with_rows_kept
 
-    if embedded:
-        from ray.train.v2.api.data_parallel_trainer import DataParallelTrainer
-
-        return lean_trainer(with_rows_kept(DataParallelTrainer)), "backend_config"
-    from ray.train.torch import TorchTrainer
-
-    return with_rows_kept(TorchTrainer), "torch_config"
+    return lean_trainer(with_rows_kept(DataParallelTrainer))

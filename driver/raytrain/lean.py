@@ -1,19 +1,26 @@
-"""What the driver trims from Ray Train's trainer: default controller callbacks a run does
-not use, and the AutoscalingCoordinator of Ray Train's fixed-size scaling policy.
+"""What the driver trims from Ray Train's trainer, for every run: default controller
+callbacks it does not use, and the AutoscalingCoordinator of Ray Train's fixed-size scaling
+policy; on an embedded Ray, a little more.
 
-- `lean_trainer(base)`: Ray Train's trainer `base` without the callbacks in
-  `UNUSED_LOCALLY` (the dataset callback: its DatasetManager actor serves Ray Data shards,
-  and the driver feeds its own data; the placement-group cleaner: an actor that asks the
-  GCS every second whether the controller is alive), with `lean_policy`'s scaling policy,
-  and with the controller in this process when this process started the Ray it runs on
-  (driver/embedded/controller.py). Each actor is a process that would start, and import
-  Ray Train or Ray Data, while the training workers start.
+- `lean_trainer(base)`: Ray Train's trainer `base` without the callbacks `unused_callbacks`
+  names: for every run the dataset callback (its DatasetManager actor serves Ray Data
+  shards; no run passes Ray Train a dataset, the driver feeds its own data), and on an
+  embedded Ray the placement-group cleaner too (an actor asking the GCS every second
+  whether the controller is alive, to free the workers' placement group if it died; an
+  embedded Ray ends with the driver, and everything it holds with it; a cluster keeps it);
+  with `lean_policy`'s scaling policy; and with the controller in this process when this
+  process started the Ray it runs on (driver/embedded/controller.py). Each actor is a
+  process that would start, and import Ray Train or Ray Data, while the training workers
+  start.
 - `lean_policy(policy)`: Ray Train's `FixedScalingPolicy` starts an AutoscalingCoordinator
   actor (a process of its own, which imports Ray Data) after the controller starts, and
   keeps asking it for the workers' resources so that an autoscaling cluster grows to fit
-  them. On a Ray that never grows, the actor would only take CPU from the workers while
-  they start; this returns the same policy without it. Any other policy (elastic training
-  decides from the coordinator's answers) is returned as it is.
+  them. Nothing reads those requests where the driver runs: an embedded Ray is one machine,
+  and the RayCluster that `runner` renders has KubeRay's in-tree autoscaling off
+  (runner/templates/_raycluster_spec.yaml.j2); where a Ray autoscaler does run, the
+  workers' pending placement group is itself the demand it reads. The actor would only
+  take CPU while the workers start; this returns the same policy without it. Any other
+  policy (elastic training decides from the coordinator's answers) is returned as it is.
 
 Import this module only when building a trainer: it imports Ray Train.
 """
@@ -24,21 +31,30 @@ from ray.train.v2._internal.execution.scaling_policy.fixed import FixedScalingPo
 
 from driver.embedded.lean import started_here
 
-UNUSED_LOCALLY = ("DatasetsCallback", "PlacementGroupCleanerCallback")
-"""Ray Train controller callbacks an embedded run goes without: Ray Train's own classes
-(defined under `ray.train`) of these names."""
+UNUSED = ("DatasetsCallback",)
+"""Ray Train controller callbacks no run uses: Ray Train's own classes (defined under
+`ray.train`) of these names."""
+UNUSED_EMBEDDED = ("PlacementGroupCleanerCallback",)
+"""And those a run on an embedded Ray goes without as well."""
 
 
-def keep_callback(callback: object) -> bool:
-    """Whether an embedded run keeps this Ray Train default callback."""
+def unused_callbacks(embedded: bool) -> tuple[str, ...]:
+    """The names of Ray Train's callbacks a run goes without (`UNUSED`, `UNUSED_EMBEDDED`)."""
+    return UNUSED + (UNUSED_EMBEDDED if embedded else ())
+
+
+def keep_callback(callback: object, embedded: bool) -> bool:
+    """Whether a run (on an embedded Ray or not) keeps this Ray Train default callback."""
     kind = type(callback)
-    return not (kind.__module__.startswith("ray.train.") and kind.__name__ in UNUSED_LOCALLY)
+    return not (
+        kind.__module__.startswith("ray.train.") and kind.__name__ in unused_callbacks(embedded)
+    )
 
 
 def lean_trainer(base: type) -> type:
-    """A subclass of Ray Train's trainer `base` without the callbacks in UNUSED_LOCALLY, with
-    the lean scaling policy, and with the controller in this process when this process
-    started the Ray it runs on (driver/embedded/controller.py).
+    """A subclass of Ray Train's trainer `base` without the callbacks `unused_callbacks`
+    names, with the lean scaling policy, and with the controller in this process when this
+    process started the Ray it runs on (driver/embedded/controller.py).
 
     Ray Train builds its default callbacks in `_create_default_callbacks` and passes the
     scaling policy to `_initialize_and_run_controller` (ray 2.60, pinned in pyproject.toml);
@@ -47,7 +63,9 @@ def lean_trainer(base: type) -> type:
 
     class LeanTrainer(base):
         def _create_default_callbacks(self):
-            return [cb for cb in super()._create_default_callbacks() if keep_callback(cb)]
+            embedded = started_here()
+            callbacks = super()._create_default_callbacks()
+            return [cb for cb in callbacks if keep_callback(cb, embedded)]
 
         def _initialize_and_run_controller(self, **controller_init_kwargs):
             from driver.embedded import controller as embedded_train
@@ -60,7 +78,7 @@ def lean_trainer(base: type) -> type:
     return LeanTrainer
 
 
-class LocalFixedScalingPolicy(FixedScalingPolicy):
+class LeanFixedScalingPolicy(FixedScalingPolicy):
     """`FixedScalingPolicy` that asks no AutoscalingCoordinator for resources."""
 
     def after_controller_start(self, train_run_context) -> None:
@@ -77,11 +95,11 @@ class LocalFixedScalingPolicy(FixedScalingPolicy):
 
 
 def lean_policy(policy):
-    """The policy an embedded run's controller gets: a fixed-size one without the
+    """The policy a run's controller gets: a fixed-size one without the
     coordinator, or `policy` itself when it is not exactly Ray Train's fixed policy."""
     if type(policy) is not FixedScalingPolicy:
         return policy
-    return LocalFixedScalingPolicy(scaling_config=policy.scaling_config)
+    return LeanFixedScalingPolicy(scaling_config=policy.scaling_config)
 
 
 def lean_kwargs(controller_init_kwargs: dict) -> dict:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from driver.raytrain.lean import UNUSED_LOCALLY, keep_callback, lean_trainer
+from driver.raytrain.lean import UNUSED, UNUSED_EMBEDDED, keep_callback, lean_trainer
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -17,20 +17,22 @@ def _callback(name: str, module: str) -> object:
 
 
 @pytest.mark.parametrize(
-    ("name", "module", "kept"),
+    ("name", "module", "embedded", "kept"),
     [
-        ("DatasetsCallback", "ray.train.v2._internal.callbacks.datasets", False),
-        ("PlacementGroupCleanerCallback", "ray.train.v2._internal.callbacks.pg", False),
-        ("BackendSetupCallback", "ray.train.v2._internal.callbacks.backend_setup", True),
-        ("DatasetsCallback", "my_project.callbacks", True),  # a user's class of that name
+        ("DatasetsCallback", "ray.train.v2._internal.callbacks.datasets", True, False),
+        ("DatasetsCallback", "ray.train.v2._internal.callbacks.datasets", False, False),
+        ("PlacementGroupCleanerCallback", "ray.train.v2._internal.callbacks.pg", True, False),
+        ("PlacementGroupCleanerCallback", "ray.train.v2._internal.callbacks.pg", False, True),
+        ("BackendSetupCallback", "ray.train.v2._internal.callbacks.backend_setup", True, True),
+        ("BackendSetupCallback", "ray.train.v2._internal.callbacks.backend_setup", False, True),
+        ("DatasetsCallback", "my_project.callbacks", True, True),  # a user's class of that name
     ],
 )
-def test_keep_callback(name, module, kept):
-    assert keep_callback(_callback(name, module)) is kept
+def test_keep_callback(name, module, embedded, kept):
+    assert keep_callback(_callback(name, module), embedded) is kept
 
 
-def test_an_embedded_run_gets_the_lean_trainer(tmp_path):
-    from ray.train.torch import TorchConfig, TorchTrainer
+def test_every_run_gets_the_lean_trainer_and_the_torch_free_backend(tmp_path):
     from ray.train.v2.api.data_parallel_trainer import DataParallelTrainer
 
     from driver.config.compose import compose
@@ -39,18 +41,19 @@ def test_an_embedded_run_gets_the_lean_trainer(tmp_path):
 
     config = Path(__file__).resolve().parents[2] / "runs/train/tiny-lm.yaml"
     cfg, _ = compose(str(config), [f"run.output_dir={tmp_path}"])
-    local = trainer_for(cfg, 2, False, None, tmp_path, embedded=True)
-    cluster = trainer_for(cfg, 2, False, None, tmp_path, embedded=False)
-    assert isinstance(local, DataParallelTrainer) and type(local).__name__ == "LeanTrainer"
-    assert isinstance(local.backend_config, LeanTorchConfig)
-    assert local.backend_config.backend == "gloo" and local.backend_config.timeout_s == 1800
-    assert isinstance(cluster, TorchTrainer) and isinstance(cluster.backend_config, TorchConfig)
+    for use_gpu, backend in ((False, "gloo"), (True, "nccl")):  # embedded or in a cluster
+        trainer = trainer_for(cfg, 2, use_gpu, None, tmp_path)
+        assert isinstance(trainer, DataParallelTrainer) and type(trainer).__name__ == "LeanTrainer"
+        assert isinstance(trainer.backend_config, LeanTorchConfig)
+        assert trainer.backend_config.backend == backend
+        assert trainer.backend_config.timeout_s == 1800
 
 
-def test_the_driver_of_an_embedded_run_never_imports_torch(tmp_path):
-    """Everything the driver imports to build and start an embedded run's trainer (the
-    preloaded modules included) leaves torch out: it would cost the driver a second of
-    CPU while Ray's daemons start (driver/raytrain/backend.py)."""
+def test_the_driver_never_imports_torch_outside_torchft(tmp_path):
+    """Everything the driver imports to build and start a run's trainer, embedded or in a
+    cluster with GPUs (the preloaded modules included), leaves torch out: it would cost the
+    driver, and Ray Train's controller, a second of CPU while the run starts
+    (driver/raytrain/backend.py)."""
     import subprocess
     import sys
 
@@ -62,8 +65,8 @@ def test_the_driver_of_an_embedded_run_never_imports_torch(tmp_path):
         "for name in PRELOAD: importlib.import_module(name)\n"
         f"cfg, _ = compose({str(root / 'runs/train/tiny-lm.yaml')!r}, "
         f"['run.output_dir={tmp_path}'])\n"
-        f"trainer = trainer_for(cfg, 2, False, None, __import__('pathlib').Path({str(tmp_path)!r}),"
-        " embedded=True)\n"
+        "from pathlib import Path\n"
+        f"trainer = trainer_for(cfg, 2, True, None, Path({str(tmp_path)!r}))\n"
         "import driver.embedded.controller, driver.train, driver.output.progress\n"
         "print(sorted(m for m in sys.modules if m == 'torch' or m.startswith('torch.')))\n"
     )
@@ -72,29 +75,34 @@ def test_the_driver_of_an_embedded_run_never_imports_torch(tmp_path):
     assert out.stdout.strip().splitlines()[-1] == "[]"
 
 
-def test_lean_trainer_drops_only_the_callbacks_a_local_run_does_not_use():
+@pytest.mark.parametrize("embedded", [True, False])
+def test_lean_trainer_drops_only_the_callbacks_a_run_does_not_use(embedded, monkeypatch):
     from ray.train import ScalingConfig
     from ray.train.torch import TorchTrainer
 
+    from driver.raytrain import lean
+
     kwargs = {"train_loop_per_worker": lambda: None, "scaling_config": ScalingConfig(num_workers=1)}
     full = [type(cb).__name__ for cb in TorchTrainer(**kwargs)._create_default_callbacks()]
-    lean = lean_trainer(TorchTrainer)(**kwargs)._create_default_callbacks()
-    assert set(UNUSED_LOCALLY) <= set(full)  # a Ray upgrade that renames them fails here
-    assert [type(cb).__name__ for cb in lean] == [n for n in full if n not in UNUSED_LOCALLY]
+    monkeypatch.setattr(lean, "started_here", lambda: embedded)
+    kept = lean_trainer(TorchTrainer)(**kwargs)._create_default_callbacks()
+    assert set(UNUSED + UNUSED_EMBEDDED) <= set(full)  # a Ray upgrade that renames them fails
+    dropped = UNUSED + (UNUSED_EMBEDDED if embedded else ())
+    assert [type(cb).__name__ for cb in kept] == [n for n in full if n not in dropped]
     assert "BackendSetupCallback" in full  # the process group is still set up
 
 
-def test_an_embedded_run_starts_no_autoscaling_coordinator():
+def test_no_run_starts_an_autoscaling_coordinator():
     from ray.train import ScalingConfig
     from ray.train.v2._internal.execution.scaling_policy import create_scaling_policy
     from ray.train.v2._internal.execution.scaling_policy.elastic import ElasticScalingPolicy
 
-    from driver.raytrain.lean import LocalFixedScalingPolicy, lean_kwargs
+    from driver.raytrain.lean import LeanFixedScalingPolicy, lean_kwargs
 
     fixed = create_scaling_policy(ScalingConfig(num_workers=2))
     lean = lean_kwargs({"scaling_policy": fixed, "other": 1})
     policy = lean["scaling_policy"]
-    assert type(policy) is LocalFixedScalingPolicy and lean["other"] == 1
+    assert type(policy) is LeanFixedScalingPolicy and lean["other"] == 1
     assert policy.scaling_config is fixed.scaling_config
     policy.after_controller_start(type("Ctx", (), {"run_id": "r"})())  # no actor, no client
     assert policy._coordinator_client is None

@@ -4,8 +4,6 @@ every attempt)."""
 
 from __future__ import annotations
 
-import pytest
-
 from driver.metrics import rank
 from driver.metrics.teardown import LeaveRowsCallback, with_rows_kept
 from driver.raytrain import trainer_class
@@ -50,13 +48,11 @@ def test_the_hook_comes_first_among_the_default_callbacks():
     assert isinstance(callbacks[0], LeaveRowsCallback) and callbacks[1:] == ["ray's own"]
 
 
-@pytest.mark.parametrize("embedded", [True, False])
-def test_both_trainer_classes_carry_the_hook(embedded):
+def test_the_trainer_class_carries_the_hook():
     from ray.train import ScalingConfig
 
-    cls, config_arg = trainer_class(embedded)
+    cls = trainer_class()
     kwargs = {"scaling_config": ScalingConfig(num_workers=1)}
     trainer = cls(lambda: None, **kwargs)
     callbacks = trainer._create_default_callbacks()
     assert isinstance(callbacks[0], LeaveRowsCallback), callbacks
-    assert config_arg in ("backend_config", "torch_config")
