@@ -1,11 +1,11 @@
-"""Ray Train's torch backend for an embedded (local) run, from a module that does not import
-torch, so that the driver process never does.
+"""Ray Train's torch backend, from a module that does not import torch, so that neither the
+driver nor Ray Train's controller does (outside torchft).
 
-The driver of an embedded run runs Ray Train's controller in its own process
-(driver/embedded/controller.py). With Ray Train's `TorchConfig` it would import torch there
+Ray Train's controller (an actor in a cluster; on an embedded Ray, the driver's own
+process: driver/embedded/controller.py) would import torch with Ray Train's `TorchConfig`
 (`ray.train.torch.config` imports it at the top, and the controller calls its backend's
-`on_start`): a second of CPU, taken from Ray's daemons while they start on a machine the
-run fills. `LeanTorchConfig` is the same configuration (backend, `env://` rendezvous,
+`on_start`): a second of CPU on the path to the first step, before the controller asks
+for the training workers. `LeanTorchConfig` is the same configuration (backend, `env://` rendezvous,
 timeout) whose backend does, step for step, what Ray 2.60's `_TorchBackend` does for a
 worker group of Ray Train v2 on CPUs or GPUs (not TPUs), through functions of this module
 that import Ray's torch helpers on the worker, where torch is loaded anyway:
@@ -18,8 +18,8 @@ that import Ray's torch helpers on the worker, where torch is loaded anyway:
   shutdown timeout.
 - `train_func_context`: Ray Train's own (the worker's CUDA device set before training).
 
-A cluster run keeps Ray Train's TorchTrainer and TorchConfig, and a torchft run torchft's
-TorchftConfig (driver/raytrain/__init__.py).
+Every run uses it (`TorchTrainer` adds nothing to its base trainer but Ray's `TorchConfig`)
+but a torchft run, which uses torchft's TorchftConfig (driver/raytrain/__init__.py).
 """
 
 from __future__ import annotations
