@@ -93,7 +93,7 @@ def connect(cfg) -> bool:
 
 PRELOAD = (
     "ray.train.v2.api.data_parallel_trainer",
-    "driver.embedded.controller",
+    "driver.raytrain.controller",
     "driver.raytrain.lean",
     "driver.raytrain.backend",
     "driver.trainer.worker",

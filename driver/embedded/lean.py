@@ -13,7 +13,7 @@ fill, each wake-up takes CPU from training. A Ray cluster (a RayJob) keeps Ray's
   without the controller callbacks and the AutoscalingCoordinator this run does not use.
 - Ray Train's controller in the driver's own process rather than in an actor, when this
   process started the Ray it runs on (`started_ray`): no process that starts and imports
-  Ray Train while the workers wait for it (driver/embedded/controller.py); with the backend of
+  Ray Train while the workers wait for it (driver/raytrain/controller.py); with the backend of
   driver/raytrain/backend.py the driver never imports torch.
 - `lean_ray_start()`, `short_raylet_wait()`, `own_sigterm()` (driver/embedded/ray_start.py; the
   first not with `run.local_dashboard`): `ray.init` without the

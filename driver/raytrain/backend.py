@@ -2,7 +2,7 @@
 driver nor Ray Train's controller does (outside torchft).
 
 Ray Train's controller (an actor in a cluster; on an embedded Ray, the driver's own
-process: driver/embedded/controller.py) would import torch with Ray Train's `TorchConfig`
+process: driver/raytrain/controller.py) would import torch with Ray Train's `TorchConfig`
 (`ray.train.torch.config` imports it at the top, and the controller calls its backend's
 `on_start`): a second of CPU on the path to the first step, before the controller asks
 for the training workers. `LeanTorchConfig` is the same configuration (backend, `env://` rendezvous,

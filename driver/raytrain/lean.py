@@ -9,7 +9,7 @@ policy; on an embedded Ray, a little more.
   whether the controller is alive, to free the workers' placement group if it died; an
   embedded Ray ends with the driver, and everything it holds with it; a cluster keeps it);
   with `lean_policy`'s scaling policy; and with the controller in this process when this
-  process started the Ray it runs on (driver/embedded/controller.py). Each actor is a
+  process started the Ray it runs on (driver/raytrain/controller.py). Each actor is a
   process that would start, and import Ray Train or Ray Data, while the training workers
   start.
 - `lean_policy(policy)`: Ray Train's `FixedScalingPolicy` starts an AutoscalingCoordinator
@@ -54,7 +54,7 @@ def keep_callback(callback: object, embedded: bool) -> bool:
 def lean_trainer(base: type) -> type:
     """A subclass of Ray Train's trainer `base` without the callbacks `unused_callbacks`
     names, with the lean scaling policy, and with the controller in this process when this
-    process started the Ray it runs on (driver/embedded/controller.py).
+    process started the Ray it runs on (driver/raytrain/controller.py).
 
     Ray Train builds its default callbacks in `_create_default_callbacks` and passes the
     scaling policy to `_initialize_and_run_controller` (ray 2.60, pinned in pyproject.toml);
@@ -68,7 +68,7 @@ def lean_trainer(base: type) -> type:
             return [cb for cb in callbacks if keep_callback(cb, embedded)]
 
         def _initialize_and_run_controller(self, **controller_init_kwargs):
-            from driver.embedded import controller as embedded_train
+            from driver.raytrain import controller as embedded_train
 
             kwargs = lean_kwargs(controller_init_kwargs)
             if started_here() and embedded_train.in_process_ok():

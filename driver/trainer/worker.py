@@ -50,7 +50,7 @@ def train(cfg, ctx, channel, logger, attempt: int, args: dict) -> dict:
     """Build the trainer, train, and leave the final figures when this rank reports them.
     No `ray.train.report`: nothing reads Ray Train's result, and a report is a barrier of
     every worker through Ray Train's synchronization actor, which a local run then never
-    starts (driver/embedded/lazy_sync.py); under torchft a replaced group's peers may have
+    starts (driver/raytrain/lazy_sync.py); under torchft a replaced group's peers may have
     left it."""
     from driver.trainer.build import build_trainer
 

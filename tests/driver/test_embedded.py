@@ -67,7 +67,7 @@ def test_the_driver_never_imports_torch_outside_torchft(tmp_path):
         f"['run.output_dir={tmp_path}'])\n"
         "from pathlib import Path\n"
         f"trainer = trainer_for(cfg, 2, True, None, Path({str(tmp_path)!r}))\n"
-        "import driver.embedded.controller, driver.train, driver.output.progress\n"
+        "import driver.raytrain.controller, driver.train, driver.output.progress\n"
         "print(sorted(m for m in sys.modules if m == 'torch' or m.startswith('torch.')))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True,
@@ -124,13 +124,13 @@ def test_ray_train_still_passes_the_policy_where_the_lean_trainer_takes_it():
 
 def test_the_local_worker_group_passes_what_ray_train_passes_but_the_controller():
     """`LocalWorkerGroup` repeats Ray 2.60's `_init_train_context_on_workers` with no
-    controller handle (driver/embedded/controller.py): a Ray upgrade that changes it fails here."""
+    controller handle (driver/raytrain/controller.py): a Ray upgrade that changes it fails here."""
     import inspect
     import re
 
     from ray.train.v2._internal.execution.worker_group import WorkerGroup
 
-    from driver.embedded.controller import LocalWorkerGroup
+    from driver.raytrain.controller import LocalWorkerGroup
 
     def keywords(method) -> set[str]:
         return set(re.findall(r"^\s+(\w+)=", inspect.getsource(method), re.M))
@@ -234,7 +234,7 @@ def test_ray_init_keeps_the_drivers_sigterm_handler():
 
 @pytest.mark.parametrize(("value", "ok"), [(None, True), ("0", True), ("1", False)])
 def test_the_controller_stays_an_actor_with_state_tracking(monkeypatch, value, ok):
-    from driver.embedded.controller import in_process_ok
+    from driver.raytrain.controller import in_process_ok
 
     if value is None:
         monkeypatch.delenv("RAY_TRAIN_ENABLE_STATE_TRACKING", raising=False)
@@ -356,7 +356,7 @@ STARTED_ENV = {"RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": "2", "RAY_TRAIN_ENABLE_PRINT
 )
 def test_training_workers_get_no_runtime_env_that_only_repeats_their_own(runtime_env, inherited):
     """With none, they take the worker processes Ray started beside itself."""
-    from driver.embedded.controller import inherited_runtime_env
+    from driver.raytrain.controller import inherited_runtime_env
 
     got = inherited_runtime_env(runtime_env, STARTED_ENV)
     assert got == ({} if inherited else runtime_env)
@@ -367,7 +367,7 @@ def test_ray_train_still_asks_the_worker_group_for_the_workers_runtime_env():
 
     from ray.train.v2._internal.execution.worker_group import WorkerGroup
 
-    from driver.embedded.controller import LocalWorkerGroup
+    from driver.raytrain.controller import LocalWorkerGroup
 
     create = inspect.getsource(WorkerGroup._create_workers)
     assert "runtime_env = self._get_worker_runtime_env(" in create

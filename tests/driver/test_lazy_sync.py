@@ -1,5 +1,5 @@
 """Ray Train's synchronization actor on a local run: created only when someone calls it
-(driver/embedded/lazy_sync.py), so a local run, which calls none of Ray Train's collectives, never
+(driver/raytrain/lazy_sync.py), so a local run, which calls none of Ray Train's collectives, never
 starts its process."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pickle
 import subprocess
 import sys
 
-from driver.embedded.lazy_sync import PREFIX, LazyFactory, LazySyncActor, install
+from driver.raytrain.lazy_sync import PREFIX, LazyFactory, LazySyncActor, install
 from tests.driver.conftest import ROOT, TINY_LM
 
 
@@ -92,7 +92,7 @@ def test_a_local_run_starts_no_process_beyond_its_training_workers(tmp_path):
     in-process controller: no SynchronizationActor, nor any other actor, ever existed in its
     Ray (the GCS keeps dead actors too), and Ray started two worker processes in all (each
     writes a `python-core-worker-*.log`): the training workers ran in the ones Ray starts
-    beside itself (driver.embedded.controller.inherited_runtime_env; with a variable set after
+    beside itself (driver.raytrain.controller.inherited_runtime_env; with a variable set after
     Ray started, there are four)."""
     code = (
         "import glob, json, ray, ray._private.state as st\n"

@@ -8,7 +8,7 @@ only cost CPU: its process starts and imports Ray Train (about 1 s of CPU, taken
 training workers while they start) and then wakes 100 times a second for Ray's signal check
 (0.6 % of a core for the whole run).
 
-`install()` makes the in-process controller (driver/embedded/controller.py) create a
+`install()` makes the in-process controller (driver/raytrain/controller.py) create a
 `LazySyncActor` instead: a picklable stand-in with the same methods that creates the real
 actor, named after the worker group and with the options Ray Train gave it, the first time
 anyone (the controller, or a worker it was handed to) calls one of its methods. It is created

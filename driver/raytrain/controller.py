@@ -24,8 +24,8 @@ from ray.train.v2._internal.constants import (
 from ray.train.v2._internal.execution.controller import TrainController
 from ray.train.v2._internal.execution.worker_group import WorkerGroup
 
-from driver.embedded import lazy_sync
-from driver.embedded.controller_thread import STOP_TIMEOUT_S, ControllerThread
+from driver.raytrain import lazy_sync
+from driver.raytrain.controller_thread import STOP_TIMEOUT_S, ControllerThread
 
 
 def inherited_runtime_env(runtime_env: dict, started_env: dict[str, str]) -> dict:
@@ -91,7 +91,7 @@ def run_controller(controller_init_kwargs: dict):
     """Ray Train's `_initialize_and_run_controller` (ray 2.60) with the controller in this
     process rather than in an actor: no process to start, and none that imports Ray Train
     and the backend while the training workers wait for it. It runs in a thread of its own
-    (`ControllerThread`, driver/embedded/controller_thread.py) while this thread waits, so that a
+    (`ControllerThread`, driver/raytrain/controller_thread.py) while this thread waits, so that a
     signal handler's exception (Ctrl-C, a stop signal during start-up) is raised here, in a
     wait, never in the middle of one of the controller's Ray calls; the controller then
     stops (`stop`) before the exception goes on. Its log lines go to the driver's own
@@ -99,7 +99,7 @@ def run_controller(controller_init_kwargs: dict):
     controller log would configure this process's logging). It reads the variables Ray Train
     would hand an actor (`get_env_vars_to_propagate`) from this process's environment, where
     Ray Train takes them from. Ray Train's synchronization actor is created only if someone
-    calls it (driver/embedded/lazy_sync.py)."""
+    calls it (driver/raytrain/lazy_sync.py)."""
     before = os.environ.get(CONTROLLER_LOG_ENV)
     os.environ[CONTROLLER_LOG_ENV] = "0"  # read once, as the controller is made
     try:

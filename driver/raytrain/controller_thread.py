@@ -1,4 +1,4 @@
-"""Ray Train's controller loop on a thread of the driver's process (driver/embedded/controller.py
+"""Ray Train's controller loop on a thread of the driver's process (driver/raytrain/controller.py
 runs it there for an embedded run): `ControllerThread` runs it on an event loop of its own
 and can cancel it from another thread; `stop` is Ray Train's abort short of ending an
 actor's process."""
