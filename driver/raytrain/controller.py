@@ -1,10 +1,12 @@
-"""Ray Train's controller for an embedded (local) run, in the driver's own process.
+"""Ray Train's controller for every run, embedded or in a cluster, in the driver's own process.
 
-`run_controller` runs Ray Train's `TrainController` in the driver's process instead of in
-an actor of its own: that actor's process would start and import Ray Train, Ray Data and
-the backend (seconds of CPU) before it could ask for the training workers, which wait for
-it; the driver has imported them already, while Ray's daemons started
-(driver/launch.py). Ray Train hands the workers the controller's handle only for
+`run_controller` runs Ray Train's `TrainController` in the driver's process instead of in an
+actor of its own: that actor's process would start and import Ray Train, Ray Data and the
+backend (seconds of CPU) before it could ask for the training workers, which wait for it;
+the driver has imported them already, while Ray's daemons started (driver/launch.py; in a
+cluster, on the head node, where Ray Train would place the actor too). The controller lives
+and dies with the driver, as the actor did (the driver owned it), and so does the workers'
+placement group. Ray Train hands the workers the controller's handle only for
 `ray.train.get_all_reported_checkpoints`, which the driver's loop does not call
 (`LocalWorkerGroup`).
 
@@ -34,7 +36,8 @@ def inherited_runtime_env(runtime_env: dict, started_env: dict[str, str]) -> dic
     (`started_env`), else `runtime_env` itself. Ray starts a worker process of its own for
     every distinct runtime environment; with none, the training workers take the processes
     Ray started beside itself (one per CPU), which would otherwise idle for the whole run,
-    instead of starting two more."""
+    instead of starting two more. In a cluster this process started no Ray, `started_env`
+    is empty, and the workers keep their runtime environment."""
     if set(runtime_env) - {"env_vars"}:
         return runtime_env
     wanted = runtime_env.get("env_vars") or {}

@@ -1,5 +1,5 @@
 """Ray Train's controller loop on a thread of the driver's process (driver/raytrain/controller.py
-runs it there for an embedded run): `ControllerThread` runs it on an event loop of its own
+runs it there for every run): `ControllerThread` runs it on an event loop of its own
 and can cancel it from another thread; `stop` is Ray Train's abort short of ending an
 actor's process."""
 

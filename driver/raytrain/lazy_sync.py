@@ -1,12 +1,12 @@
-"""Ray Train's synchronization actor for an embedded (local) run, created on first use.
+"""Ray Train's synchronization actor, created on first use (every run, embedded or not).
 
 Ray Train 2.60 starts a `SynchronizationActor` with every worker group, beside the training
 workers. It serves only Ray Train's collectives (`ray.train.report`, its barrier and
 broadcast) and the controller's barrier resets; the driver's loop calls none of them (its
-final figures go to the run's channel, driver.channel), so on a local run the actor would
-only cost CPU: its process starts and imports Ray Train (about 1 s of CPU, taken from the
-training workers while they start) and then wakes 100 times a second for Ray's signal check
-(0.6 % of a core for the whole run).
+final figures go to the run's channel, driver.channel), so the actor would only cost CPU:
+its process starts and imports Ray Train (about 1 s of CPU, taken from the training workers
+while they start) and then wakes 100 times a second for Ray's signal check (0.6 % of a core
+for the whole run).
 
 `install()` makes the in-process controller (driver/raytrain/controller.py) create a
 `LazySyncActor` instead: a picklable stand-in with the same methods that creates the real

@@ -1,17 +1,19 @@
-"""What the driver trims from Ray Train's trainer, for every run: default controller
-callbacks it does not use, and the AutoscalingCoordinator of Ray Train's fixed-size scaling
-policy; on an embedded Ray, a little more.
+"""What the driver trims from Ray Train's trainer, for every run, embedded or in a cluster:
+default controller callbacks it does not use, the AutoscalingCoordinator of Ray Train's
+fixed-size scaling policy, and the controller's own actor.
 
-- `lean_trainer(base)`: Ray Train's trainer `base` without the callbacks `unused_callbacks`
-  names: for every run the dataset callback (its DatasetManager actor serves Ray Data
-  shards; no run passes Ray Train a dataset, the driver feeds its own data), and on an
-  embedded Ray the placement-group cleaner too (an actor asking the GCS every second
-  whether the controller is alive, to free the workers' placement group if it died; an
-  embedded Ray ends with the driver, and everything it holds with it; a cluster keeps it);
-  with `lean_policy`'s scaling policy; and with the controller in this process when this
-  process started the Ray it runs on (driver/raytrain/controller.py). Each actor is a
-  process that would start, and import Ray Train or Ray Data, while the training workers
-  start.
+- `lean_trainer(base)`: Ray Train's trainer `base` with its controller in the driver's
+  process rather than in an actor (driver/raytrain/controller.py; not with Ray Train's
+  state tracking on, whose callback needs the actor), without the callbacks
+  `unused_callbacks` names, and with `lean_policy`'s scaling policy. The callbacks: the
+  dataset callback (its DatasetManager actor serves Ray Data shards; no run passes Ray
+  Train a dataset, the driver feeds its own data) and, with the controller in the driver's
+  process, the placement-group cleaner (an actor asking the GCS every second whether the
+  controller's actor is alive, to free the workers' placement group if it died: there is
+  no such actor, and a placement group lives as long as the driver's job that made it).
+  Each actor is a process that would start, and import Ray Train or Ray Data, while the
+  training workers start; the controller's actor came first, before the workers were asked
+  for.
 - `lean_policy(policy)`: Ray Train's `FixedScalingPolicy` starts an AutoscalingCoordinator
   actor (a process of its own, which imports Ray Data) after the controller starts, and
   keeps asking it for the workers' resources so that an autoscaling cluster grows to fit
@@ -29,32 +31,33 @@ from __future__ import annotations
 
 from ray.train.v2._internal.execution.scaling_policy.fixed import FixedScalingPolicy
 
-from driver.embedded.lean import started_here
+from driver.raytrain import controller
 
 UNUSED = ("DatasetsCallback",)
 """Ray Train controller callbacks no run uses: Ray Train's own classes (defined under
 `ray.train`) of these names."""
-UNUSED_EMBEDDED = ("PlacementGroupCleanerCallback",)
-"""And those a run on an embedded Ray goes without as well."""
+UNUSED_IN_PROCESS = ("PlacementGroupCleanerCallback",)
+"""And those a run whose controller is in the driver's process goes without as well."""
 
 
-def unused_callbacks(embedded: bool) -> tuple[str, ...]:
-    """The names of Ray Train's callbacks a run goes without (`UNUSED`, `UNUSED_EMBEDDED`)."""
-    return UNUSED + (UNUSED_EMBEDDED if embedded else ())
+def unused_callbacks(in_process: bool) -> tuple[str, ...]:
+    """The names of Ray Train's callbacks a run goes without (`UNUSED`, `UNUSED_IN_PROCESS`)."""
+    return UNUSED + (UNUSED_IN_PROCESS if in_process else ())
 
 
-def keep_callback(callback: object, embedded: bool) -> bool:
-    """Whether a run (on an embedded Ray or not) keeps this Ray Train default callback."""
+def keep_callback(callback: object, in_process: bool) -> bool:
+    """Whether a run (its controller in the driver's process or not) keeps this Ray Train
+    default callback."""
     kind = type(callback)
     return not (
-        kind.__module__.startswith("ray.train.") and kind.__name__ in unused_callbacks(embedded)
+        kind.__module__.startswith("ray.train.") and kind.__name__ in unused_callbacks(in_process)
     )
 
 
 def lean_trainer(base: type) -> type:
-    """A subclass of Ray Train's trainer `base` without the callbacks `unused_callbacks`
-    names, with the lean scaling policy, and with the controller in this process when this
-    process started the Ray it runs on (driver/raytrain/controller.py).
+    """A subclass of Ray Train's trainer `base` with the controller in this process
+    (`controller.in_process_ok`), without the callbacks `unused_callbacks` names, and with
+    the lean scaling policy.
 
     Ray Train builds its default callbacks in `_create_default_callbacks` and passes the
     scaling policy to `_initialize_and_run_controller` (ray 2.60, pinned in pyproject.toml);
@@ -63,16 +66,14 @@ def lean_trainer(base: type) -> type:
 
     class LeanTrainer(base):
         def _create_default_callbacks(self):
-            embedded = started_here()
+            in_process = controller.in_process_ok()
             callbacks = super()._create_default_callbacks()
-            return [cb for cb in callbacks if keep_callback(cb, embedded)]
+            return [cb for cb in callbacks if keep_callback(cb, in_process)]
 
         def _initialize_and_run_controller(self, **controller_init_kwargs):
-            from driver.raytrain import controller as embedded_train
-
             kwargs = lean_kwargs(controller_init_kwargs)
-            if started_here() and embedded_train.in_process_ok():
-                return embedded_train.run_controller(kwargs)
+            if controller.in_process_ok():
+                return controller.run_controller(kwargs)
             return super()._initialize_and_run_controller(**kwargs)
 
     return LeanTrainer

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from driver.raytrain.lean import UNUSED, UNUSED_EMBEDDED, keep_callback, lean_trainer
+from driver.raytrain.lean import UNUSED, UNUSED_IN_PROCESS, keep_callback, lean_trainer
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -17,7 +17,7 @@ def _callback(name: str, module: str) -> object:
 
 
 @pytest.mark.parametrize(
-    ("name", "module", "embedded", "kept"),
+    ("name", "module", "in_process", "kept"),
     [
         ("DatasetsCallback", "ray.train.v2._internal.callbacks.datasets", True, False),
         ("DatasetsCallback", "ray.train.v2._internal.callbacks.datasets", False, False),
@@ -28,8 +28,8 @@ def _callback(name: str, module: str) -> object:
         ("DatasetsCallback", "my_project.callbacks", True, True),  # a user's class of that name
     ],
 )
-def test_keep_callback(name, module, embedded, kept):
-    assert keep_callback(_callback(name, module), embedded) is kept
+def test_keep_callback(name, module, in_process, kept):
+    assert keep_callback(_callback(name, module), in_process) is kept
 
 
 def test_every_run_gets_the_lean_trainer_and_the_torch_free_backend(tmp_path):
@@ -75,8 +75,8 @@ def test_the_driver_never_imports_torch_outside_torchft(tmp_path):
     assert out.stdout.strip().splitlines()[-1] == "[]"
 
 
-@pytest.mark.parametrize("embedded", [True, False])
-def test_lean_trainer_drops_only_the_callbacks_a_run_does_not_use(embedded, monkeypatch):
+@pytest.mark.parametrize("in_process", [True, False])
+def test_lean_trainer_drops_only_the_callbacks_a_run_does_not_use(in_process, monkeypatch):
     from ray.train import ScalingConfig
     from ray.train.torch import TorchTrainer
 
@@ -84,10 +84,10 @@ def test_lean_trainer_drops_only_the_callbacks_a_run_does_not_use(embedded, monk
 
     kwargs = {"train_loop_per_worker": lambda: None, "scaling_config": ScalingConfig(num_workers=1)}
     full = [type(cb).__name__ for cb in TorchTrainer(**kwargs)._create_default_callbacks()]
-    monkeypatch.setattr(lean, "started_here", lambda: embedded)
+    monkeypatch.setattr(lean.controller, "in_process_ok", lambda: in_process)
     kept = lean_trainer(TorchTrainer)(**kwargs)._create_default_callbacks()
-    assert set(UNUSED + UNUSED_EMBEDDED) <= set(full)  # a Ray upgrade that renames them fails
-    dropped = UNUSED + (UNUSED_EMBEDDED if embedded else ())
+    assert set(UNUSED + UNUSED_IN_PROCESS) <= set(full)  # a Ray upgrade that renames them fails
+    dropped = UNUSED + (UNUSED_IN_PROCESS if in_process else ())
     assert [type(cb).__name__ for cb in kept] == [n for n in full if n not in dropped]
     assert "BackendSetupCallback" in full  # the process group is still set up
 

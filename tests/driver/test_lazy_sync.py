@@ -1,5 +1,5 @@
-"""Ray Train's synchronization actor on a local run: created only when someone calls it
-(driver/raytrain/lazy_sync.py), so a local run, which calls none of Ray Train's collectives, never
+"""Ray Train's synchronization actor: created only when someone calls it
+(driver/raytrain/lazy_sync.py), so a run, which calls none of Ray Train's collectives, never
 starts its process."""
 
 from __future__ import annotations
@@ -9,6 +9,8 @@ import json
 import pickle
 import subprocess
 import sys
+
+import pytest
 
 from driver.raytrain.lazy_sync import PREFIX, LazyFactory, LazySyncActor, install
 from tests.driver.conftest import ROOT, TINY_LM
@@ -114,3 +116,37 @@ def test_a_local_run_starts_no_process_beyond_its_training_workers(tmp_path):
     code, started, actors = json.loads(out.stdout.strip().splitlines()[-1])
     assert code == 0, out.stderr[-2000:]
     assert actors == ["RayTrainWorker"] * 2 and started == 2, (actors, started)
+
+
+@pytest.mark.slow
+def test_a_cluster_run_starts_no_actor_beyond_its_training_workers(tmp_path):
+    """A whole run joined to a Ray cluster of 2 nodes (the shape's, driver/embedded/cluster.py),
+    as a RayJob's driver joins its cluster: the controller runs in the driver's process
+    there too (driver/raytrain/lean.py), so neither its actor, nor the placement-group
+    cleaner, the synchronization actor, the DatasetManager or the AutoscalingCoordinator ever
+    existed in the cluster (the GCS keeps dead actors too): only the training workers."""
+    code = (
+        "import json, os, ray, ray._private.state as st\n"
+        "from driver.checkpoint.auth import KEY_ENV, load_secret\n"
+        "from driver.embedded.cluster import start, stop\n"
+        "from driver.train import main\n"
+        "os.environ.setdefault(KEY_ENV, load_secret().decode())\n"
+        "cluster = start(2, 1, 1.0)\n"
+        "os.environ['RAY_ADDRESS'] = cluster.address\n"
+        "try:\n"
+        f"    code = main([{TINY_LM!r}, 'train.steps=3', 'optimizer.warmup_steps=1',"
+        f" 'data.size=512', 'run.output_dir={tmp_path}', 'shape.nodes=2',"
+        " 'shape.gpus_per_node=1', 'shape.accelerator=cpu', 'parallelism.workers=2'])\n"
+        "    if not ray.is_initialized():\n"
+        "        ray.init(address=cluster.address)\n"
+        "    actors = sorted(a['ActorClassName'] for a in st.actors().values())\n"
+        "finally:\n"
+        "    stop(cluster)\n"
+        "print(json.dumps([code, actors]))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
+                         text=True, timeout=400)  # fmt: skip
+    assert out.returncode == 0, out.stderr[-3000:]
+    code, actors = json.loads(out.stdout.strip().splitlines()[-1])
+    assert code == 0, out.stderr[-2000:]
+    assert actors == ["RayTrainWorker"] * 2, actors
