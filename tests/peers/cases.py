@@ -83,7 +83,7 @@ def common(rng: random.Random, base: bytes, ok: frozenset[int], request_s: float
         early = {status for status in ok if 400 <= status < 500}  # refused on its headers
         return slow("slow sender", base, request_s / 3, 408, CLOSED, *early)
     if pick == 7:
-        return Case("silent", ((request_s + 0.5, b""),), frozenset({CLOSED}))
+        return Case("silent", ((request_s + 0.5, b""),), frozenset({CLOSED}) | BUSY)
     if pick == 8:  # the server may answer what it got, or close
         return one("premature close", base[: rng.randint(1, len(base) - 1)], CLOSED, *ok,
                    *range(400, 500), close_after=True)  # fmt: skip

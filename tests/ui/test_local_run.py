@@ -15,7 +15,11 @@ from runner.ui.sources import LocalSource
 from tests.ui.test_browser import CHROMIUM, page, points, shot  # noqa: F401 (fixture)
 
 ROOT = Path(__file__).resolve().parents[2]
-STEPS = 80
+STEPS = 250
+"""Long enough that the page, which asks every 3 s for rows the driver writes every 2 s,
+draws the run while it trains (an 80-step run on an idle machine trained in about 4 s,
+and the page went from 0 points to all of them), and below the page's 300 points, so one
+point is one step."""
 
 
 @pytest.mark.slow
