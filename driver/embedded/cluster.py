@@ -56,16 +56,20 @@ def start(nodes: int, gpus: int, cpus_per_gpu: float):
     from ray.cluster_utils import Cluster
 
     from driver.embedded.lean import LOCAL_ENV
+    from driver.embedded.ray_start import short_raylet_wait
 
     for key, value in {**LOCAL_ENV, **NO_PRESTART}.items():
         os.environ.setdefault(key, value)
     # Ray's folder of its own: a tool that looks for "the" local Ray (Ray Train's placement
     # group cleaner does, through the state API) finds this one, not another on the machine.
     os.environ["RAY_TMPDIR"] = tempfile.mkdtemp(prefix="ray-shape-")
-    cluster = Cluster(initialize_head=True, head_node_args={**HEAD, "dashboard_port": free_port()})
-    for index in range(nodes):
-        cluster.add_node(num_cpus=int(gpus * cpus_per_gpu) + SPARE_CPUS, num_gpus=gpus,
-                         resources={f"shape_node_{index}": 1}, include_dashboard=False)  # fmt: skip
+    with short_raylet_wait():  # each node's wait for its raylet, in short steps
+        cluster = Cluster(initialize_head=True,
+                          head_node_args={**HEAD, "dashboard_port": free_port()})  # fmt: skip
+        for index in range(nodes):
+            cluster.add_node(num_cpus=int(gpus * cpus_per_gpu) + SPARE_CPUS, num_gpus=gpus,
+                             resources={f"shape_node_{index}": 1},
+                             include_dashboard=False)  # fmt: skip
     cluster.wait_for_nodes()
     return cluster
 
