@@ -27,10 +27,13 @@ from catalog.errors import InputError
 
 USAGE = ("usage: python -m driver.embedded.cluster CONFIG.yaml [key=value ...] "
          "shape.nodes=N shape.gpus_per_node=G")  # fmt: skip
-HEAD = {"num_cpus": 0, "include_dashboard": True, "dashboard_host": "127.0.0.1"}
-"""The head node: the driver's, with no CPUs for work (the rendered head's `num-cpus: 0`),
-and the dashboard's API server, as the rendered head has (Ray Train's placement-group
-cleaner asks Ray's state API, which it serves)."""
+HEAD = {"num_cpus": 0, "include_dashboard": False}
+"""The head node: the driver's, with no CPUs for work (the rendered head's `num-cpus: 0`).
+Without the dashboard the rendered head has: there it takes the RayJob's submission, here
+the driver is started directly, in a network namespace where no browser would reach the
+dashboard, and nothing of the driver's path asks it (Ray Train's controller runs in the
+driver, so no placement-group cleaner asks Ray's state API: driver/raytrain/lean.py). Its
+processes took about 3 s of CPU while the nodes and the workers started."""
 SPARE_CPUS = 16
 """Logical CPUs a node has beyond its workers' (services and actors request some)."""
 NO_PRESTART = {"RAY_prestart_worker_first_driver": "0", "RAY_enable_worker_prestart": "0"}
@@ -64,8 +67,7 @@ def start(nodes: int, gpus: int, cpus_per_gpu: float):
     # group cleaner does, through the state API) finds this one, not another on the machine.
     os.environ["RAY_TMPDIR"] = tempfile.mkdtemp(prefix="ray-shape-")
     with short_raylet_wait():  # each node's wait for its raylet, in short steps
-        cluster = Cluster(initialize_head=True,
-                          head_node_args={**HEAD, "dashboard_port": free_port()})  # fmt: skip
+        cluster = Cluster(initialize_head=True, head_node_args=HEAD)
         for index in range(nodes):
             cluster.add_node(num_cpus=int(gpus * cpus_per_gpu) + SPARE_CPUS, num_gpus=gpus,
                              resources={f"shape_node_{index}": 1},
@@ -75,7 +77,7 @@ def start(nodes: int, gpus: int, cpus_per_gpu: float):
 
 
 def free_port() -> int:
-    """A TCP port free on this machine now (for the head's dashboard)."""
+    """A TCP port free on this machine now."""
     import socket
 
     with socket.socket() as sock:
