@@ -63,8 +63,8 @@ def start(nodes: int, gpus: int, cpus_per_gpu: float):
 
     for key, value in {**LOCAL_ENV, **NO_PRESTART}.items():
         os.environ.setdefault(key, value)
-    # Ray's folder of its own: a tool that looks for "the" local Ray (Ray Train's placement
-    # group cleaner does, through the state API) finds this one, not another on the machine.
+    # Ray's folder of its own: a tool that looks for "the" local Ray (`address="auto"`, Ray's
+    # state API) finds this one, not another on the machine.
     os.environ["RAY_TMPDIR"] = tempfile.mkdtemp(prefix="ray-shape-")
     with short_raylet_wait():  # each node's wait for its raylet, in short steps
         cluster = Cluster(initialize_head=True, head_node_args=HEAD)
