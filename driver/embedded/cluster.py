@@ -7,13 +7,12 @@ RUN.yaml --shape NODESxGPUS` runs
 which starts a Ray cluster of several nodes here (`ray.cluster_utils.Cluster`: a head node
 with no CPUs for work, as the RayJob's head has `num-cpus: 0`, and one raylet per node with
 a node id of its own and `gpus_per_node` GPUs, which CPU workers stand in for) and then the
-driver, joined to it through `RAY_ADDRESS`: the driver's path in a cluster (Ray Train's
-TorchTrainer and controller actor, the channel on the node's address, the checkpoint key
-from the environment: this user's local key), with the composed configuration of the
-rendered RayJob at the smaller shape. Nothing differs from a cluster but the device (CPU
-workers, gloo). The cluster and the driver run in a child in a session and a network
-namespace of their own (driver/embedded/supervise.py): nothing outlives it or listens
-outside it. Exit codes are the driver's.
+driver, joined to it through `RAY_ADDRESS`: the driver's path in a cluster (the channel on
+the node's address, the checkpoint key from the environment: this user's local key), with
+the composed configuration of the rendered RayJob at the smaller shape. Nothing differs
+from a cluster but the device (CPU workers, gloo). The cluster and the driver run in a
+child in a session and a network namespace of their own (driver/embedded/supervise.py):
+nothing outlives it or listens outside it. Exit codes are the driver's.
 """
 
 from __future__ import annotations
