@@ -23,8 +23,19 @@ class InputError(Exception):
         return (type(self), (self.source, self.field, self.message))  # driver whole)
 
     def line(self) -> str:
-        where = ": ".join(part for part in (self.source, self.field) if part)
+        """One line, whatever the file name or the field holds (a key of a user's mapping
+        can be any string: its control characters are shown escaped)."""
+        where = ": ".join(one_line(part) for part in (self.source, self.field) if part)
         return f"{where}: {self.message}" if where else self.message
+
+
+CONTROL = {code: f"\\x{code:02x}" for code in (*range(32), 127)} | {9: "\\t", 10: "\\n", 13: "\\r"}
+"""Control characters as their escapes (`one_line`)."""
+
+
+def one_line(text: str) -> str:
+    """`text` with its control characters (newlines among them) escaped."""
+    return text.translate(CONTROL)
 
 
 def field_path(loc: tuple) -> str:

@@ -17,3 +17,16 @@ def test_an_input_error_survives_a_pickle(source, field, line):
     again = pickle.loads(pickle.dumps(InputError(source, field, "bad")))
     assert isinstance(again, InputError) and again.line() == line == str(again)
     assert (again.source, again.field, again.message) == (source, field, "bad")
+
+
+@pytest.mark.parametrize(
+    ("source", "field", "line"),
+    [
+        ("runs/x.yaml", "env.\n", "runs/x.yaml: env.\\n: bad"),  # a key a user wrote
+        ("a\rb.yaml", "f\tg", "a\\rb.yaml: f\\tg: bad"),
+        ("run.yaml", "x\x00\x1f\x7f", "run.yaml: x\\x00\\x1f\\x7f: bad"),
+        ("rün.yaml", "é", "rün.yaml: é: bad"),  # only control characters are escaped
+    ],
+)
+def test_the_line_stays_one_line_whatever_the_file_or_field_holds(source, field, line):
+    assert InputError(source, field, "bad").line() == line
