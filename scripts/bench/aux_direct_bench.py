@@ -144,6 +144,21 @@ def rounds(caller, calls: int, count: int, ray) -> dict[str, list[float]]:
     return samples
 
 
+def goes_direct(ray, caller, timeout_s: float = 30.0) -> None:
+    """Wait until node 0's rank sends every call to its node's worker: two links (that
+    worker, the other node's proxy), weighted by the live workers each pong reports, so
+    both weigh 0 until their first pongs."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        links = ray.get(caller.links.remote())
+        weighted = [direct for direct, weight in links.values() if weight]
+        if weighted == [True] and len(links) == 2:
+            return
+        if time.monotonic() > deadline:
+            raise SystemExit(f"node 0's rank does not go direct after {timeout_s:.0f} s: {links}")
+        time.sleep(0.1)
+
+
 def aux_figures(args: argparse.Namespace) -> dict[str, float]:
     """The auxiliary-call figures on a simulated 2-node cluster; printed, and returned as
     {"same_node_vs_ray": ratio, "cross_node_vs_bare": ratio, <side>_p50_us: ...}."""
@@ -164,9 +179,7 @@ def aux_figures(args: argparse.Namespace) -> dict[str, float]:
         bare = bare_chain(ray, runtime.services["echo"], there, root)
         echoes = {"ray_here": place(ray, RayEcho, here), "ray_there": place(ray, RayEcho, there)}
         caller = place(ray, Caller, here, spec, proxies, bare, echoes)
-        links = ray.get(caller.links.remote())  # its node's worker, the other node's proxy
-        weighted = [direct for direct, weight in links.values() if weight]
-        assert weighted == [True] and len(links) == 2, f"node 0's rank does not go direct: {links}"
+        goes_direct(ray, caller)
         samples = rounds(caller, args.calls, args.rounds, ray)
     finally:
         if runtime is not None:
