@@ -3,6 +3,7 @@
     python scripts/bench/aux_rpc_bench.py                 # ~1-2 min on 2 busy cores
     python scripts/bench/aux_rpc_bench.py --seconds 60    # the scale case over a minute
     python scripts/bench/aux_rpc_bench.py --no-ray --calls 50 --ranks 100 --seconds 1  # tiny
+    python scripts/bench/aux_rpc_bench.py --threads       # CPU per thread per 1 KiB call only
 
 Our side: the training process's AuxClient -> a ProxyServer process (TCP) -> WorkerServer
 processes (IPC) running an echo handler. Ray's side: an actor (`ray.init` on this host)
@@ -27,6 +28,10 @@ samples, rates and 16 MiB times take the median.
 Also printed, for scale: the same 1 KiB round trip through a bare chain of the same three
 processes (a DEALER, a ROUTER -> ROUTER forwarder in a Python poll loop, a ROUTER echo; no
 checks, no state): what ZeroMQ and the process layout cost before any of our code.
+
+`--threads` prints instead where a 1 KiB round trip's CPU goes: per thread of the client,
+the proxy and the worker (scripts/bench/thread_cpu.py), ours against the bare chain,
+`--calls` sequential calls per side and `--rounds` rounds.
 """
 
 from __future__ import annotations
@@ -341,6 +346,33 @@ def scale(address: str, ranks: int, seconds: float, sockets: int = 8) -> dict:
     }
 
 
+def thread_figures(folder: str, args: argparse.Namespace, small: dict) -> None:
+    """CPU per thread and 1 KiB round trip: ours and the bare chain, taking turns."""
+    from scripts.bench.thread_cpu import ThreadCpu
+
+    ours, bare = Service(folder, workers=1), Service(folder, workers=1, floor=True)
+    client = AuxClient("echo", 0, {ours.address: 1}, deadline_s=60)
+    try:
+        timed(lambda: client.call("echo", small), max(1, args.calls // 5))  # warm-up
+        for r in range(args.rounds):
+            for name, service in (("ours", ours), ("bare", bare)):
+                pids = {"client": os.getpid(), "proxy": service.procs[-1].pid,
+                        "worker": service.procs[0].pid}  # fmt: skip
+                with ThreadCpu(pids) as cpu:
+                    if name == "ours":
+                        took, calls = timed(lambda: client.call("echo", small), args.calls), 0
+                    else:  # the floor's own warm-up is inside the reading
+                        took, calls = floor(service.address, args, small), args.calls // 5
+                p50 = percentiles(took)[0]
+                print(f"round {r + 1} {name}: p50 {p50:.1f} us; CPU per call by thread:")
+                for line in cpu.lines(per=len(took) + calls):
+                    print(f"  {line}")
+    finally:
+        client.close()
+        ours.close()
+        bare.close()
+
+
 def ratio(a: float, b: float) -> float:
     return a / b if b else float("nan")
 
@@ -391,6 +423,7 @@ def main(argv: list[str] | None = None) -> int:
     add("--ranks", type=int, default=10_000, help="simulated ranks in the scale case")
     add("--seconds", type=float, default=30.0, help="scale case window (the issue: 60)")
     add("--no-ray", action="store_true", help="our side only")
+    add("--threads", action="store_true", help="CPU per thread of a 1 KiB call, ours and bare")
     roles = ["bench", "worker", "proxy", "floor-worker", "floor-proxy"]
     add("--role", choices=roles, default="bench", help=argparse.SUPPRESS)
     add("--address", default="", help=argparse.SUPPRESS)
@@ -404,6 +437,10 @@ def main(argv: list[str] | None = None) -> int:
     load = os.getloadavg()
     print(f"host: {os.cpu_count()} CPUs, load average {load[0]:.1f} / {load[1]:.1f}")
     small = {"x": np.random.default_rng(0).bytes(1024)}
+    if args.threads:
+        with tempfile.TemporaryDirectory(prefix="aux-bench-") as folder:
+            thread_figures(folder, args, small)
+        return 0
     big = np.random.default_rng(1).random(4 << 20, dtype=np.float32)  # 16 MiB
     with tempfile.TemporaryDirectory(prefix="aux-bench-") as folder:
         service = Service(folder, workers=1, floor=True)

@@ -29,3 +29,11 @@ def test_pure_pieces(bench):
     calls = []
     assert bench.pipelined(lambda: calls.append(1), lambda batch: None, 10, 4) > 0
     assert len(calls) == 10
+
+
+def test_threads_prints_cpu_per_call_of_each_process_ours_and_bare(bench, capsys):
+    assert bench.main(["--threads", "--calls", "20", "--rounds", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "round 1 ours: p50" in out and "round 1 bare: p50" in out
+    for process in ("client", "proxy", "worker"):
+        assert out.count(f"  {process}: ") == 2
