@@ -19,6 +19,12 @@ Effective throughput = committed samples / wall seconds, two ways:
                     for both runs and are paid once per job; over a real run they are
                     amortised to nothing, while over a short benchmark they dilute the
                     ratio toward 1)
+
+With replica groups of several workers (`size` > 1) it also runs the failure-free pair
+(steps/s ft ÷ plain, bytes the cross-group reduce copied) and, twice (the run's own
+`ft.heartbeat_timeout_ms` and TERM_HEARTBEAT_MS), a SIGTERM to the last rank before step
+TERM_STEP + 1 as a pod's termination: SIGTERM -> the survivors' first quorum without its
+group (`out_of_quorum`).
 """
 
 from __future__ import annotations
@@ -31,8 +37,11 @@ import sys
 import time
 from pathlib import Path
 
+import yaml
+
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG = ROOT / "runs/train/tiny-lm.yaml"
+TERM_HEARTBEAT_MS = 300  # the SIGTERM figure is also taken with this heartbeat timeout
 
 
 def committed(rows: list[dict]) -> list[dict]:
@@ -180,6 +189,7 @@ def measure(
     result: dict = {"size": size}
     if size > 1:
         result["clean"] = clean_pair(folder, workers, steps, ft_on, layout(workers, size))
+        result["term"] = [term_run(folder, workers, size, hb) for hb in (None, TERM_HEARTBEAT_MS)]
     for name, extra in (("ft-on", ft_on), ("restart", ckpt)):
         rows, launched, killed, code = run(folder, name, workers, steps, kills, extra)
         done = committed(rows)
@@ -214,6 +224,54 @@ def clean_pair(folder: Path, workers: int, steps: int, ft_on: list[str], plain: 
         out[name] = (len(done) - 1) / (done[-1]["time"] - done[0]["time"])
         out[f"{name}-copied"] = max(r.get("ft_reduce_copied_bytes", 0) for r in done)
     return out
+
+
+def out_of_quorum(rows: list[dict], signalled: float) -> dict:
+    """SIGTERM -> the survivors' first quorum without the leaving group, from a run's rows
+    of record (`ft_quorum_size` drops at that step; `ft_quorum_s` is the run's running total
+    of quorum waits; a row's `time - step_time` is when its quorum formed): seconds in all,
+    of which the step in flight (to the survivors' commit of the group's last step) and the
+    survivors' quorum wait; and the first step without the group."""
+    done = committed(rows)
+    for before, alone in zip(done, done[1:], strict=False):
+        if alone["ft_quorum_size"] < before["ft_quorum_size"]:
+            formed = alone["time"] - alone["step_time"]
+            return {"total": formed - signalled, "in_flight": before["time"] - signalled,
+                    "quorum": alone["ft_quorum_s"] - before["ft_quorum_s"],
+                    "step": alone["step"]}  # fmt: skip
+    raise ValueError("no quorum without the group")
+
+
+TERM_STEP = 4  # SIGTERM before the forward pass of step TERM_STEP + 1
+
+
+def term_run(folder: Path, workers: int, size: int, heartbeat_ms: int | None) -> dict:
+    """One `ft=on` run of groups of `size` in which the last rank hears a SIGTERM before a
+    step (`debug.term_at_step`, as a pod's termination): its group leaves after that step;
+    `out_of_quorum` of it, with the heartbeat timeout it ran with."""
+    name = f"term-{heartbeat_ms or 'default'}"
+    extra = ["ft=on", "ft.min_replicas=1", "checkpoint.interval_steps=0",
+             f"checkpoint.root={folder / 'ckpt-term'}", f"debug.term_at_step={TERM_STEP}",
+             f"debug.kill_rank={workers - 1}", *layout(workers, size)]  # fmt: skip
+    if heartbeat_ms is not None:
+        extra.append(f"ft.heartbeat_timeout_ms={heartbeat_ms}")
+    rows, _, _, code = run(folder, name, workers, 30, [], extra)
+    if code != 0:
+        tail = (folder / f"{name}.log").read_text()[-2000:]
+        raise SystemExit(f"platform {name} run failed (exit {code}): {tail}")
+    mark = folder / name / ".faults" / f"term-{TERM_STEP}-{workers - 1}"
+    config = yaml.safe_load((folder / name / "config.yaml").read_text())
+    timeout = int(config["ft"]["heartbeat_timeout_ms"])  # what the run composed
+    return {**out_of_quorum(rows, float(mark.read_text())), "heartbeat_ms": timeout}
+
+
+def report_term(terms: list[dict], size: int) -> None:
+    for t in terms:
+        print(
+            f"  SIGTERM -> group out of the quorum (groups of {size}, ft.heartbeat_timeout_ms="
+            f"{t['heartbeat_ms']})  {t['total']:.2f} s  [<= 0.5 s]  (the step in flight "
+            f"{t['in_flight']:.2f} s, the survivors' quorum wait {t['quorum']:.2f} s)"
+        )
 
 
 def report_clean(clean: dict, size: int) -> None:
@@ -265,3 +323,5 @@ def report(result: dict, workers: int, steps: int, kills: list[int], interval: i
     )
     if "clean" in result:
         report_clean(result["clean"], result["size"])
+    if "term" in result:
+        report_term(result["term"], result["size"])

@@ -56,3 +56,23 @@ def test_descendants_finds_a_child_process():
     finally:
         child.kill()
         child.wait()
+
+
+def ft_rows(*rows: tuple[int, float, float, int, float]) -> list[dict]:
+    keys = ("step", "time", "step_time", "ft_quorum_size", "ft_quorum_s")
+    return [dict(zip(keys, row, strict=True)) for row in rows]
+
+
+def test_out_of_quorum_splits_the_time_at_the_survivors_commit():
+    # SIGTERM at 10.0 during step 5; step 5 commits at 10.1, the survivors' quorum for
+    # step 6 waits 0.5 s (the running total goes 0.2 -> 0.7) and forms at 10.61
+    run = ft_rows((4, 9.9, 0.1, 2, 0.2), (5, 10.1, 0.1, 2, 0.2), (6, 10.71, 0.1, 1, 0.7),
+                  (7, 10.81, 0.1, 1, 0.7))  # fmt: skip
+    got = bench.out_of_quorum(run, signalled=10.0)
+    assert got == pytest.approx({"total": 0.61, "in_flight": 0.1, "quorum": 0.5, "step": 6})
+
+
+def test_out_of_quorum_needs_a_quorum_without_the_group():
+    run = ft_rows((1, 1.0, 0.1, 2, 0.0), (2, 2.0, 0.1, 2, 0.0))
+    with pytest.raises(ValueError, match="no quorum without the group"):
+        bench.out_of_quorum(run, signalled=0.5)
