@@ -75,6 +75,17 @@ def test_resetting_a_barrier_never_made_makes_no_actor(ray_local):
     lazy.kill()  # still nothing to kill
 
 
+def last_json_line(script: str, timeout_s: float) -> list:
+    """Run `script` in a fresh Python; the JSON list on its last line, whose first item is
+    the run's exit code (both exit codes checked, with the script's stderr on failure)."""
+    out = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True,
+                         text=True, timeout=timeout_s)  # fmt: skip
+    assert out.returncode == 0, out.stderr[-3000:]
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert got[0] == 0, out.stderr[-2000:]
+    return got
+
+
 def test_the_actor_is_made_on_the_first_call_and_shared_by_every_copy(ray_local):
     ray = ray_local
     namespace = ray.get_runtime_context().namespace
@@ -110,11 +121,7 @@ def test_a_local_run_starts_no_process_beyond_its_training_workers(tmp_path):
         "actors = sorted(a['ActorClassName'] for a in st.actors().values())\n"
         "print(json.dumps([code, len(started), actors]))\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
-                         text=True, timeout=300)  # fmt: skip
-    assert out.returncode == 0, out.stderr[-3000:]
-    code, started, actors = json.loads(out.stdout.strip().splitlines()[-1])
-    assert code == 0, out.stderr[-2000:]
+    code, started, actors = last_json_line(code, timeout_s=300)
     assert actors == ["RayTrainWorker"] * 2 and started == 2, (actors, started)
 
 
@@ -144,9 +151,5 @@ def test_a_cluster_run_starts_no_actor_beyond_its_training_workers(tmp_path):
         "    stop(cluster)\n"
         "print(json.dumps([code, actors]))\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
-                         text=True, timeout=400)  # fmt: skip
-    assert out.returncode == 0, out.stderr[-3000:]
-    code, actors = json.loads(out.stdout.strip().splitlines()[-1])
-    assert code == 0, out.stderr[-2000:]
+    code, actors = last_json_line(code, timeout_s=400)
     assert actors == ["RayTrainWorker"] * 2, actors
