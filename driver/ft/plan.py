@@ -1,11 +1,12 @@
 """The plan of one step of one replica group under torchft, for driver.ft.replica: the
 live groups, this group's place among them, its micro-batch slots, the loss divisor and
-the LR multiplier (the rules are driver.ft.batch's); or, when no quorum forms, the one-line
-reason FtStopped carries. Pure, no torch.
+the LR multiplier (the rules are driver.ft.batch's); or, when no quorum forms, what it
+means (`quorum_failure`) and the one-line reason FtStopped carries. Pure, no torch.
 
     plan = step_plan(cfg.ft, step=7, live_groups=(0, 2, 3), position=1, group=2,
                      groups_at_start=4, grad_accum=2)
     plan.slots, plan.divisor, plan.lr_scale
+    quorum_failure(group_rank=1, waited_s=0.01, quorum_timeout_s=60)   # "group lost"
     no_quorum_reason(cfg.ft, step=7, last_live=2, groups_at_start=3, err=err)
 """
 
@@ -69,6 +70,18 @@ def member_slots(group_slots, grad_accum: int, group_size: int, member: int) -> 
         owner, index = divmod(slot, grad_accum)
         out.append((owner * group_size + member) * grad_accum + index)
     return tuple(out)
+
+
+def quorum_failure(group_rank: int, waited_s: float, quorum_timeout_s: float) -> str:
+    """What a member's failed quorum call means. A member other than its group's rank 0 asks
+    the group's quorum server in rank 0's process (torchft's ManagerServer); if that call
+    fails long before the quorum timeout, rank 0 is gone (a connect error, or the connection
+    broke while the request waited there; both come within milliseconds), so this group is
+    broken and is replaced like any group that lost a member: "group lost". Otherwise no
+    quorum formed within the timeout (too few groups left, or the Lighthouse is gone):
+    "stopped", the run ends (FtStopped)."""
+    quick = waited_s < quorum_timeout_s / 2
+    return "group lost" if group_rank > 0 and quick else "stopped"
 
 
 def no_quorum_reason(

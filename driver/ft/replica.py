@@ -17,7 +17,9 @@ them). Quorums are synchronous (`use_async_quorum=False`), so the live groups, a
 therefore the slot plan, are known before the forward pass. A failed collective or a lost
 peer makes `commit` return False on every live group; the next `begin_step` forms a
 quorum without the lost group and the same step runs again. Below `ft.min_replicas` no
-quorum forms: `begin_step` raises FtStopped with one line giving the reason.
+quorum forms: `begin_step` raises FtStopped with one line giving the reason. A member of a
+group of several whose group's rank 0 (the group's quorum server) is gone raises
+FtGroupLost instead, a failure of its group only.
 
 A group started again (Ray Train replaced it, or restarted the whole worker group) reads
 no checkpoint before its first quorum: `ft.restore = read_newest` defers the read. When the
@@ -37,10 +39,11 @@ import math
 import threading
 import time
 from collections.abc import Callable
+from typing import NoReturn
 
 from driver.config.ft import FtConfig
 from driver.ft.manager import build_manager, group_ok, live_groups, sum_grads
-from driver.ft.plan import StepPlan, no_quorum_reason, step_plan
+from driver.ft.plan import StepPlan, no_quorum_reason, quorum_failure, step_plan
 from driver.ft.shards import like, local_tree
 from driver.ft.shrink import ShrinkRequest, local_shrink
 
@@ -49,6 +52,12 @@ log = logging.getLogger("driver.ft")
 
 class FtStopped(RuntimeError):
     """Too few replica groups are left to train on; the message is the one-line reason."""
+
+
+class FtGroupLost(RuntimeError):
+    """This member's replica group lost its rank 0 (the group's quorum server): a worker
+    failure like a member's death, so Ray Train replaces the whole group, which heals from a
+    live one (driver.ft.plan.quorum_failure); never the end of the run."""
 
 
 RUN_COUNTERS = ("ft_failures_survived", "ft_steps_degraded")
@@ -149,10 +158,8 @@ class FtReplica:
         try:
             self.manager.start_quorum()
             live, position = self.manager.num_participants(), self.manager.participating_rank()
-        except Exception as err:  # no quorum: too few groups left, or the Lighthouse is gone
-            raise FtStopped(
-                no_quorum_reason(self.cfg, self.step, self._last_live, self.start_groups, err)
-            ) from None
+        except Exception as err:  # the group's rank 0 is gone, or no quorum formed
+            self._quorum_failed(err, time.perf_counter() - started)
         self.counters["ft_quorum_s"] += time.perf_counter() - started
         if self.restore is not None:
             self._restore_if_alone()
@@ -165,6 +172,18 @@ class FtReplica:
             group_size=self.group_size, member=self.group_rank,
         )  # fmt: skip
         return self.plan
+
+    def _quorum_failed(self, err: Exception, waited_s: float) -> NoReturn:
+        """Raise what a failed quorum call means (driver.ft.plan.quorum_failure)."""
+        if quorum_failure(self.group_rank, waited_s, self.cfg.quorum_timeout_s) == "group lost":
+            first = (str(err).strip().splitlines() or [type(err).__name__])[0][:200]
+            raise FtGroupLost(
+                f"ft: replica group {self.group} lost its rank 0 (the group's quorum server) "
+                f"at step {self.step}; the group is replaced ({first})"
+            ) from None
+        raise FtStopped(
+            no_quorum_reason(self.cfg, self.step, self._last_live, self.start_groups, err)
+        ) from None
 
     def _restore_if_alone(self) -> None:
         """After a started-again group's first quorum: a live group ahead has healed it

@@ -77,15 +77,15 @@ class FtStepper:
             return self._run()
 
     def _run(self) -> dict | None:
-        from driver.ft.replica import FtStopped
+        from driver.ft.replica import FtGroupLost, FtStopped
 
         if not self.committed and finished(self.done):  # a replacement arriving after the end
             raise RunFinished
         try:
             plan = self.ft.begin_step()
-        except FtStopped:
-            if finished(self.done):  # one of fewer than ft.min_replicas after the end
-                raise RunFinished from None
+        except (FtStopped, FtGroupLost):
+            if finished(self.done):  # one of fewer than ft.min_replicas, or a group that lost
+                raise RunFinished from None  # its rank 0, after the end
             raise
         if finished(self.done):  # a quorum without the groups that finished the run
             raise RunFinished

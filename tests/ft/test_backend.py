@@ -78,3 +78,35 @@ def test_the_lighthouse_is_placed_on_a_node_without_cpus():
     finally:
         ray.shutdown()
         cluster.shutdown()
+
+
+@pytest.fixture
+def ray_two():
+    from tests.driver.conftest import embedded_ray
+
+    yield from embedded_ray(2)
+
+
+def test_a_groups_shutdown_counts_members_gone_and_late_without_raising(ray_two):
+    """A group is shut down because a member died: its shutdown call fails with the actor
+    gone, which is counted, not raised (Ray Train's own logs a whole traceback); a call that
+    does not end in time is counted as late."""
+    import time
+
+    from driver.ft.backend import shutdown_outcome
+
+    ray = ray_two
+
+    @ray.remote(num_cpus=0)
+    class Member:
+        def shut(self, hold_s: float = 0.0) -> None:
+            time.sleep(hold_s)
+
+    alive, dead, slow = Member.remote(), Member.remote(), Member.remote()
+    ray.get([alive.shut.remote(), dead.shut.remote(), slow.shut.remote()])
+    ray.kill(dead)
+    with pytest.raises(ray.exceptions.RayActorError):  # known dead before the measured call
+        ray.get(dead.shut.remote(), timeout=60)
+    futures = [alive.shut.remote(), dead.shut.remote(), slow.shut.remote(30.0)]
+    assert shutdown_outcome(futures, timeout_s=3.0) == (1, 1)
+    assert shutdown_outcome([alive.shut.remote()], timeout_s=30.0) == (0, 0)

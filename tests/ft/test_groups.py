@@ -2,7 +2,8 @@
 Ray: 4 CPU workers in 2 replica groups of 2, FSDP 2 inside each group, torchft across.
 
 A member is SIGKILLed before, during (inside the cross-group reduce) or after the reduce of
-a step; Ray Train replaces its whole group (driver/ft/backend.py), which heals member by
+a step (and a group's rank 0, whose process serves its group's quorum calls, after one);
+Ray Train replaces its whole group (driver/ft/backend.py), which heals member by
 member from the live group (each member its own shard: driver/ft/shards.py), and the run
 trains to the end: every step committed once, and after every step the same member of
 each group holds the same shard (`debug.digest`, from every rank's rows in the run's
@@ -76,10 +77,16 @@ def check(rows: list[dict], by_step: dict, back: bool = True) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("phase", ["before", "during", "after"])
-def test_a_member_killed_around_the_reduce_is_replaced_with_its_group(ray_local_4, tmp_path, phase):
-    rows, by_step, _ = run(tmp_path, f"kill-{phase}", "debug.kill_at_step=4",
-                           "debug.kill_rank=3", f"debug.kill_phase={phase}")  # fmt: skip
+@pytest.mark.parametrize(
+    ("rank", "phase"),
+    [(3, "before"), (3, "during"), (3, "after"),
+     (2, "after")],  # the group's rank 0, its quorum server: the mate's next quorum call fails
+)  # fmt: skip
+def test_a_member_killed_around_the_reduce_is_replaced_with_its_group(
+    ray_local_4, tmp_path, rank, phase
+):
+    rows, by_step, _ = run(tmp_path, f"kill-{rank}-{phase}", "debug.kill_at_step=4",
+                           f"debug.kill_rank={rank}", f"debug.kill_phase={phase}")  # fmt: skip
     check(rows, by_step)
     assert any(r["ft_quorum_size"] == 1 for r in rows)  # the other group trained on alone
 
