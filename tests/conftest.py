@@ -13,7 +13,11 @@ Other signals are left as found.
 
 Every process a test starts (drivers, Ray workers, spawned ranks) runs with Python's
 faulthandler (PYTHONFAULTHANDLER): a process that ends on a fatal signal in native code
-prints every thread's Python stack first (docs/ft.md, "A survivor that aborted...")."""
+prints every thread's Python stack first (docs/ft.md, "A survivor that aborted...").
+
+A pytest-xdist worker that dies in a test (`--dist loadfile`) costs that test, not the
+run: tests/support/xdist_crash.py schedules the rest, where pytest-xdist's own scheduler
+can wait for good."""
 
 from __future__ import annotations
 
@@ -21,6 +25,8 @@ import os
 import shutil
 import signal
 import tempfile
+
+from tests.support.xdist_crash import pytest_xdist_make_scheduler  # noqa: F401 (a hook)
 
 _OWN_RAY_FOLDER = "REVE_TEST_RAY_TMPDIR"
 

@@ -41,14 +41,16 @@ class Watchdog:
     """Ends this process when a step outlives `timeout_s` (None or 0: never)."""
 
     def __init__(self, timeout_s: float | None, log=None, clock=time.monotonic,
-                 mates: list[int] | None = None):  # fmt: skip
+                 mates: list[int] | None = None, watch: bool = True):  # fmt: skip
+        """`watch=False`: no thread, only `overdue` (a test of the arithmetic must not
+        have a thread that SIGKILLs its process on the test's fake clock)."""
         self.timeout_s, self.log, self.clock = timeout_s, log, clock
         self.mates = list(mates or [])
         """Process ids of this group's other members on this host, ended with this one."""
         self._armed_at: float | None = None
         self._step = -1
         self._wake = threading.Event()
-        if timeout_s:
+        if timeout_s and watch:
             threading.Thread(target=self._watch, name="ft-watchdog", daemon=True).start()
 
     @contextlib.contextmanager

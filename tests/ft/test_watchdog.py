@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -51,7 +52,11 @@ def test_an_overdue_step_ends_this_member_and_its_stopped_mate():
 
 def test_a_step_in_time_ends_nothing_and_no_timeout_watches_nothing():
     ticks = iter([0.0, 0.5, 2.0])
-    watchdog = Watchdog(1.0, clock=lambda: next(ticks))
+    before = threading.active_count()
+    # No watching thread: woken inside the step, it would read this fake clock, see the
+    # step 1 s late and SIGKILL this test's own process (a pytest worker) without a word.
+    watchdog = Watchdog(1.0, clock=lambda: next(ticks), watch=False)
+    assert threading.active_count() == before
     assert watchdog.overdue() is None  # not armed
     with watchdog.step(1):
         assert watchdog.overdue() is None  # 0.5 s into a 1 s limit

@@ -1,0 +1,79 @@
+"""A test file per pytest-xdist worker (`--dist loadfile`, as ./scripts/test runs) that
+survives a worker's crash: the crashed test is reported failed and the rest of the run
+goes on to its end and its summary.
+
+pytest-xdist 3.8.0's scheduler for files (`LoadScopeScheduling`) can hang for good after a
+worker dies (a test that ends its own process, the kernel's OOM killer, a SIGKILL):
+
+- `remove_node` queues the dead worker's whole workload again, files it had finished
+  included. A finished file goes to a worker as an empty list of tests, which never
+  completes, so that worker is never given more work; at the end of the run every worker
+  waits for a next test that never comes (pytest-xdist issue 1378; a CI run hung at 99%
+  until its time limit).
+- the test the worker died in is queued again with its file, though it is already
+  reported failed, and may end the replacement worker the same way (pull request 1371).
+- a replacement worker given a file of one test waits for a second test before it runs
+  the first (a worker runs a test once it knows the next, or its end): nothing ends it
+  (issue 1327).
+
+`FileScheduling` queues only the files with tests still to run, without the crashed test,
+and gives a worker at least two tests, or its end, whenever it asks for work.
+`tests/conftest.py` installs it for `--dist loadfile` (this module's hook); elsewhere,
+`-p tests.support.xdist_crash`."""
+
+from __future__ import annotations
+
+import pytest
+from xdist.scheduler import LoadFileScheduling
+
+
+@pytest.hookimpl(optionalhook=True, tryfirst=True)
+def pytest_xdist_make_scheduler(config, log):
+    if config.getvalue("dist") == "loadfile":
+        return FileScheduling(config, log)
+    return None
+
+
+def still_to_run(workload: dict[str, dict[str, bool]], crashed: str) -> dict[str, dict[str, bool]]:
+    """The files of a dead worker's `workload` ({file: {test: done}}) with a test still to
+    run once `crashed` counts as done: the work to queue again."""
+    left = {}
+    for scope, tests in workload.items():
+        tests = {test: done or test == crashed for test, done in tests.items()}
+        if not all(tests.values()):
+            left[scope] = tests
+    return left
+
+
+def first_not_done(workload: dict[str, dict[str, bool]]) -> str | None:
+    """The test a worker died in: its first test not done (a worker runs them in order)."""
+    for tests in workload.values():
+        for test, done in tests.items():
+            if not done:
+                return test
+    return None
+
+
+class FileScheduling(LoadFileScheduling):
+    """`--dist loadfile` that goes on after a worker's crash (see the module's text)."""
+
+    def remove_node(self, node) -> str | None:
+        workload = self.assigned_work.pop(node)
+        crashed = first_not_done(workload)
+        if crashed is None:  # it had finished its work: nothing crashed
+            return None
+        self.workqueue.update(still_to_run(workload, crashed))
+        for other in self.assigned_work:
+            self._reschedule(other)
+        return crashed
+
+    def _reschedule(self, node) -> None:
+        if node.shutting_down:
+            return
+        assigned = self.assigned_work[node]
+        if self.workqueue and self._pending_of(assigned) <= 2:
+            self._assign_work_unit(node)
+            while self.workqueue and self._pending_of(assigned) < 2:
+                self._assign_work_unit(node)  # a test runs once the worker knows the next
+        if not self.workqueue:
+            node.shutdown()  # it runs what it holds, the last test included, and ends
