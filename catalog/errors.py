@@ -25,17 +25,16 @@ class InputError(Exception):
     def line(self) -> str:
         """One line, whatever the file name or the field holds (a key of a user's mapping
         can be any string: its control characters are shown escaped)."""
-        where = ": ".join(one_line(part) for part in (self.source, self.field) if part)
+        where = ": ".join(printable(part) for part in (self.source, self.field) if part)
         return f"{where}: {self.message}" if where else self.message
 
 
-CONTROL = {code: f"\\x{code:02x}" for code in (*range(32), 127)} | {9: "\\t", 10: "\\n", 13: "\\r"}
-"""Control characters as their escapes (`one_line`)."""
-
-
-def one_line(text: str) -> str:
-    """`text` with its control characters (newlines among them) escaped."""
-    return text.translate(CONTROL)
+def printable(text: str) -> str:
+    """`text` with every character Python does not print escaped as Python writes it
+    (`\\n`, `\\x00`, `\\x85`, `\\u2028`): no line break of any kind, no terminal control."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else ascii(c)[1:-1] for c in text)
 
 
 def field_path(loc: tuple) -> str:

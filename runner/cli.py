@@ -14,7 +14,7 @@ import sys
 import click
 
 from catalog import exitcodes
-from catalog.errors import InputError
+from catalog.errors import InputError, printable
 
 # name -> (module:attribute, one-line help). Help lives here so `--help` imports nothing.
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -73,8 +73,7 @@ MAX_LINE = 400  # characters of an error line; longer ones lose their middle
 
 def one_line(text: str) -> str:
     """`text` as one short printable line: control characters escaped, the middle cut."""
-    if not text.isprintable():
-        text = "".join(c if c.isprintable() else ascii(c)[1:-1] for c in text)
+    text = printable(text)
     if len(text) > MAX_LINE:
         half = (MAX_LINE - 5) // 2
         text = f"{text[:half]} ... {text[-half:]}"

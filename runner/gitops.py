@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from catalog.errors import InputError
+from catalog.errors import InputError, printable
 from catalog.loader import repo_root
 from runner.boundedfile import is_regular_file, read_bytes
 from runner.yamltext import dump_documents
@@ -34,9 +34,7 @@ def dump(manifests: list[dict]) -> str:
 def comment(text: str) -> str:
     """`text` safe inside a one-line YAML comment: line breaks and other non-printable
     characters escaped (`\\n`), so no file name or flag value can add a line to the file."""
-    if text.isprintable():
-        return text
-    return "".join(c if c.isprintable() else ascii(c)[1:-1] for c in text)
+    return printable(text)
 
 
 def header(source: str, totals: str, flags: list[str], notices: Sequence[str] = ()) -> str:

@@ -127,6 +127,13 @@ def kill_mid_run(out, actor: str) -> tuple[threading.Event, list]:
     return ended, killed
 
 
+AFTER_KILL = 75
+"""Rows the kill tests need after the kill: half the run. The watcher kills once
+metrics.jsonl has 5 rows, but the driver writes rows every 2 s, so the kill lands anywhere
+from step 5 to the end of the first batch (in one CI run it held 52: 98 steps trained
+after the kill)."""
+
+
 def trained_after(out, killed: list) -> int:
     """Rows written after the kill (training went on past it)."""
     assert killed, "the run ended before the watcher saw 5 rows"
@@ -147,10 +154,7 @@ def test_killed_worker_or_proxy_is_restarted_and_training_finishes(ray_aux, tmp_
             f"run.output_dir={out}", f"aux.services.encoder.deadline_s={DEADLINE_S}"]  # fmt: skip
     assert main(args) == 0
     ended.set()
-    # The watcher kills once metrics.jsonl has 5 rows, but the driver writes rows every 2 s,
-    # so the kill lands anywhere from step 5 to the end of the first batch (in one CI run it
-    # held 52: 98 steps trained after the kill). Half the run after it is what this needs.
-    assert trained_after(out, killed) >= 75
+    assert trained_after(out, killed) >= AFTER_KILL
     summary = json.loads((out / "summary.json").read_text())
     assert summary["steps"] == 150 and summary["aux"]["encoder"]["errors"] == 0
     if actor == "aux-encoder-0":
@@ -180,10 +184,7 @@ def test_refresh_group_is_formed_again_after_the_evaluator_restarts(ray_aux, tmp
             f"run.output_dir={out}", "aux.refresh.every_steps=10"]  # fmt: skip
     assert main(args) == 0
     ended.set()
-    # The watcher kills once metrics.jsonl has 5 rows, but the driver writes rows every 2 s,
-    # so the kill lands anywhere from step 5 to the end of the first batch (in one CI run it
-    # held 52: 98 steps trained after the kill). Half the run after it is what this needs.
-    assert trained_after(out, killed) >= 75
+    assert trained_after(out, killed) >= AFTER_KILL
     summary = json.loads((out / "summary.json").read_text())
     assert summary["aux"]["evaluator"]["restarts"] >= 1
     versions = [row["aux/evaluator/eval_version"] for row in rows_of(out)

@@ -26,6 +26,8 @@ def test_an_input_error_survives_a_pickle(source, field, line):
         ("a\rb.yaml", "f\tg", "a\\rb.yaml: f\\tg: bad"),
         ("run.yaml", "x\x00\x1f\x7f", "run.yaml: x\\x00\\x1f\\x7f: bad"),
         ("rün.yaml", "é", "rün.yaml: é: bad"),  # only control characters are escaped
+        ("a\u2028b.yaml", "c\x85d", "a\\u2028b.yaml: c\\x85d: bad"),  # Unicode's line breaks
+        ("run.yaml", "\x1b[2Jx", "run.yaml: \\x1b[2Jx: bad"),  # a terminal's escape
     ],
 )
 def test_the_line_stays_one_line_whatever_the_file_or_field_holds(source, field, line):
