@@ -17,7 +17,7 @@ prints every thread's Python stack first (docs/ft.md, "A survivor that aborted..
 
 A pytest-xdist worker that dies in a test (`--dist loadfile`) costs that test, not the
 run: tests/support/xdist_crash.py schedules the rest, where pytest-xdist's own scheduler
-can wait for good."""
+can wait for good, and a worker's `os._exit` says where it was called from."""
 
 from __future__ import annotations
 
@@ -26,12 +26,14 @@ import shutil
 import signal
 import tempfile
 
-from tests.support.xdist_crash import pytest_xdist_make_scheduler  # noqa: F401 (a hook)
+from tests.support import xdist_crash
 
 _OWN_RAY_FOLDER = "REVE_TEST_RAY_TMPDIR"
 
 
 def pytest_configure(config) -> None:
+    if not config.pluginmanager.is_registered(xdist_crash):
+        config.pluginmanager.register(xdist_crash, "xdist-crash")
     os.environ.setdefault("PYTHONFAULTHANDLER", "1")
     if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)

@@ -18,13 +18,48 @@ worker dies (a test that ends its own process, the kernel's OOM killer, a SIGKIL
 
 `FileScheduling` queues only the files with tests still to run, without the crashed test,
 and gives a worker at least two tests, or its end, whenever it asks for work.
-`tests/conftest.py` installs it for `--dist loadfile` (this module's hook); elsewhere,
+
+A worker that ends through `os._exit` (a watchdog's or a grace period's end in code under
+test, pytest-timeout) says so first on its real stderr, with the stack that called it:
+whatever it printed before went to the test's captured output, which dies with it.
+
+`tests/conftest.py` registers this module as a plugin; elsewhere,
 `-p tests.support.xdist_crash`."""
 
 from __future__ import annotations
 
+import os
+import traceback
+
 import pytest
 from xdist.scheduler import LoadFileScheduling
+
+
+def pytest_configure(config) -> None:
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        say_why_the_worker_exits(config)
+
+
+def say_why_the_worker_exits(config) -> None:
+    """Make this worker's `os._exit` write a line and its caller's stack to the worker's
+    stderr (not the test's capture) before it exits; forked children exit quietly."""
+    worker, real_exit = os.getpid(), os._exit
+
+    def _exit(code: int) -> None:
+        if os.getpid() == worker:
+            capture = config.pluginmanager.getplugin("capturemanager")
+            try:
+                if capture is not None:
+                    capture.suspend_global_capture(in_=True)
+                stack = "".join(traceback.format_stack(limit=12)[:-1])
+                os.write(
+                    2, f"pytest worker {worker}: os._exit({code}), called from:\n{stack}".encode()
+                )
+            except Exception:  # noqa: BLE001, S110 (exiting anyway)
+                pass
+        real_exit(code)
+
+    os._exit = _exit
 
 
 @pytest.hookimpl(optionalhook=True, tryfirst=True)
