@@ -34,9 +34,9 @@ def apply(session, sql: str | None = None) -> int:
 
 
 def main() -> int:
-    from chdb import session as chdb_session
+    from observability.store import chdb_session_module
 
-    with chdb_session.Session() as session:
+    with chdb_session_module().Session() as session:
         count = apply(session)
         tables = session.query(f"SHOW TABLES FROM {DATABASE}", "CSV").bytes().decode()
     print(f"{count} statements applied; tables in {DATABASE}:")

@@ -31,6 +31,7 @@ import json
 import math
 import os
 import re
+import sys
 import threading
 import urllib.parse
 import urllib.request
@@ -56,6 +57,24 @@ _LOCK = threading.Lock()
 
 class StoreError(Exception):
     """A store could not be opened, written or queried (one line)."""
+
+
+def chdb_session_module():
+    """`chdb.session`. Loading chDB installs ClickHouse's handlers for the fatal signals
+    (SIGSEGV, SIGABRT, SIGBUS, SIGILL, SIGFPE), which replace Python's faulthandler: a crash
+    in native code anywhere in the process (torch, Ray, gloo, chDB) then ends it without a
+    word, or, before any chDB session started, hangs it for good (tests/observability/
+    test_chdb_faulthandler.py). When faulthandler was on as chDB loaded, it is put back, on
+    stderr, every thread's stack."""
+    import faulthandler
+
+    first = "chdb" not in sys.modules
+    from chdb import session
+
+    if first and faulthandler.is_enabled():
+        faulthandler.disable()  # back to the handlers before chDB's, then on again
+        faulthandler.enable(file=sys.stderr, all_threads=True)
+    return session
 
 
 def ts_text(ts: float | datetime | str) -> str:
@@ -124,8 +143,7 @@ class LocalStore:
         """Open (create) the store of a run's output folder; with `schema`, apply the schema
         (idempotent). Raises StoreError when this process holds another store or another
         process holds this one."""
-        from chdb import session as chdb_session
-
+        chdb_session = chdb_session_module()
         path = store_path(folder)
         with _LOCK:
             held = _HELD.get("path")

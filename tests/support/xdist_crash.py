@@ -21,7 +21,10 @@ and gives a worker at least two tests, or its end, whenever it asks for work.
 
 A worker that ends through `os._exit` (a watchdog's or a grace period's end in code under
 test, pytest-timeout) says so first on its real stderr, with the stack that called it:
-whatever it printed before went to the test's captured output, which dies with it.
+whatever it printed before went to the test's captured output, which dies with it. And a
+worker that crashes in native code prints every thread's stack there: chDB, which a driver
+run in process loads, replaces faulthandler's handlers of the fatal signals with its own,
+so the worker loads it at the start and gives pytest's faulthandler the signals back.
 
 `tests/conftest.py` registers this module as a plugin; elsewhere,
 `-p tests.support.xdist_crash`."""
@@ -38,6 +41,28 @@ from xdist.scheduler import LoadFileScheduling
 def pytest_configure(config) -> None:
     if os.environ.get("PYTEST_XDIST_WORKER"):
         say_why_the_worker_exits(config)
+
+
+def pytest_sessionstart(session) -> None:
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        keep_faulthandler(session.config)
+
+
+def keep_faulthandler(config) -> None:
+    """Load chDB now (its fatal-signal handlers replace faulthandler's as it loads) and
+    then give pytest's faulthandler, on its own copy of the worker's stderr, the fatal
+    signals back."""
+    import faulthandler
+
+    from _pytest.faulthandler import fault_handler_stderr_fd_key
+
+    from observability.store import chdb_session_module
+
+    chdb_session_module()
+    fd = config.stash.get(fault_handler_stderr_fd_key, None)
+    if fd is not None:
+        faulthandler.disable()
+        faulthandler.enable(file=fd, all_threads=True)
 
 
 def say_why_the_worker_exits(config) -> None:
