@@ -17,7 +17,8 @@ prints every thread's Python stack first (docs/ft.md, "A survivor that aborted..
 
 A pytest-xdist worker that dies in a test (`--dist loadfile`) costs that test, not the
 run: tests/support/xdist_crash.py schedules the rest, where pytest-xdist's own scheduler
-can wait for good, and a worker's `os._exit` says where it was called from."""
+can wait for good; a worker's `os._exit` says where it was called from, and a native crash
+prints its stacks although chDB has loaded."""
 
 from __future__ import annotations
 

@@ -1,6 +1,8 @@
-"""A test file per pytest-xdist worker (`--dist loadfile`, as ./scripts/test runs) that
-survives a worker's crash: the crashed test is reported failed and the rest of the run
-goes on to its end and its summary.
+"""A test process that dies costs its test, never the run, and says why it died.
+
+Under pytest-xdist (`--dist loadfile`: a test file per worker, as ./scripts/test runs) a
+worker's crash gets the crashed test reported failed, and the rest of the run goes on to
+its end and its summary.
 
 pytest-xdist 3.8.0's scheduler for files (`LoadScopeScheduling`) can hang for good after a
 worker dies (a test that ends its own process, the kernel's OOM killer, a SIGKILL):
@@ -22,9 +24,10 @@ and gives a worker at least two tests, or its end, whenever it asks for work.
 A worker that ends through `os._exit` (a watchdog's or a grace period's end in code under
 test, pytest-timeout) says so first on its real stderr, with the stack that called it:
 whatever it printed before went to the test's captured output, which dies with it. And a
-worker that crashes in native code prints every thread's stack there: chDB, which a driver
-run in process loads, replaces faulthandler's handlers of the fatal signals with its own,
-so the worker loads it at the start and gives pytest's faulthandler the signals back.
+test process (worker or not) that crashes in native code prints every thread's stack
+there: chDB, which a driver run in process loads, replaces faulthandler's handlers of the
+fatal signals with its own, so the session loads it at its start and gives pytest's
+faulthandler the signals back.
 
 `tests/conftest.py` registers this module as a plugin; elsewhere,
 `-p tests.support.xdist_crash`."""
@@ -44,8 +47,7 @@ def pytest_configure(config) -> None:
 
 
 def pytest_sessionstart(session) -> None:
-    if os.environ.get("PYTEST_XDIST_WORKER"):
-        keep_faulthandler(session.config)
+    keep_faulthandler(session.config)
 
 
 def keep_faulthandler(config) -> None:
