@@ -37,6 +37,18 @@ def printable(text: str) -> str:
     return "".join(c if c.isprintable() else ascii(c)[1:-1] for c in text)
 
 
+def first_line(err: BaseException, limit: int = 200, typed: bool = False) -> str:
+    """An error's first line for a log, a reply or a message: printable (`printable`), cut
+    to `limit` characters (the cut marked `…`), with the type in front when `typed`
+    (`OSError: ...`); the type's name alone when the error has no text."""
+    lines = str(err).strip().splitlines()
+    if not lines:
+        return type(err).__name__
+    line = printable(lines[0])
+    line = line if len(line) <= limit else line[: limit - 1] + "…"
+    return f"{type(err).__name__}: {line}" if typed else line
+
+
 def field_path(loc: tuple) -> str:
     """`('gpu_pools', 0, 'reservation')` -> `gpu_pools[0].reservation`."""
     text = ""

@@ -39,6 +39,7 @@ from collections.abc import Iterable
 from datetime import UTC, datetime
 from pathlib import Path
 
+from catalog.errors import first_line
 from catalog.labels import ATTEMPT_LABEL, RANK_LABEL, SERVICE_LABEL, TELEMETRY_LABELS
 
 STORE_DIR = "chdb"
@@ -155,7 +156,7 @@ class LocalStore:
             except Exception as err:
                 raise StoreError(
                     f"{path}: cannot open the chDB store (another process, such as the run's "
-                    f"driver, may hold it: read a snapshot): {first_line(err)}"
+                    f"driver, may hold it: read a snapshot): {first_line(err, limit=300)}"
                 ) from None
             _HELD.update(path=str(path))
         store = cls(session, path)
@@ -171,7 +172,7 @@ class LocalStore:
         try:
             result = self.session.query(sql, "JSONEachRow", params=params or {})
         except Exception as err:
-            raise StoreError(f"{self.path}: {first_line(err)}") from None
+            raise StoreError(f"{self.path}: {first_line(err, limit=300)}") from None
         return result.bytes().decode()
 
     def query(self, sql: str, params: dict | None = None) -> list[dict]:
@@ -231,7 +232,7 @@ class ServerStore:
             with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
                 return response.read().decode()
         except Exception as err:
-            raise StoreError(f"{self.url}: {first_line(err)}") from None
+            raise StoreError(f"{self.url}: {first_line(err, limit=300)}") from None
 
     def query(self, sql: str, params: dict | None = None) -> list[dict]:
         return parse_rows(self.execute(sql, params))
@@ -251,8 +252,3 @@ def table_name(table: str) -> str:
     if not TABLE.match(table):
         raise StoreError(f"{table!r} is not a table name (database.table)")
     return table
-
-
-def first_line(err: BaseException) -> str:
-    text = str(err).strip().splitlines()
-    return text[0][:300] if text else type(err).__name__

@@ -38,6 +38,7 @@ from temporalio.client import WorkflowFailureError
 from temporalio.service import RPCError
 
 from catalog import labels
+from catalog.errors import first_line
 from runner.boundedhandler import BoundedHandler, Limits
 from runner.boundedhttp import BoundedServer, serve_in_thread
 from runner.keepnodes import KEPT_FOR
@@ -101,11 +102,12 @@ class Gateway:
             status, reply = refusal.status, {"error": refusal.reason}
         except ApiError as err:  # Kubernetes failed or did not answer: not the caller's fault
             status = 504 if err.status is None else 503
-            reply = {"error": f"kubernetes: {one_line(err)}"}
+            reply = {"error": f"kubernetes: {first_line(err)}"}
         except TimeoutError as err:  # Temporal did not answer in time
-            status, reply = 504, {"error": f"temporal: {one_line(err) or 'no answer in time'}"}
+            said = first_line(err) if str(err).strip() else "no answer in time"
+            status, reply = 504, {"error": f"temporal: {said}"}
         except RPCError as err:
-            status, reply = 503, {"error": f"temporal: {one_line(err)}"}
+            status, reply = 503, {"error": f"temporal: {first_line(err)}"}
         except Exception:  # a bug: logged with its traceback, the caller gets one line
             log.exception("gateway: %s %s", method, path[:80])
             status, reply = 500, {"error": "internal error"}
@@ -173,7 +175,7 @@ class Gateway:
         except TimeoutError:
             return 202, {"workflow_id": handle.id}
         except WorkflowFailureError as err:  # the workflow's one-line report
-            raise Refusal(502, f"shrink failed: {one_line(err.cause or err)}") from None
+            raise Refusal(502, f"shrink failed: {first_line(err.cause or err)}") from None
         return 200, {"workflow_id": handle.id, **vars(result)}
 
     def stragglers(self, who: Caller, raw: bytes) -> tuple[int, dict]:
@@ -230,10 +232,6 @@ class Gateway:
         server = BoundedServer((host or "0.0.0.0", int(port)), handler_for(self), LIMITS)
         serve_in_thread(server, "warden-gateway")
         return server
-
-
-def one_line(err: BaseException) -> str:
-    return (str(err).splitlines() or [""])[0][:200]
 
 
 def handler_for(gateway: Gateway) -> type[BoundedHandler]:

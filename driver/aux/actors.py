@@ -15,6 +15,7 @@ import os
 import time
 from pathlib import Path
 
+from catalog.errors import first_line
 from driver.aux.coordinator import (
     AuxStartError,
     ServicePlan,
@@ -25,10 +26,8 @@ from driver.aux.coordinator import (
 
 
 def one_line(err: BaseException) -> str:
-    """The root cause of a Ray error as `Type: message`, first line only."""
-    cause = getattr(err, "cause", None) or err
-    text = f"{type(cause).__name__}: {cause}".strip()
-    return text.splitlines()[0] if text else type(err).__name__
+    """The root cause of a Ray error (its `cause`) as `Type: message`, first line only."""
+    return first_line(getattr(err, "cause", None) or err, limit=300, typed=True)
 
 
 class AuxWorker:

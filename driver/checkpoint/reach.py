@@ -26,6 +26,7 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
+from catalog.errors import first_line
 from driver.checkpoint.storage import is_local, local_path
 
 PROBE = ".reve-storage-probe"
@@ -117,14 +118,6 @@ def quiet_clients():
             logging.getLogger(name).propagate = propagate
 
 
-def one_line(err: BaseException) -> str:
-    text = str(err).strip().splitlines()
-    if not text:
-        return type(err).__name__
-    line = text[0] if len(text[0]) <= 200 else text[0][:199] + "…"
-    return f"{type(err).__name__}: {line}"
-
-
 def run_probes(jobs: list[tuple[str, str]], timeout_s: float) -> dict[tuple[str, str], str]:
     """Run each (client, URI) probe in a daemon thread; {job: problem} for the ones that
     failed, or all that had not answered when the first failed or `timeout_s` passed."""
@@ -136,7 +129,7 @@ def run_probes(jobs: list[tuple[str, str]], timeout_s: float) -> dict[tuple[str,
             PROBES[job[0]](job[1])
             outcome = None
         except Exception as err:  # noqa: BLE001 (any client error is the answer)
-            outcome = one_line(err)
+            outcome = first_line(err, typed=True)
         with done:
             results[job] = outcome
             done.notify_all()

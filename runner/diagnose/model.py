@@ -30,6 +30,7 @@ import urllib.parse
 import urllib.request
 from dataclasses import dataclass
 
+from catalog.errors import first_line
 from runner.diagnose.rules import CATEGORIES, DECISIONS
 
 MAX_REPLY_BYTES = 256 << 10
@@ -155,11 +156,6 @@ def check_url(url: str) -> str:
 
 def host(url: str) -> str:
     return urllib.parse.urlsplit(url).netloc
-
-
-def first_line(err: BaseException) -> str:
-    text = str(err).strip().splitlines()
-    return (text[0] if text else type(err).__name__)[:200]
 
 
 def prompt(verdict, ev) -> str:

@@ -1,4 +1,5 @@
-"""InputError keeps its parts across a pickle (a Ray worker's error reaches the driver)."""
+"""InputError keeps its parts across a pickle (a Ray worker's error reaches the driver) and
+stays one line; `first_line` is every error's one line for logs, replies and messages."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import pickle
 
 import pytest
 
-from catalog.errors import InputError
+from catalog.errors import InputError, first_line
 
 
 @pytest.mark.parametrize(
@@ -32,3 +33,20 @@ def test_an_input_error_survives_a_pickle(source, field, line):
 )
 def test_the_line_stays_one_line_whatever_the_file_or_field_holds(source, field, line):
     assert InputError(source, field, "bad").line() == line
+
+
+@pytest.mark.parametrize(
+    ("err", "kwargs", "line"),
+    [
+        (OSError("disk full\nmore"), {}, "disk full"),
+        (OSError("  disk full  "), {"typed": True}, "OSError: disk full"),
+        (TimeoutError(), {}, "TimeoutError"),  # no text: the type's name
+        (TimeoutError(""), {"typed": True}, "TimeoutError"),
+        (ValueError("x" * 10), {"limit": 5}, "xxxx…"),
+        (ValueError("x" * 5), {"limit": 5}, "xxxxx"),
+        (ValueError("a\u2028b"), {}, "a"),  # Unicode's line breaks end the line
+        (ValueError("\x1b[2Jhi\x00"), {}, "\\x1b[2Jhi\\x00"),  # a peer's terminal escape
+    ],
+)
+def test_an_errors_first_line_is_printable_and_bounded(err, kwargs, line):
+    assert first_line(err, **kwargs) == line
