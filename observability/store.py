@@ -66,7 +66,8 @@ def chdb_session_module():
     in native code anywhere in the process (torch, Ray, gloo, chDB) then ends it without a
     word, or, before any chDB session started, hangs it for good (tests/observability/
     test_chdb_faulthandler.py). When faulthandler was on as chDB loaded, it is put back, on
-    stderr, every thread's stack."""
+    stderr (the process's own when `sys.stderr` has no file descriptor, as under a capture),
+    every thread's stack."""
     import faulthandler
 
     first = "chdb" not in sys.modules
@@ -74,8 +75,20 @@ def chdb_session_module():
 
     if first and faulthandler.is_enabled():
         faulthandler.disable()  # back to the handlers before chDB's, then on again
-        faulthandler.enable(file=sys.stderr, all_threads=True)
+        if (err := stderr_file()) is not None:
+            faulthandler.enable(file=err, all_threads=True)
     return session
+
+
+def stderr_file():
+    """`sys.stderr` if it has a file descriptor, else `sys.__stderr__` if that has; None."""
+    for file in (sys.stderr, sys.__stderr__):
+        try:
+            file.fileno()
+            return file
+        except (AttributeError, OSError, ValueError):  # io.UnsupportedOperation is both
+            continue
+    return None
 
 
 def ts_text(ts: float | datetime | str) -> str:

@@ -14,6 +14,11 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 CRASH = "import ctypes; ctypes.string_at(0)"
+STRING_STDERR = (
+    "import io, sys; from observability.store import chdb_session_module; "
+    "sys.stderr = io.StringIO(); "
+)
+"""A `sys.stderr` without a file descriptor (a capture) as chDB first loads."""
 
 
 def crash_after(load: str) -> tuple[int | None, str]:
@@ -36,6 +41,7 @@ def crash_after(load: str) -> tuple[int | None, str]:
         ("pass", True),  # faulthandler alone: the crash is told
         ("import chdb.session", False),  # chDB's handler took it: not a word (or a hang)
         ("from observability.store import chdb_session_module; chdb_session_module()", True),
+        (STRING_STDERR + "chdb_session_module(); sys.stderr = sys.__stderr__", True),
     ],
 )
 def test_a_native_crash_is_told_after_chdb_loads_through_the_store(load, says):
