@@ -119,9 +119,11 @@ def one_run(tests: list[str], report: Path, log: Path, extra: list[str]) -> int:
 
 
 def run_under_load(tests: list[str], times: int, loops: int, out: Path,
-                   extra: list[str] | None = None, say=print) -> list[Outcome]:  # fmt: skip
+                   extra: list[str] | None = None, say=print,
+                   keep=None) -> list[Outcome]:  # fmt: skip
     """Run `tests` `times` times, one pytest process after another, beside `loops` busy
-    loops; each run's result is said as it ends, its output kept in `out`/run<N>.log."""
+    loops; each run's result is said as it ends, its output kept in `out`/run<N>.log, and
+    its report given to `keep` (the ledger, tests/support/ledger.py) when there is one."""
     reports = []
     out.mkdir(parents=True, exist_ok=True)
     with busy_loops(loops):
@@ -130,6 +132,8 @@ def run_under_load(tests: list[str], times: int, loops: int, out: Path,
             code = one_run(tests, report, out / f"run{run}.log", extra or [])
             text = report.read_text() if report.exists() else "<testsuites/>"
             reports.append(outcomes(text))
+            if keep is not None:
+                keep(reports[-1])
             failed = sum(not ok for ok, _ in reports[-1].values())
             say(f"run {run}/{times}: exit {code}, {len(reports[-1])} tests, {failed} failed, "
                 f"{time.monotonic() - started:.0f} s")  # fmt: skip
