@@ -38,9 +38,9 @@ def printable(text: str) -> str:
 
 
 def first_line(err: BaseException, limit: int = 200, typed: bool = False) -> str:
-    """An error's first line for a log, a reply or a message: printable (`printable`), cut
-    to `limit` characters (the cut marked `…`), with the type in front when `typed`
-    (`OSError: ...`); the type's name alone when the error has no text."""
+    """An error's first line for a log, a reply or a message: printable (`printable`), its
+    message cut to `limit` characters after escaping (the cut marked `…`), with the type
+    in front when `typed` (`OSError: ...`); the type's name alone when it has no text."""
     lines = str(err).strip().splitlines()
     if not lines:
         return type(err).__name__

@@ -7,7 +7,8 @@ under load, two busy loops beside it) can be checked by anyone, on any machine, 
     owed(read(LEDGER), slow_tests, times=5)                 # scripts/under-load --owed
 
 A failure resets a test's count: only the passes after its newest failure count (its
-cause is found and fixed in between, and the fix must then hold five times).
+cause is found and fixed in between, and the fix must then hold five times). A pass
+counts only beside at least RULE_LOOPS busy loops; a failure counts however it was run.
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ from pathlib import Path
 
 LEDGER = Path(__file__).resolve().parents[1] / "under-load.csv"
 FIELDS = ("test", "passed", "seconds", "date", "commit", "loops", "workers")
+RULE_LOOPS = 2
+"""The busy loops beside a run for its passes to count."""
 
 
 def ledger_rows(report: dict[str, tuple[bool, float]], commit: str, loops: int, workers: int,
@@ -55,10 +58,16 @@ def read(path: Path) -> list[dict]:
 
 
 def standing(rows: list[dict]) -> dict[str, int]:
-    """{test: passes since its newest failure}, in the ledger's order (oldest first)."""
+    """{test: passes beside RULE_LOOPS busy loops since its newest failure}, in the ledger's
+    order (oldest first)."""
     count: dict[str, int] = {}
     for row in rows:
-        count[row["test"]] = count.get(row["test"], 0) + 1 if row["passed"] == "1" else 0
+        test, have = row["test"], count.get(row["test"], 0)
+        if row["passed"] != "1":
+            count[test] = 0
+        else:
+            loaded = str(row.get("loops", "")).isdigit() and int(row["loops"]) >= RULE_LOOPS
+            count[test] = have + 1 if loaded else have
     return count
 
 
@@ -69,7 +78,9 @@ def owed(rows: list[dict], tests: list[str], times: int = 5) -> dict[str, int]:
 
 
 def workers_of(extra: list[str]) -> int:
-    """How many pytest workers the options ask for (`-n 2`, `-n2`, `--numprocesses=2`)."""
+    """How many pytest workers the options ask for (`-n 2`, `-n2`, `--numprocesses=2`; the
+    last one wins, as in pytest); 0 for `auto`/`logical` or no workers (`-n 0`)."""
+    found = 1
     for i, arg in enumerate(extra):
         value = None
         if arg in ("-n", "--numprocesses") and i + 1 < len(extra):
@@ -79,5 +90,5 @@ def workers_of(extra: list[str]) -> int:
         elif arg.startswith("-n") and len(arg) > 2:
             value = arg[2:]
         if value is not None:
-            return int(value) if value.isdigit() else 0  # "auto", "logical": unknown
-    return 1
+            found = int(value) if value.isdigit() else 0  # "auto", "logical": unknown
+    return found

@@ -13,8 +13,8 @@ from tests.support.ledger import append, ledger_rows, owed, read, standing, work
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def rows(*outcomes: tuple[str, bool]) -> list[dict]:
-    return [{"test": t, "passed": "1" if ok else "0"} for t, ok in outcomes]
+def rows(*outcomes: tuple[str, bool], loops: str = "2") -> list[dict]:
+    return [{"test": t, "passed": "1" if ok else "0", "loops": loops} for t, ok in outcomes]
 
 
 @pytest.mark.parametrize(
@@ -25,6 +25,8 @@ def rows(*outcomes: tuple[str, bool]) -> list[dict]:
         (rows(("a", True), ("a", False)), {"a": 0}),  # a failure resets the count
         (rows(("a", True), ("a", False), ("a", True)), {"a": 1}),
         (rows(("a", True), ("b", False), ("a", True)), {"a": 2, "b": 0}),
+        (rows(("a", True), loops="0") + rows(("a", True)), {"a": 1}),  # no load: no count
+        (rows(("a", True)) + rows(("a", False), loops="0"), {"a": 0}),  # a failure resets
     ],
 )
 def test_a_tests_standing_is_its_passes_since_its_newest_failure(ledger, expected):
@@ -47,7 +49,8 @@ def test_owed_lists_only_the_tests_asked_that_owe_runs(ledger, tests, expected):
 @pytest.mark.parametrize(
     ("extra", "workers"),
     [([], 1), (["-n", "2"], 2), (["-n2", "-v"], 2), (["--numprocesses=3"], 3),
-     (["-x", "--numprocesses", "4"], 4), (["-n", "auto"], 0)],
+     (["-x", "--numprocesses", "4"], 4), (["-n", "auto"], 0), (["-n", "2", "-n", "3"], 3),
+     (["-n", "0"], 0)],
 )  # fmt: skip
 def test_workers_come_from_the_pytest_options(extra, workers):
     assert workers_of(extra) == workers
