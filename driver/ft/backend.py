@@ -26,6 +26,11 @@ module, which unpickling the config does, installs `install()`):
   pinned to the controller's node with Ray's default request of one CPU; in a cluster the
   controller runs on the head pod, whose `num-cpus` is 0 (as rendered), so the actor could
   never be placed. Here it requests none (it only answers quorums and heartbeats).
+- **A Lighthouse that ends with the worker group.** Ray's actor lives as long as the
+  backend that holds its handle; where the controller runs in a process that outlives the
+  run (an in-process driver under a test, a notebook), every ft run left one behind. The
+  whole worker group's shutdown (the run's end, or a whole restart, whose start makes a
+  new one) kills it; a replica group's shutdown leaves it to the others.
 
 tests/ft/test_backend.py checks the Ray source this relies on, so an upgrade that changes
 it fails a test rather than a run.
@@ -131,7 +136,15 @@ class LighthouseBackend(_TorchftBackend):
 
     def on_shutdown(self, worker_group, backend_config) -> None:
         """Ray Train's `_TorchBackend.on_shutdown`, bounded by `SHUTDOWN_S`, for a group
-        whose members may be gone (a group is shut down because one died)."""
+        whose members may be gone (a group is shut down because one died); the whole
+        worker group's shutdown stops the Lighthouse too."""
+        try:
+            self.shutdown_torch(worker_group)
+        finally:
+            if isinstance(worker_group, WorkerGroup):
+                self.stop_lighthouse()
+
+    def shutdown_torch(self, worker_group) -> None:
         timeout = float(os.environ.get("TORCH_PROCESS_GROUP_SHUTDOWN_TIMEOUT_S", SHUTDOWN_S))
         futures = worker_group.execute_async(
             _shutdown_torch, destroy_process_group=len(worker_group) > 1
@@ -141,6 +154,14 @@ class LighthouseBackend(_TorchftBackend):
             log.warning("ft: a group's process group did not shut down in %g s", timeout)
         if gone:
             log.info("ft: %d member(s) of a group were gone before its shutdown", gone)
+
+    def stop_lighthouse(self) -> None:
+        actor, self.lighthouse_actor = self.lighthouse_actor, None
+        if actor is not None:
+            try:
+                ray.kill(actor, no_restart=True)
+            except Exception as err:  # already gone, or Ray shutting down
+                log.info("ft: the Lighthouse actor was not killed: %s", err)
 
     def _maybe_create_lighthouse_actor(self, backend_config: TorchftConfig) -> str:
         if self.lighthouse_actor is None:

@@ -8,11 +8,14 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import time
 
 import pytest
 
 from driver.train import main
 from tests.driver.conftest import TINY_LM
+from tests.soak.procs import descendants, snapshot
 
 STEPS = 100
 
@@ -44,6 +47,20 @@ def test_a_failed_replica_group_is_replaced_and_heals_while_training_goes_on(ray
     assert {r["ft_slots"] for r in rows if r["ft_quorum_size"] == 1} == {2}  # constant batch
     summary = json.loads((out / "summary.json").read_text())
     assert summary["restarts"] == 1 and summary["ckpt_committed_step"] == STEPS
+    assert lighthouses_left(within_s=10) == []  # the run's Lighthouse ended with it
+
+
+def lighthouses_left(within_s: float) -> list[str]:
+    """The Lighthouse actor processes still below this one (the module's embedded Ray)
+    after up to `within_s`."""
+    deadline = time.monotonic() + within_s
+    while True:
+        table = snapshot()
+        left = [table[pid].cmdline for pid in descendants(os.getpid(), table)
+                if "LighthouseServerActor" in table[pid].cmdline]  # fmt: skip
+        if not left or time.monotonic() > deadline:
+            return left
+        time.sleep(0.2)
 
 
 def ft_run(tmp_path, name: str, steps: int, *extra: str) -> list[dict]:

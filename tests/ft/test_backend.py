@@ -30,6 +30,17 @@ def test_the_shutdown_it_bounds_is_ray_trains_own():
     assert "on_shutdown" in LighthouseBackend.__dict__
 
 
+def test_only_the_whole_groups_shutdown_reaches_on_shutdown_as_a_worker_group():
+    """The Lighthouse ends with the whole worker group: Ray Train passes the group being
+    shut down to the backend, and a replica group's replacement is not a WorkerGroup."""
+    from ray.train.v2._internal.callbacks.backend_setup import BackendSetupCallback
+    from ray.train.v2._internal.execution.worker_group import ReplicaGroup, WorkerGroup
+
+    source = inspect.getsource(BackendSetupCallback.before_execution_group_shutdown)
+    assert "self._backend.on_shutdown(execution_group, self._backend_config)" in source
+    assert not issubclass(ReplicaGroup, WorkerGroup)
+
+
 def test_the_worker_group_source_it_patches_is_as_read():
     from ray.train.v2._internal.execution.worker_group import worker_group
 
