@@ -338,6 +338,11 @@ class DebugConfig:
     term_at_step: int | None = None
     """SIGTERM `kill_rank`'s process at this step, before its forward pass (a worker pod's
     termination: driver.trainer.signals), once in the run."""
+    await_replacements_at_step: int | None = None
+    """After this step (0-based, its row sent), every rank waits until each rank killed by
+    `kill_at_step`/`kills` before then has a replacement ready to train (a marker in the
+    output folder), at most driver.trainer.faults.AWAIT_S: a drill whose survivors must see
+    the replacement back, however slowly the machine starts a process."""
     digest: bool = False
     """Every rank's row carries `param_digest`, a hash of its parameters (its shards), so a
     test can see replicas equal after every step."""

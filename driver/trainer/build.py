@@ -44,6 +44,7 @@ def build_trainer(cfg, ctx, channel, logger, attempt: int, args: dict) -> Traine
     stepper, model, session, learner = parts(cfg, work, feed, aux, device, rank, world,
                                              channel, args, heard, notices)  # fmt: skip
     stepper.core.faults = faults
+    faults.ready()
     logger.info("rank %d/%d on %s starts at step %d", rank, world, device, stepper.step)
     leave = leave_hook(cfg, heard, notices, rank, world) if cfg.ft.enabled else None
     if leave is not None:  # the run's stop rides on the reduce; every group acts after one step

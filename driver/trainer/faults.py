@@ -14,6 +14,9 @@
 - `debug.fail_at_step` / `fail_rank` (-1: every rank): raise after the step's row left;
   with `debug.hold_replacement_s`, that rank started again waits so long before it joins
   (a replacement that finds no capacity).
+- `debug.await_replacements_at_step`: after that step every rank waits until each rank
+  killed so far has a replacement ready (`ready()` leaves a marker as a rank is about to
+  train), so a drill's survivors see the replacement back however slowly processes start.
 - `debug.digest`: `param_digest(model)` for each rank's row.
 """
 
@@ -26,6 +29,8 @@ import time
 from pathlib import Path
 
 PHASES = ("before", "during", "after")
+AWAIT_S = 600.0
+"""The longest `debug.await_replacements_at_step` waits before the rank fails the run."""
 
 
 class Faults:
@@ -46,10 +51,17 @@ class Faults:
         if failing and self.attempt > 0 and d.hold_replacement_s > 0:
             time.sleep(d.hold_replacement_s)
 
+    def ready(self) -> None:
+        """This rank is about to train: its marker, which an awaiting survivor reads (only
+        in a drill that awaits replacements)."""
+        if getattr(self.debug, "await_replacements_at_step", None) is not None:
+            self._once(f"ready-{self.rank}-{self.attempt}")
+
     def at(self, step: int, phase: str) -> None:
         """At `phase` of 0-based `step`: do what the config asks of this rank, if anything."""
         d = self.debug
-        if (step, self.rank, phase) in self.kills and self._once(f"kill-{step}-{self.rank}"):
+        killing = (step, self.rank, phase) in self.kills
+        if killing and self._once(f"kill-{step}-{self.rank}", note=str(self.attempt)):
             os.kill(os.getpid(), signal.SIGKILL)
         stop = self.rank == d.kill_rank and d.stop_at_step == step and phase == "before"
         if stop and self._once(f"stop-{step}-{self.rank}"):
@@ -57,9 +69,26 @@ class Faults:
         term = self.rank == d.kill_rank and d.term_at_step == step and phase == "before"
         if term and self._once(f"term-{step}-{self.rank}", note=f"{time.time()!r}"):
             os.kill(os.getpid(), signal.SIGTERM)
+        if phase == "after" and getattr(d, "await_replacements_at_step", None) == step:
+            self.await_replacements()
         if phase == "after" and d.fail_at_step == step and d.fail_rank in (-1, self.rank):
             message = f"debug.fail_at_step={step}: injected failure on rank {self.rank}"
             raise RuntimeError(message)
+
+    def await_replacements(self, timeout_s: float | None = None) -> None:
+        """Wait until every rank killed so far has a replacement ready (its marker), at
+        most `timeout_s` (AWAIT_S)."""
+        timeout_s = AWAIT_S if timeout_s is None else timeout_s
+        deadline = time.monotonic() + timeout_s
+        while self.marks is not None:
+            found = self.marks.iterdir() if self.marks.exists() else ()
+            missing = replacements_missing({p.name: p.read_text() for p in found})
+            if not missing:
+                return
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"debug.await_replacements_at_step: no replacement of rank "
+                                   f"{missing} ready within {timeout_s:g} s")  # fmt: skip
+            time.sleep(0.2)
 
     def _once(self, name: str, note: str = "") -> bool:
         """Whether this fault has not fired yet in the run (and now has; its marker file
@@ -84,6 +113,26 @@ def kill_table(debug) -> set[tuple[int, int, str]]:
         step, rank, *phase = str(entry).split(":")
         out.add((int(step), int(rank), phase[0] if phase else "after"))
     return out
+
+
+def replacements_missing(marks: dict[str, str]) -> list[int]:
+    """The killed ranks without a replacement ready, from the markers ({name: note}): a
+    kill (`kill-STEP-RANK`, its note the killed process's attempt) is answered by a start
+    of that rank ready to train with a later attempt (`ready-RANK-ATTEMPT`). Attempts count
+    from the run's first (a resumed run's first start is past 0), so only a later one is a
+    replacement."""
+    killed: dict[int, int] = {}
+    ready: dict[int, int] = {}
+    for name, note in marks.items():
+        kind, *parts = name.split("-")
+        if len(parts) != 2 or not all(part.isdigit() for part in parts):
+            continue
+        if kind == "kill":  # kill-STEP-RANK
+            attempt = int(note) if note.strip().isdigit() else 0
+            killed[int(parts[1])] = max(killed.get(int(parts[1]), -1), attempt)
+        elif kind == "ready":  # ready-RANK-ATTEMPT
+            ready[int(parts[0])] = max(ready.get(int(parts[0]), -1), int(parts[1]))
+    return sorted(rank for rank, attempt in killed.items() if ready.get(rank, -1) <= attempt)
 
 
 def param_digest(model) -> float:

@@ -26,6 +26,10 @@ from tests.driver.conftest import TINY_LM
 
 STEPS, H = 60, 5
 """Steps enough for the killed group's replacement to come back, heal and talk again."""
+AWAIT_AT = 20
+"""The survivors wait after this step until the replacement is ready to train
+(`debug.await_replacements_at_step`): on a loaded machine a new worker process took 150 s
+to start, while the survivor trained the other 55 steps alone and the run ended first."""
 WAIT_S = 8.0
 """How long the first round waits for the learner that never comes."""
 LAYOUTS = {
@@ -74,6 +78,7 @@ def learner_run(tmp_path: Path, name: str, layout: list[str]):
     args = [TINY_LM, "ft=on", f"train.steps={STEPS}", "train.micro_batch_size=8",
             "optimizer.warmup_steps=2", "logging.format=json", "debug.digest=true",
             f"debug.kill_at_step={H}", "debug.kill_rank=0", "debug.kill_phase=during",
+            f"debug.await_replacements_at_step={AWAIT_AT}",
             f"run.output_dir={out / 'run'}", f"run.name={name}",
             f"diloco.address={address}", "diloco.learner=a", f"diloco.keys={out / 'keys'}",
             f"diloco.sync_every={H}", "diloco.barrier_timeout_s=60", *layout]  # fmt: skip
