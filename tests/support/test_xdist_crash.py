@@ -73,3 +73,4 @@ def test_a_worker_dying_in_a_test_fails_that_test_and_the_run_goes_on(tmp_path):
     assert "1 failed, 16 passed" in text, text  # test_after and test_third ran, once each
     assert "test_dying.py::test_dies" in text and "crashed" in text, text
     assert "os._exit(1), called from:" in text and 'test_dying.py", line 5' in text, text
+    assert "every thread at the exit:" in text and "most recent call first" in text, text

@@ -22,8 +22,10 @@ worker dies (a test that ends its own process, the kernel's OOM killer, a SIGKIL
 and gives a worker at least two tests, or its end, whenever it asks for work.
 
 A worker that ends through `os._exit` (a watchdog's or a grace period's end in code under
-test, pytest-timeout) says so first on its real stderr, with the stack that called it:
-whatever it printed before went to the test's captured output, which dies with it. And a
+test, pytest-timeout) says so first on its real stderr, with the stack that called it and
+every thread's stack: whatever it printed before went to the test's captured output, which
+dies with it, and pytest-timeout's own dump of the stacks goes to a worker's terminal,
+which nobody reads (so a test that timed out would name no line it was stuck on). And a
 test process (worker or not) that crashes in native code prints every thread's stack
 there: chDB, which a driver run in process loads, replaces faulthandler's handlers of the
 fatal signals with its own, so the session loads it at its start and gives pytest's
@@ -34,6 +36,7 @@ faulthandler the signals back.
 
 from __future__ import annotations
 
+import faulthandler
 import os
 import traceback
 
@@ -68,8 +71,9 @@ def keep_faulthandler(config) -> None:
 
 
 def say_why_the_worker_exits(config) -> None:
-    """Make this worker's `os._exit` write a line and its caller's stack to the worker's
-    stderr (not the test's capture) before it exits; forked children exit quietly."""
+    """Make this worker's `os._exit` write a line, its caller's stack and every thread's
+    stack to the worker's stderr (not the test's capture) before it exits; forked children
+    exit quietly."""
     worker, real_exit = os.getpid(), os._exit
 
     def _exit(code: int) -> None:
@@ -82,6 +86,8 @@ def say_why_the_worker_exits(config) -> None:
                 os.write(
                     2, f"pytest worker {worker}: os._exit({code}), called from:\n{stack}".encode()
                 )
+                os.write(2, f"pytest worker {worker}: every thread at the exit:\n".encode())
+                faulthandler.dump_traceback(file=2, all_threads=True)
             except Exception:  # noqa: BLE001, S110 (exiting anyway)
                 pass
         real_exit(code)
