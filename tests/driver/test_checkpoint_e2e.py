@@ -25,6 +25,11 @@ from driver.output.summary import checkpoint_lines
 from driver.train import PREEMPTED, main
 from tests.driver.conftest import ROOT, TINY_LM
 
+pytestmark = pytest.mark.timeout(1200)
+"""Whichever test of the module runs first also builds its module fixtures: four driver
+runs (a crash, its restart, the resume, the reference). Under two test workers beside two
+busy loops two tests in a row ran past pytest's 600 s doing so (the replacement worker
+builds them again), while a one-run test of the module took 196 s."""
 STEPS = 8
 FAST = [
     f"train.steps={STEPS}",
