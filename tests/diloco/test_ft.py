@@ -24,6 +24,10 @@ from driver.diloco import keys, local, state
 from driver.train import main
 from tests.driver.conftest import TINY_LM
 
+pytestmark = pytest.mark.timeout(1200)
+"""Each test is a 60-step run of up to 4 workers with a failure and a replacement: about
+2 minutes alone here, and past pytest's 600 s under two test workers beside two busy
+loops (the groups-of-1 run took 488 s there)."""
 STEPS, H = 60, 5
 """Steps enough for the killed group's replacement to come back, heal and talk again."""
 AWAIT_AT = 20
