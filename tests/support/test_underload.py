@@ -19,6 +19,7 @@ REPORT = """<testsuites><testsuite>
 <testcase classname="tests.ft.test_kill" name="test_b[before]" time="2.0"><failure/></testcase>
 <testcase classname="tests.ft.test_kill" name="test_c" time="0.1"><skipped/></testcase>
 <testcase classname="tests.ft.test_kill" name="test_d" time="0.2"><error/></testcase>
+<testcase time="0.001"/>
 </testsuite></testsuites>"""
 
 

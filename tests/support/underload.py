@@ -35,10 +35,11 @@ class Outcome:
 
 
 def outcomes(xml_text: str) -> dict[str, tuple[bool, float]]:
-    """{test id: (passed, seconds)} from a JUnit XML report; skipped tests are left out."""
+    """{test id: (passed, seconds)} from a JUnit XML report; skipped tests are left out, and
+    entries that name no test (an interrupted run's last one)."""
     found = {}
     for case in ET.fromstring(xml_text).iter("testcase"):
-        if case.find("skipped") is not None:
+        if case.find("skipped") is not None or not case.get("classname") or not case.get("name"):
             continue
         module = case.get("classname", "").replace(".", "/")
         test = f"{module}.py::{case.get('name')}"
