@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -46,7 +47,16 @@ def test_first_not_done(workload, want):
 
 
 PASSING = "def test_{n}():\n    pass\n"
-DYING = "import os\n\n\ndef test_dies():\n    os._exit(1)\n\n\ndef test_after():\n    pass\n"
+DYING = "import os\n\n\ndef test_dies():\n    os._exit(child())\n\n\ndef test_after():\n    pass\n"
+CHILD = """
+
+def child():
+    import subprocess, sys
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"])
+    open("child.pid", "w").write(str(proc.pid))
+    return 1
+"""
+"""The dying test leaves a child (as a test's Ray or synchronizer) when its worker exits."""
 
 
 def suite(folder: Path) -> None:
@@ -55,7 +65,7 @@ def suite(folder: Path) -> None:
     for name, count in (("big_a", 6), ("big_b", 5), ("small_c", 1), ("small_d", 1), ("small_e", 1)):
         text = "\n\n".join(PASSING.format(n=n) for n in range(count))
         (folder / f"test_{name}.py").write_text(text)
-    (folder / "test_dying.py").write_text(DYING + "\n\ndef test_third():\n    pass\n")
+    (folder / "test_dying.py").write_text(DYING + "\n\ndef test_third():\n    pass\n" + CHILD)
 
 
 def run_suite(folder: Path, *plugin: str) -> subprocess.CompletedProcess:
@@ -74,3 +84,18 @@ def test_a_worker_dying_in_a_test_fails_that_test_and_the_run_goes_on(tmp_path):
     assert "test_dying.py::test_dies" in text and "crashed" in text, text
     assert "os._exit(1), called from:" in text and 'test_dying.py", line 5' in text, text
     assert "every thread at the exit:" in text and "most recent call first" in text, text
+    assert gone(int((tmp_path / "child.pid").read_text()), within_s=10)  # killed with it
+
+
+def gone(pid: int, within_s: float) -> bool:
+    """Whether `pid` has ended (or is only a zombie) within `within_s`."""
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            return True
+        if state == "Z":
+            return True
+        time.sleep(0.1)
+    return False

@@ -25,7 +25,9 @@ A worker that ends through `os._exit` (a watchdog's or a grace period's end in c
 test, pytest-timeout) says so first on its real stderr, with the stack that called it and
 every thread's stack: whatever it printed before went to the test's captured output, which
 dies with it, and pytest-timeout's own dump of the stacks goes to a worker's terminal,
-which nobody reads (so a test that timed out would name no line it was stuck on). And a
+which nobody reads (so a test that timed out would name no line it was stuck on). Then it
+kills every process below it (a Ray, a synchronizer), which the test's own cleanup, skipped
+by `os._exit`, would have ended: left, they loaded the machine for the tests after. And a
 test process (worker or not) that crashes in native code prints every thread's stack
 there: chDB, which a driver run in process loads, replaces faulthandler's handlers of the
 fatal signals with its own, so the session loads it at its start and gives pytest's
@@ -36,8 +38,10 @@ faulthandler the signals back.
 
 from __future__ import annotations
 
+import contextlib
 import faulthandler
 import os
+import signal
 import traceback
 
 import pytest
@@ -72,8 +76,8 @@ def keep_faulthandler(config) -> None:
 
 def say_why_the_worker_exits(config) -> None:
     """Make this worker's `os._exit` write a line, its caller's stack and every thread's
-    stack to the worker's stderr (not the test's capture) before it exits; forked children
-    exit quietly."""
+    stack to the worker's stderr (not the test's capture), and kill every process below
+    the worker, before it exits; forked children exit quietly."""
     worker, real_exit = os.getpid(), os._exit
 
     def _exit(code: int) -> None:
@@ -88,11 +92,21 @@ def say_why_the_worker_exits(config) -> None:
                 )
                 os.write(2, f"pytest worker {worker}: every thread at the exit:\n".encode())
                 faulthandler.dump_traceback(file=2, all_threads=True)
+                kill_below(worker)
             except Exception:  # noqa: BLE001, S110 (exiting anyway)
                 pass
         real_exit(code)
 
     os._exit = _exit
+
+
+def kill_below(pid: int) -> None:
+    """SIGKILL every process below `pid`."""
+    from tests.soak.procs import descendants, snapshot
+
+    for child in descendants(pid, snapshot()):
+        with contextlib.suppress(OSError):
+            os.kill(child, signal.SIGKILL)
 
 
 @pytest.hookimpl(optionalhook=True, tryfirst=True)
